@@ -1,0 +1,1 @@
+"""Expert-parallel MoE benchmark pipeline: matrix, layers, execution, launch, data, model, report."""

@@ -1,0 +1,135 @@
+"""The workload matrix of the comparison: 22 shapes x 5 variants = 110 executions.
+
+This module is the single source of truth for names and counts; the Hydra config groups in
+``conf/workload`` and ``conf/variant`` mirror it (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+PROFILES: dict[str, tuple[float, ...]] = {
+    "balanced": (1.0,) * 10,
+    "a": (7.5, 2.5, 4.5, 0.6, 1.8, 0.9, 2.2, 0.7, 1.6, 0.8),
+    "b": (0.7, 5.8, 1.2, 0.6, 3.6, 1.0, 7.2, 0.8, 2.3, 0.7),
+}
+KINDS = ("inference", "training", "packing")
+PRECISIONS = ("bf16", "mxfp8")
+IMPLEMENTATIONS = ("mok", "dist-moe")
+PIPELINES = {"mok": ("native",), "dist-moe": ("bf16", "fp8-dispatch", "bf16-dispatch")}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One shape of the matrix: what is timed, at which EP degree, width and load."""
+
+    kind: str
+    ep: int
+    d_ff: int
+    imbalance: float = 1.0  # load factor on the tracked GPU (inference / training)
+    profile: str = "none"  # per-layer load profile (packing only)
+
+    @property
+    def name(self) -> str:
+        """Config-group name, e.g. ``inference-ep8-f3072-imb2`` or ``packing-ep32-profile-a``."""
+        if self.kind == "packing":
+            return f"packing-ep{self.ep}-profile-{self.profile}"
+        base = f"{self.kind}-ep{self.ep}-f{self.d_ff}"
+        return base if self.imbalance == 1.0 else f"{base}-imb{self.imbalance:g}"
+
+    @property
+    def shape_id(self) -> str:
+        """Shape part of execution ids, e.g. ``training-ep32-f3072-imb2.0``."""
+        base = f"{self.kind}-ep{self.ep}-f{self.d_ff}"
+        if self.kind == "packing":
+            return f"{base}-profile-{self.profile}"
+        return base if self.imbalance == 1.0 else f"{base}-imb{self.imbalance:.1f}"
+
+    @property
+    def layer_loads(self) -> tuple[float, ...]:
+        """Load factor on the tracked GPU for each timed layer (ten for packing)."""
+        return PROFILES[self.profile] if self.kind == "packing" else (self.imbalance,)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One implementation / precision / pipeline combination."""
+
+    implementation: str
+    precision: str
+    pipeline: str
+
+    @property
+    def name(self) -> str:
+        """Config-group name, e.g. ``mok-bf16`` or ``dist-moe-fp8-dispatch``."""
+        if self.implementation == "mok":
+            return f"mok-{self.precision}"
+        return f"dist-moe-{self.pipeline}"
+
+
+@dataclass(frozen=True)
+class Execution:
+    """One cell of the matrix: a workload run with one variant."""
+
+    workload: Workload
+    variant: Variant
+
+    @property
+    def workload_id(self) -> str:
+        """Matched workload: shape + precision (MoK and Dist-MoE executions share it)."""
+        return f"{self.workload.shape_id}-{self.variant.precision}"
+
+    @property
+    def execution_id(self) -> str:
+        v = self.variant
+        return f"{self.workload_id}-{v.implementation}-{v.pipeline}"
+
+
+def _workloads() -> tuple[Workload, ...]:
+    out: list[Workload] = []
+    for kind, eps in (("inference", (8, 16)), ("training", (32, 64))):
+        for ep in eps:
+            out += [Workload(kind, ep, f) for f in (1536, 3072, 6144)]
+            out.append(Workload(kind, ep, 3072, imbalance=2.0))
+    for ep in (32, 64):
+        out += [Workload("packing", ep, 3072, profile=p) for p in ("balanced", "a", "b")]
+    return tuple(out)
+
+
+WORKLOADS: tuple[Workload, ...] = _workloads()
+VARIANTS: tuple[Variant, ...] = (
+    Variant("mok", "bf16", "native"),
+    Variant("mok", "mxfp8", "native"),
+    Variant("dist-moe", "bf16", "bf16"),
+    Variant("dist-moe", "mxfp8", "fp8-dispatch"),
+    Variant("dist-moe", "mxfp8", "bf16-dispatch"),
+)
+WORKLOAD_BY_NAME = {w.name: w for w in WORKLOADS}
+VARIANT_BY_NAME = {v.name: v for v in VARIANTS}
+EXECUTIONS: tuple[Execution, ...] = tuple(Execution(w, v) for w, v in product(WORKLOADS, VARIANTS))
+
+
+def workload(name: str) -> Workload:
+    """Look a workload up by config name; a clear error lists the allowed names."""
+    try:
+        return WORKLOAD_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; allowed: {', '.join(WORKLOAD_BY_NAME)}") from None
+
+
+def variant(name: str) -> Variant:
+    """Look a variant up by config name; a clear error lists the allowed names."""
+    try:
+        return VARIANT_BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown variant {name!r}; allowed: {', '.join(VARIANT_BY_NAME)}") from None
+
+
+def counts(executions: tuple[Execution, ...] | list[Execution]) -> tuple[int, int, int]:
+    """(executions, matched workloads, pairs) of a selection: a pair is a Dist-MoE execution whose
+    MoK partner (same workload id) is also selected."""
+    ids = {e.workload_id for e in executions}
+    mok = {e.workload_id for e in executions if e.variant.implementation == "mok"}
+    pairs = sum(1 for e in executions if e.variant.implementation == "dist-moe" and e.workload_id in mok)
+    return len(executions), len(ids), pairs
