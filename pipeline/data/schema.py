@@ -1,7 +1,20 @@
 """Shard schema: one parquet file per execution attempt, one row per rank x phase x window.
 
-The file's key-value metadata ``execution`` holds JSON (resolved config, provenance, times,
-diagnostics, saved-state evidence) and always carries ``schema_version``.
+The file's key-value metadata ``execution`` holds one JSON object:
+
+- ``schema_version`` (int), ``execution_id``, ``workload_id``, ``attempt`` (int), ``job_id``;
+- ``config``: the resolved Hydra config of the execution;
+- ``shape``: ``tokens`` (T per rank), ``d_model``, ``d_ff``, ``num_experts`` (nominal E), ``top_k``,
+  ``num_shared``, ``ep`` (nominal), ``ranks`` (launched), ``layer_loads`` (tracked-GPU load factor per
+  timed layer: one for inference/training, ten for packing), ``windows``, ``iterations``;
+- ``provenance``: ``git_sha``, ``hosts`` (list), ``job_ids`` (list), ``launcher``, ``versions``
+  (torch, cuda, driver, nccl, cutlass_dsl, python; null where absent);
+- ``started_at``, ``ended_at`` (ISO-8601 UTC);
+- ``memory``: ``peak_allocated_bytes`` (CUDA; null on CPU), ``peak_rss_bytes`` (max over ranks);
+- ``nvlink``: ``tx_bytes_per_s``, ``rx_bytes_per_s`` (averaged over GPUs; null where unsupported),
+  ``sample_seconds``, ``reason`` (why null, else null);
+- ``saved_state``: one object per timed layer: ``layer``, ``load_factor``, ``factor``,
+  ``budget_rows``, ``routed_rows``, ``retained_rows``, ``recomputed_rows``, ``overflow`` (bool).
 """
 
 from __future__ import annotations
