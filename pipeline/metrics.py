@@ -1,0 +1,87 @@
+"""Published metrics of one execution: reduced iteration times and useful-work rates.
+
+Iteration time follows the report's definition: for each phase, each rank's median over its timing
+windows of ``window_ms / iterations``, then the maximum over ranks (the slowest GPU decides).
+Forward, backward and combined are reduced separately, so they need not add up.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pipeline.data.schema import PHASES
+from pipeline.matrix import KINDS
+
+# Multiple of the forward GEMM work per kind: training adds backward (2x forward), packing times ten layers.
+WORK_MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
+
+
+def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
+    """Max over ranks of the per-rank median of per-iteration window times (one phase's rows)."""
+    rank = np.asarray(rank)
+    per_iteration = _per_iteration_ms(window_ms, iterations)
+    if rank.shape != per_iteration.shape:
+        raise ValueError(f"rank has {rank.shape} entries but window_ms has {per_iteration.shape}")
+    if per_iteration.size == 0:
+        raise ValueError("no window rows to reduce; at least one window per rank is required")
+    # Sort by rank, then time, so each rank's windows form one sorted run; pick its middle element(s).
+    order = np.lexsort((per_iteration, rank))
+    values = per_iteration[order]
+    _, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
+    medians = 0.5 * (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2])
+    return float(medians.max())
+
+
+def phase_ms(
+    phase: np.ndarray, rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> dict[str, float]:
+    """Slowest-rank iteration time of every phase present: ``{"forward": ms, ...}``."""
+    phase = np.asarray(phase)
+    unknown = sorted(set(np.unique(phase).tolist()) - set(PHASES))
+    if unknown:
+        raise ValueError(f"unknown phase(s) {unknown}; allowed: {', '.join(PHASES)}")
+    rank, window_ms, iterations = np.asarray(rank), np.asarray(window_ms), np.asarray(iterations)
+    out: dict[str, float] = {}
+    for name in PHASES:
+        rows = phase == name
+        if rows.any():
+            out[name] = slowest_rank_ms(rank[rows], window_ms[rows], iterations[rows])
+    return out
+
+
+def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int) -> float:
+    """Useful GEMM FLOPs per GPU per iteration: 6*T*(K+1)*D*F forward (K routed + one shared expert,
+    three GEMMs of 2 FLOPs per multiply-add), x3 for training, x30 for packing. No padding, no recompute."""
+    if kind not in WORK_MULTIPLIER:
+        raise ValueError(f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
+    for name, value in (("tokens", tokens), ("d_model", d_model), ("d_ff", d_ff), ("top_k", top_k)):
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return 6.0 * tokens * (top_k + 1) * d_model * d_ff * WORK_MULTIPLIER[kind]
+
+
+def tera_per_second(amount: float, iteration_ms: float) -> float:
+    """``amount`` per iteration as a decimal tera-rate (TFLOP/s for FLOPs, TB/s for bytes)."""
+    if not np.isfinite(iteration_ms) or iteration_ms <= 0:
+        raise ValueError(f"iteration_ms must be a positive finite number, got {iteration_ms!r}")
+    return amount / (iteration_ms * 1e-3) / 1e12
+
+
+def useful_tflops_per_gpu(
+    kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, iteration_ms: float
+) -> float:
+    """Useful TFLOP/s per GPU: useful work of one GPU over the slowest GPU's iteration time."""
+    return tera_per_second(useful_flops(kind, tokens, d_model, d_ff, top_k), iteration_ms)
+
+
+def _per_iteration_ms(window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+    window_ms = np.asarray(window_ms, dtype=np.float64)
+    iterations = np.asarray(iterations)
+    if window_ms.shape != iterations.shape:
+        raise ValueError(f"window_ms has {window_ms.shape} entries but iterations has {iterations.shape}")
+    bad = ~np.isfinite(window_ms) | (window_ms < 0)
+    if bad.any():
+        raise ValueError(f"window_ms must be finite and >= 0, got {window_ms[bad][:3].tolist()}")
+    if np.any(iterations < 1):
+        raise ValueError(f"iterations must be >= 1, got {sorted(set(iterations[iterations < 1].tolist()))}")
+    return window_ms / iterations
