@@ -1,0 +1,148 @@
+"""One dispatch point for the contiguous, M-grouped GEMMs of the MoE layers.
+
+Rows are sorted by group (expert); ``offs`` holds the cumulative row ends (int32, on the device), so
+group ``g`` owns rows ``[offs[g-1], offs[g])`` and any group may be empty. Group sizes are run-time
+data: backends must not recompile per routing or sync the host.
+
+Backends: ``torch`` (reference; CPU and fallback), ``cute-sm90`` (Hopper), ``cute-sm100`` (Blackwell);
+``auto`` picks by the tensors' device.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import torch
+
+from cutlass_kernels import torch_backend
+from cutlass_kernels.mxfp8 import MXTensor
+
+BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
+_CUTE_MODULES = {
+    "cute-sm90": ("cutlass_kernels.cute_sm90", 9),
+    "cute-sm100": ("cutlass_kernels.cute_sm100", 10),
+}
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def _cute_module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(_CUTE_MODULES[name][0])
+    except ImportError:
+        return None
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """The concrete backend for ``device``: ``auto`` takes the CuTe backend of the GPU's arch when it is
+    importable, else ``torch``; a CuTe backend asked for on the wrong device is an error."""
+    if backend not in BACKENDS:
+        raise ValueError(f"grouped-GEMM backend {backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
+    if backend == "torch":
+        return backend
+    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
+    if backend == "auto":
+        for name, (_, arch_major) in _CUTE_MODULES.items():
+            if major == arch_major and _cute_module(name) is not None:
+                return name
+        return "torch"
+    if major != _CUTE_MODULES[backend][1]:
+        raise ValueError(
+            f"backend {backend!r} needs a compute-capability {_CUTE_MODULES[backend][1]}.x GPU, "
+            f"got device {device}"
+        )
+    if _cute_module(backend) is None:
+        raise ValueError(f"backend {backend!r} is unavailable: the CUTLASS DSL cannot be imported")
+    return backend
+
+
+def _impl(backend: str, device: torch.device) -> ModuleType:
+    name = resolve_backend(backend, device)
+    return torch_backend if name == "torch" else _cute_module(name)  # type: ignore[return-value]
+
+
+def _check_offs(offs: torch.Tensor, groups: int, device: torch.device) -> None:
+    if offs.dtype != torch.int32 or offs.dim() != 1 or offs.shape[0] != groups:
+        raise ValueError(f"offs must be int32 of shape [{groups}], got {offs.dtype} {tuple(offs.shape)}")
+    if offs.device != device:
+        raise ValueError(f"offs must live on {device}, got {offs.device}")
+
+
+def _check_float(name: str, t: torch.Tensor, dims: int) -> None:
+    if t.dim() != dims or t.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"{name} must be a {dims}-d float32/bfloat16 tensor, got {t.dtype} {tuple(t.shape)}")
+
+
+def grouped_gemm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    offs: torch.Tensor,
+    *,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """``out[rows of g] = a[rows of g] @ b[g]^T``; a [M, K], b [G, N, K] -> [M, N]. FP32 accumulation."""
+    _check_float("a", a, 2)
+    _check_float("b", b, 3)
+    if a.shape[1] != b.shape[2] or a.dtype != b.dtype:
+        raise ValueError(
+            f"a {a.dtype} {tuple(a.shape)} and b {b.dtype} {tuple(b.shape)} must share K and dtype"
+        )
+    _check_offs(offs, b.shape[0], a.device)
+    return _impl(backend, a.device).grouped_gemm(a, b, offs, out_dtype or a.dtype)
+
+
+def grouped_gemm_dgrad(
+    dy: torch.Tensor,
+    b: torch.Tensor,
+    offs: torch.Tensor,
+    *,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Input gradient of :func:`grouped_gemm`: ``out[rows of g] = dy[rows of g] @ b[g]``; dy [M, N]."""
+    _check_float("dy", dy, 2)
+    _check_float("b", b, 3)
+    if dy.shape[1] != b.shape[1] or dy.dtype != b.dtype:
+        raise ValueError(
+            f"dy {dy.dtype} {tuple(dy.shape)} and b {b.dtype} {tuple(b.shape)} must share N and dtype"
+        )
+    _check_offs(offs, b.shape[0], dy.device)
+    return _impl(backend, dy.device).grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype)
+
+
+def grouped_gemm_wgrad(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    offs: torch.Tensor,
+    *,
+    out_dtype: torch.dtype | None = None,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Weight gradient of :func:`grouped_gemm`: ``out[g] = dy[rows of g]^T @ x[rows of g]`` -> [G, N, K],
+    grouped along the reduction dimension; empty groups give zeros."""
+    _check_float("dy", dy, 2)
+    _check_float("x", x, 2)
+    if dy.shape[0] != x.shape[0] or dy.dtype != x.dtype:
+        raise ValueError(
+            f"dy {dy.dtype} {tuple(dy.shape)} and x {x.dtype} {tuple(x.shape)} must share M and dtype"
+        )
+    _check_offs(offs, offs.shape[0], dy.device)
+    return _impl(backend, dy.device).grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype)
+
+
+def grouped_gemm_mx(
+    a: MXTensor,
+    b: MXTensor,
+    offs: torch.Tensor,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """MXFP8 form of :func:`grouped_gemm`: E4M3 operands with E8M0 scales per 32 elements along K."""
+    if a.data.dim() != 2 or b.data.dim() != 3 or a.shape[1] != b.shape[2]:
+        raise ValueError(
+            f"MX operands must be a [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    _check_offs(offs, b.shape[0], a.data.device)
+    return _impl(backend, a.data.device).grouped_gemm_mx(a, b, offs, out_dtype)
