@@ -1,0 +1,148 @@
+"""The project's MoE layer in model terms: logical HBM bytes and a predicted iteration time.
+
+The layer: SwiGLU experts (W1 gate+up [2F, D], W2 [D, F]), top-K routing over E experts split over EP
+ranks, ``num_shared`` BF16 shared experts over every token, routed GEMMs in BF16 or MXFP8. The tracked
+GPU (rank 0) receives a load factor f times the balanced routed rows, f*T*K, for each timed layer.
+
+Byte model (logical, not measured traffic) of one forward on a GPU, per expert group with ``rows``
+token-rows and ``sets`` weight sets: read the input rows [rows, D]; read W1 and W2; write the SwiGLU
+activation [rows, F] (fused into the first GEMM) and read it back for the second; write the output
+rows [rows, D] in BF16. Inputs, weights and activation are in the GEMM precision: BF16 is 2 bytes per
+element, MXFP8 one E4M3 byte per element plus one E8M0 scale byte per 32 elements along K. Training
+and each packing layer count 3x the forward bytes (forward + two backward GEMMs per forward GEMM).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeline.matrix import KINDS, PRECISIONS
+from pipeline.model.checks import choice, experts_layout, integer, real
+
+FORWARD_EQUIVALENTS = 3  # training: forward + data-gradient + weight-gradient GEMMs
+PACKING_LAYERS = 10
+MXFP8_BLOCK = 32
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """A validated layer shape on one GPU; loads are per timed layer (one, or ten for packing)."""
+
+    kind: str
+    tokens: int
+    d_model: int
+    d_ff: int
+    num_experts: int
+    top_k: int
+    ep: int
+    precision: str
+    layer_loads: tuple[float, ...]
+    num_shared: int
+
+
+def layer_shape(
+    kind: str,
+    tokens: int,
+    d_model: int,
+    d_ff: int,
+    num_experts: int,
+    top_k: int,
+    ep: int,
+    precision: str,
+    layer_loads: Sequence[float],
+    num_shared: int = 1,
+) -> LayerShape:
+    """Check every input; a bad one raises ValueError naming it and what is allowed."""
+    choice("kind", kind, KINDS)
+    choice("precision", precision, PRECISIONS)
+    sizes = {
+        name: integer(name, value, low=1)
+        for name, value in (
+            ("tokens", tokens),
+            ("d_model", d_model),
+            ("d_ff", d_ff),
+            ("num_experts", num_experts),
+            ("top_k", top_k),
+            ("ep", ep),
+        )
+    }
+    experts_layout(sizes["num_experts"], sizes["top_k"], sizes["ep"], names=("num_experts", "top_k", "ep"))
+    loads = tuple(layer_loads)
+    if kind == "packing" and not loads:
+        raise ValueError("layer_loads must hold one load factor per packing layer, got none")
+    if kind != "packing" and len(loads) != 1:
+        raise ValueError(f"layer_loads must hold exactly one load factor for {kind}, got {len(loads)}")
+    for i, load in enumerate(loads):
+        real(f"layer_loads[{i}]", load, low=0.0, strict=False)
+        if load > sizes["ep"]:
+            raise ValueError(
+                f"layer_loads[{i}]={load} exceeds ep={sizes['ep']}: one GPU cannot get more rows"
+            )
+    return LayerShape(
+        kind,
+        **sizes,
+        precision=precision,
+        layer_loads=tuple(float(x) for x in loads),
+        num_shared=integer("num_shared", num_shared, low=0),
+    )
+
+
+def row_bytes(elements: int, precision: str) -> float:
+    """Bytes of one row of ``elements`` values along K in ``precision``."""
+    if precision == "bf16":
+        return 2.0 * elements
+    return float(elements + math.ceil(elements / MXFP8_BLOCK))
+
+
+def expert_bytes(rows: float, sets: float, d_model: int, d_ff: int, precision: str) -> float:
+    """Logical bytes of one forward of SwiGLU experts: ``rows`` token-rows through ``sets`` weight sets."""
+    activations = rows * (row_bytes(d_model, precision) + 2 * row_bytes(d_ff, precision) + 2.0 * d_model)
+    weights = sets * (2 * d_ff * row_bytes(d_model, precision) + d_model * row_bytes(d_ff, precision))
+    return activations + weights
+
+
+def forward_bytes(s: LayerShape, load: float) -> float:
+    """Logical bytes of one layer forward on a GPU whose routed rows are ``load`` x T x K."""
+    routed = expert_bytes(load * s.tokens * s.top_k, s.num_experts / s.ep, s.d_model, s.d_ff, s.precision)
+    shared = expert_bytes(s.num_shared * s.tokens, s.num_shared, s.d_model, s.d_ff, "bf16")
+    return routed + shared
+
+
+def forward_equivalents(kind: str) -> int:
+    """Forward passes' worth of GEMM work per timed layer."""
+    return 1 if kind == "inference" else FORWARD_EQUIVALENTS
+
+
+def iteration_bytes(
+    kind: str,
+    tokens: int,
+    d_model: int,
+    d_ff: int,
+    num_experts: int,
+    top_k: int,
+    ep: int,
+    precision: str,
+    layer_loads: Sequence[float],
+    num_shared: int = 1,
+) -> float:
+    """Analytical logical HBM bytes of one timed iteration on the tracked GPU (rank 0): the numerator
+    of the report's "HBM model" rate. Inference: one forward; training: 3x forward; packing: 3x
+    forward summed over the layers of ``layer_loads``."""
+    s = layer_shape(kind, tokens, d_model, d_ff, num_experts, top_k, ep, precision, layer_loads, num_shared)
+    return forward_equivalents(kind) * sum(forward_bytes(s, load) for load in s.layer_loads)
+
+
+def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, num_shared: int = 1) -> float:
+    """Useful GEMM work per GPU as the report counts it: 6*T*(K+S)*D*F per forward (padding and
+    recompute excluded); training 3x, packing 3x over ten layers."""
+    choice("kind", kind, KINDS)
+    t, d, f, k = (
+        integer(n, v, low=1)
+        for n, v in (("tokens", tokens), ("d_model", d_model), ("d_ff", d_ff), ("top_k", top_k))
+    )
+    layers = PACKING_LAYERS if kind == "packing" else 1
+    return (
+        forward_equivalents(kind) * layers * 6.0 * t * (k + integer("num_shared", num_shared, low=0)) * d * f
+    )
