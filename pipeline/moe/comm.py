@@ -1,0 +1,67 @@
+"""Expert-parallel all-to-all over a torch.distributed group, with uneven splits and autograd.
+
+Rows travel as raw bytes (each row viewed as uint8), so any dtype — BF16, float32, E4M3 payloads and
+E8M0 scales — goes over gloo and NCCL alike. A group of one rank (or no initialized group) is a local
+copy with no collective.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group (None = the default group) with its size and this process's rank."""
+
+    handle: dist.ProcessGroup | None
+    size: int
+    rank: int
+
+    @classmethod
+    def resolve(cls, group: dist.ProcessGroup | None) -> Group:
+        if not (dist.is_available() and dist.is_initialized()):
+            if group is not None:
+                raise ValueError("a process group was given but torch.distributed is not initialized")
+            return cls(None, 1, 0)
+        return cls(group, dist.get_world_size(group), dist.get_rank(group))
+
+
+def exchange_counts(send_counts: torch.Tensor, group: Group) -> torch.Tensor:
+    """send_counts [W, n] (rows for each destination's n slots) -> what every source sends me, [W, n]."""
+    if group.size == 1:
+        return send_counts.clone()
+    recv = torch.empty_like(send_counts)
+    dist.all_to_all_single(recv, send_counts.contiguous(), group=group.handle)
+    return recv
+
+
+def all_to_all_rows(
+    rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group
+) -> torch.Tensor:
+    """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks."""
+    if group.size == 1:
+        return rows.clone()
+    rows = rows.contiguous()
+    wire = rows.view(rows.shape[0], math.prod(rows.shape[1:])).view(torch.uint8)
+    out = wire.new_empty(sum(recv_splits), wire.shape[1])
+    dist.all_to_all_single(out, wire, recv_splits, send_splits, group=group.handle)
+    return out.view(rows.dtype).view(out.shape[0], *rows.shape[1:])
+
+
+class AllToAll(torch.autograd.Function):
+    """Differentiable all-to-all: the backward sends gradients back along the reversed splits."""
+
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group):  # type: ignore[override]
+        ctx.splits, ctx.group = (send_splits, recv_splits), group
+        return all_to_all_rows(rows, send_splits, recv_splits, group)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        send_splits, recv_splits = ctx.splits
+        return all_to_all_rows(grad, recv_splits, send_splits, ctx.group), None, None, None

@@ -1,0 +1,95 @@
+"""Configuration of one MoE layer and the rules on which combinations exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IMPLEMENTATIONS = ("mok", "dist-moe")
+PRECISIONS = ("bf16", "mxfp8")
+# (implementation, precision) -> pipelines that exist for it
+PIPELINES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("mok", "bf16"): ("native",),
+    ("mok", "mxfp8"): ("native",),
+    ("dist-moe", "bf16"): ("bf16",),
+    ("dist-moe", "mxfp8"): ("fp8-dispatch", "bf16-dispatch"),
+}
+DTYPES = (torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """Shape, implementation and numerics of one layer.
+
+    ``dtype`` is the compute/storage dtype of activations and weights (bfloat16 on GPUs, float32 for CPU
+    reference runs); ``precision`` says whether the expert GEMMs run on it directly (``bf16``) or on
+    MXFP8 operands. ``activation_factor`` is the requested saved-activation budget in units of T x K
+    rows; ``scratch_factor`` the receive-buffer capacity (Dist-MoE) in the same units.
+    """
+
+    d_model: int
+    d_ff: int
+    num_experts: int
+    top_k: int
+    num_shared: int = 1
+    implementation: str = "mok"
+    pipeline: str = "native"
+    precision: str = "bf16"
+    dtype: torch.dtype = torch.bfloat16
+    activation_factor: float = 2.5
+    scratch_factor: float = 8.0
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "d_ff", "num_experts", "top_k"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not isinstance(self.num_shared, int) or self.num_shared < 0:
+            raise ValueError(f"num_shared must be an int >= 0, got {self.num_shared!r}")
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k={self.top_k} exceeds num_experts={self.num_experts}; allowed: 1..{self.num_experts}"
+            )
+        if self.implementation not in IMPLEMENTATIONS:
+            allowed_impl = ", ".join(IMPLEMENTATIONS)
+            raise ValueError(
+                f"implementation {self.implementation!r} is not allowed; allowed: {allowed_impl}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
+        allowed = PIPELINES[(self.implementation, self.precision)]
+        if self.pipeline not in allowed:
+            raise ValueError(
+                f"pipeline {self.pipeline!r} does not exist for {self.implementation} {self.precision}; "
+                f"allowed: {', '.join(allowed)}"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype} is not allowed; allowed: torch.bfloat16, torch.float32")
+        if self.precision == "mxfp8" and (self.d_model % 32 or self.d_ff % 32):
+            raise ValueError(
+                f"mxfp8 needs d_model and d_ff divisible by 32 (one scale per 32 along K), "
+                f"got d_model={self.d_model}, d_ff={self.d_ff}"
+            )
+        for name in ("activation_factor", "scratch_factor"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+    @property
+    def mx_scale_mode(self) -> str:
+        """MoK selects E8M0 scales exactly; Dist-MoE uses fast math."""
+        return "exact" if self.implementation == "mok" else "fast"
+
+    @property
+    def fp8_on_wire(self) -> bool:
+        return self.pipeline == "fp8-dispatch"
+
+    def local_experts(self, world_size: int) -> int:
+        """Experts per rank; E must divide evenly over the ranks."""
+        if world_size <= 0 or self.num_experts % world_size:
+            raise ValueError(
+                f"num_experts={self.num_experts} is not divisible by {world_size} ranks; "
+                f"allowed rank counts divide {self.num_experts}"
+            )
+        return self.num_experts // world_size

@@ -1,0 +1,100 @@
+"""Dispatch and combine: routed rows from their tokens to the experts' ranks and back.
+
+Split sizes are exchanged first (one all-to-all of per-expert counts), so every rank knows what it
+sends and receives; rows then travel sorted by destination and are regrouped by local expert for the
+grouped GEMM. With ``fp8`` on the wire, E4M3 payloads and their E8M0 scales travel instead of the
+layer dtype, and gradients come back in the layer dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cutlass_kernels import MXTensor, quantize_mx
+from pipeline.moe.comm import AllToAll, Group, all_to_all_rows, exchange_counts
+
+
+@dataclass(frozen=True)
+class DispatchPlan:
+    """Index bookkeeping of one forward: ``order`` sorts this rank's T x K rows by expert; ``perm``
+    regroups the received rows (source-major) by local expert; ``offs`` are the local group ends."""
+
+    order: torch.Tensor
+    order_inverse: torch.Tensor
+    token_of_row: torch.Tensor
+    send_splits: list[int]
+    recv_splits: list[int]
+    perm: torch.Tensor
+    perm_inverse: torch.Tensor
+    offs: torch.Tensor
+
+    @property
+    def received_rows(self) -> int:
+        return sum(self.recv_splits)
+
+    @classmethod
+    def build(cls, topk_idx: torch.Tensor, num_experts: int, group: Group) -> DispatchPlan:
+        local = num_experts // group.size
+        flat = topk_idx.reshape(-1)
+        order = torch.sort(flat, stable=True).indices
+        send_counts = torch.bincount(flat, minlength=num_experts).view(group.size, local)
+        recv_counts = exchange_counts(send_counts, group)  # [source, local expert]
+        expert_of_row = torch.repeat_interleave(
+            torch.arange(local, device=flat.device).repeat(group.size), recv_counts.reshape(-1)
+        )
+        perm = torch.sort(expert_of_row, stable=True).indices
+        return cls(
+            order=order,
+            order_inverse=torch.argsort(order),
+            token_of_row=order // topk_idx.shape[1],
+            send_splits=send_counts.sum(1).tolist(),
+            recv_splits=recv_counts.sum(1).tolist(),
+            perm=perm,
+            perm_inverse=torch.argsort(perm),
+            offs=torch.cumsum(recv_counts.sum(0), 0).to(torch.int32),
+        )
+
+
+class _DispatchFP8(torch.autograd.Function):
+    """Rows leave as MXFP8 (fast-math scales) and arrive dequantized; gradients return unquantized."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, mx_out: list):  # type: ignore[override]
+        q = quantize_mx(x, "fast")
+        data = all_to_all_rows(q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
+        scale = all_to_all_rows(q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
+        received = MXTensor(data, scale).index_rows(plan.perm)
+        mx_out.append(received)
+        ctx.plan, ctx.group, ctx.tokens = plan, group, x.shape[0]
+        return received.dequantize(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        plan = ctx.plan
+        back = all_to_all_rows(
+            grad.index_select(0, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group
+        )
+        dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
+        dx.index_add_(0, plan.token_of_row, back)
+        return dx, None, None, None
+
+
+def dispatch(
+    x: torch.Tensor, plan: DispatchPlan, group: Group, fp8: bool
+) -> tuple[torch.Tensor, MXTensor | None]:
+    """Rows of ``x`` [T, D] for every (token, expert) pair, on the experts' ranks, grouped by local
+    expert. Returns the rows in the layer dtype and, with ``fp8``, the MX tensor that travelled."""
+    if fp8:
+        holder: list[MXTensor] = []
+        rows = _DispatchFP8.apply(x, plan, group, holder)
+        return rows, holder[0]
+    rows = AllToAll.apply(x.index_select(0, plan.token_of_row), plan.send_splits, plan.recv_splits, group)
+    return rows.index_select(0, plan.perm), None
+
+
+def combine(y: torch.Tensor, plan: DispatchPlan, group: Group) -> torch.Tensor:
+    """Expert outputs (grouped by local expert) back to their tokens' ranks: [T x K, D], token-major."""
+    back = AllToAll.apply(y.index_select(0, plan.perm_inverse), plan.recv_splits, plan.send_splits, group)
+    return back.index_select(0, plan.order_inverse)

@@ -1,0 +1,138 @@
+"""Routed-expert compute: SwiGLU over rows sorted by local expert, through the grouped-GEMM dispatch.
+
+The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted)
+and recomputes the remaining rows' from their dispatched inputs in backward. Under MXFP8 the forward
+GEMMs take MX operands; the backward runs in the layer dtype on the values the forward actually
+multiplied (dequantized operands: the straight-through rule for the quantizers).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from cutlass_kernels import MXTensor, fake_quantize, quantize_mx
+from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
+
+
+@dataclass
+class MXOperands:
+    """Forward operands of an MXFP8 layer: quantized weights, their dequantized values (for backward),
+    the quantized dispatched rows, and the scale mode used for the intermediate activation."""
+
+    w1: MXTensor
+    w2: MXTensor
+    w1_values: torch.Tensor
+    w2_values: torch.Tensor
+    rows: MXTensor
+    mode: str
+
+
+class Release:
+    """Gives a reservation back exactly once: after backward, or when the graph is dropped unused."""
+
+    def __init__(self, release: Callable[[int], None], rows: int) -> None:
+        self._release, self._rows = release, rows
+
+    def __call__(self) -> None:
+        if self._rows:
+            rows, self._rows = self._rows, 0
+            self._release(rows)
+
+
+def tail_offsets(offs: torch.Tensor, start: int) -> torch.Tensor:
+    """Group ends of rows ``[start, M)`` counted from ``start`` (groups before it become empty)."""
+    return (offs - start).clamp_min(0).to(torch.int32)
+
+
+def swiglu(h: torch.Tensor) -> torch.Tensor:
+    gate, up = h.float().chunk(2, dim=-1)
+    return (F.silu(gate) * up).to(h.dtype)
+
+
+class GroupedSwiGLU(torch.autograd.Function):
+    """y = W2_g (silu(W1gate_g x) * W1up_g x) for each row x of group g."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        x: torch.Tensor,
+        w1: torch.Tensor,
+        w2: torch.Tensor,
+        offs: torch.Tensor,
+        retained: int,
+        mx: MXOperands | None,
+        backend: str,
+        release: Release | None,
+    ) -> torch.Tensor:
+        if mx is None:
+            h = grouped_gemm(x, w1, offs, backend=backend)
+            y = grouped_gemm(swiglu(h), w2, offs, backend=backend)
+        else:
+            h = grouped_gemm_mx(mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend)
+            a = quantize_mx(swiglu(h), mx.mode)
+            y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend)
+        ctx.save_for_backward(x, h[:retained].clone(), offs)
+        ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
+        ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
+        if mx is not None:  # the overflow rows' MX inputs, for an exact recompute
+            ctx.mx_tail = mx.rows.index_rows(slice(retained, None))
+        if release is not None:
+            weakref.finalize(ctx, release)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):  # type: ignore[override]
+        x, h_kept, offs = ctx.saved_tensors
+        w1, w2 = ctx.weights
+        h = torch.cat([h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
+        gate, up = h.float().chunk(2, dim=-1)
+        sig = torch.sigmoid(gate)
+        silu = gate * sig
+        a = (silu * up).to(x.dtype)
+        if ctx.mx is not None:
+            a = fake_quantize(a, ctx.mx.mode)
+        dy = dy.contiguous()
+        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend).float()
+        dw2 = grouped_gemm_wgrad(dy, a, offs, backend=ctx.backend)
+        dgate = da * up * sig * (1 + gate * (1 - sig))
+        dh = torch.cat([dgate, da * silu], dim=-1).to(x.dtype)
+        dx = grouped_gemm_dgrad(dh, w1, offs, backend=ctx.backend)
+        dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
+        if ctx.release is not None:
+            ctx.release()
+        return dx, dw1, dw2, None, None, None, None, None
+
+    @staticmethod
+    def _recompute(ctx, x: torch.Tensor, w1: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        start = ctx.retained
+        tail = tail_offsets(offs, start)
+        if ctx.mx is not None:
+            return grouped_gemm_mx(ctx.mx_tail, ctx.mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend)
+        return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
+
+
+def grouped_swiglu(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    offs: torch.Tensor,
+    retained: int,
+    mx: MXOperands | None = None,
+    backend: str = "auto",
+    release: Release | None = None,
+) -> torch.Tensor:
+    """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends)."""
+    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, mx, backend, release)
+
+
+def shared_swiglu(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """Sum of the shared experts (dense: every token through every one); w1 [S, 2F, D], w2 [S, D, F]."""
+    out = torch.zeros_like(x)
+    for s in range(w1.shape[0]):
+        out = out + swiglu(x @ w1[s].T) @ w2[s].T
+    return out

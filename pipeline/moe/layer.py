@@ -1,0 +1,111 @@
+"""The expert-parallel MoE layer: routing -> dispatch -> grouped SwiGLU experts -> combine, plus the
+shared expert. MoK and Dist-MoE are this one layer with different policies (see
+:mod:`pipeline.moe.policy` and :class:`pipeline.moe.config.MoEConfig`)."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cutlass_kernels import quantize_mx
+from pipeline.moe.comm import Group
+from pipeline.moe.config import MoEConfig
+from pipeline.moe.dispatch import DispatchPlan, combine, dispatch
+from pipeline.moe.experts import MXOperands, Release, grouped_swiglu, shared_swiglu
+from pipeline.moe.policy import MoKBudget, SavedState, SharedSlot, make_policy
+from pipeline.moe.routing import validate_routing
+from pipeline.moe.weights import ExpertWeights
+
+
+class MoELayer(torch.nn.Module):
+    """y[t] = sum_k w[t,k] FFN_{idx[t,k]}(x[t]) + sum_s FFN_shared_s(x[t]); rank r owns experts
+    [r E/W, (r+1) E/W). ``saved_state`` holds the evidence of the last forward."""
+
+    def __init__(
+        self,
+        cfg: MoEConfig,
+        weights: ExpertWeights,
+        group: dist.ProcessGroup | None = None,
+        policy: MoKBudget | SharedSlot | None = None,
+    ) -> None:
+        super().__init__()
+        self.cfg, self.group = cfg, Group.resolve(group)
+        local = cfg.local_experts(self.group.size)
+        _check_weights(cfg, weights)
+        lo = self.group.rank * local
+        self.w1 = torch.nn.Parameter(weights.w1[lo : lo + local].clone())
+        self.w2 = torch.nn.Parameter(weights.w2[lo : lo + local].clone())
+        self.shared_w1 = torch.nn.Parameter(weights.shared_w1.clone())
+        self.shared_w2 = torch.nn.Parameter(weights.shared_w2.clone())
+        self.policy = policy if policy is not None else make_policy(cfg)
+        self.saved_state: SavedState | None = None
+        self._mx_weights: tuple | None = None
+        self.prepare()
+
+    def prepare(self) -> None:
+        """Quantize the expert weights once (MXFP8); call again after changing the weights."""
+        if self.cfg.precision != "mxfp8":
+            return
+        mode = self.cfg.mx_scale_mode
+        w1, w2 = quantize_mx(self.w1.detach(), mode), quantize_mx(self.w2.detach(), mode)
+        self._mx_weights = (w1, w2, w1.dequantize(self.cfg.dtype), w2.dequantize(self.cfg.dtype))
+
+    def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor) -> torch.Tensor:
+        cfg = self.cfg
+        self._check_input(x)
+        tokens = x.shape[0]
+        validate_routing(topk_idx, topk_weight, tokens, cfg.num_experts, cfg.top_k)
+        plan = DispatchPlan.build(topk_idx, cfg.num_experts, self.group)
+        rows, rows_mx = dispatch(x, plan, self.group, fp8=cfg.fp8_on_wire)
+
+        hold = torch.is_grad_enabled() and any(t.requires_grad for t in (x, self.w1, self.w2))
+        state = self.policy.reserve(plan.received_rows, tokens, cfg.top_k, hold)
+        self.saved_state = state
+        release = Release(self.policy.release, state.retained_rows) if hold else None
+        mx = self._mx_operands(rows, rows_mx)
+        w1, w2 = self.w1, self.w2
+        if mx is not None:  # the GEMMs multiply these values; autograd sees them (straight-through)
+            rows = rows if rows_mx is not None else _straight_through(rows, mx.rows.dequantize(cfg.dtype))
+        out = grouped_swiglu(rows, w1, w2, plan.offs, state.retained_rows, mx, cfg.backend, release)
+
+        routed = combine(out, plan, self.group).view(tokens, cfg.top_k, cfg.d_model)
+        y = (routed.float() * topk_weight.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+        return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
+
+    def _mx_operands(self, rows: torch.Tensor, rows_mx) -> MXOperands | None:
+        if self._mx_weights is None:
+            return None
+        mode = self.cfg.mx_scale_mode
+        w1, w2, w1_values, w2_values = self._mx_weights
+        received = rows_mx if rows_mx is not None else quantize_mx(rows.detach(), mode)
+        return MXOperands(w1, w2, w1_values, w2_values, received, mode)
+
+    def _check_input(self, x: torch.Tensor) -> None:
+        d = self.cfg.d_model
+        if x.dim() != 2 or x.shape[1] != d:
+            raise ValueError(f"x must have shape [T, {d}], got {list(x.shape)}")
+        if x.dtype != self.cfg.dtype:
+            raise ValueError(f"x has dtype {x.dtype}; this layer's dtype is {self.cfg.dtype}")
+        if x.device != self.w1.device:
+            raise ValueError(f"x is on {x.device}; this layer's weights are on {self.w1.device}")
+
+
+def _straight_through(rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values`` in the forward, identity gradient to ``rows`` in the backward."""
+    return rows + (values - rows).detach()
+
+
+def _check_weights(cfg: MoEConfig, w: ExpertWeights) -> None:
+    e, f, d, s = cfg.num_experts, cfg.d_ff, cfg.d_model, cfg.num_shared
+    expected = {"w1": (e, 2 * f, d), "w2": (e, d, f), "shared_w1": (s, 2 * f, d), "shared_w2": (s, d, f)}
+    for name, shape in expected.items():
+        t = getattr(w, name)
+        if tuple(t.shape) != shape or t.dtype != cfg.dtype:
+            raise ValueError(
+                f"weights.{name} must be {cfg.dtype} of shape {list(shape)}, got {t.dtype} {list(t.shape)}"
+            )
+
+
+def build_layer(cfg: MoEConfig, weights: ExpertWeights, group: dist.ProcessGroup | None = None) -> MoELayer:
+    """One layer on ``group`` (None = the default group, or a single process when none is initialized)."""
+    return MoELayer(cfg, weights, group)

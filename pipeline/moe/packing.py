@@ -1,0 +1,55 @@
+"""Packing: ten independent layers, all forwards issued before the backwards in reverse order, with
+the memory policy applied across the stack (MoK: a budget per layer; Dist-MoE: one shared slot)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+
+from pipeline.moe.config import MoEConfig
+from pipeline.moe.layer import MoELayer
+from pipeline.moe.policy import make_policy
+from pipeline.moe.weights import ExpertWeights
+
+Route = tuple[torch.Tensor, torch.Tensor]
+
+
+class LayerStack(torch.nn.Module):
+    """Independent layers sharing one policy object; ``order`` logs forward/backward issue order."""
+
+    def __init__(self, layers: Sequence[MoELayer]) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(layers)
+        self.order: list[tuple[str, int]] = []
+
+    def forward(self, xs: Sequence[torch.Tensor], routes: Sequence[Route]) -> list[torch.Tensor]:  # type: ignore[override]
+        if len(xs) != len(self.layers) or len(routes) != len(self.layers):
+            raise ValueError(f"need {len(self.layers)} inputs and routes, got {len(xs)} and {len(routes)}")
+        self.order.clear()
+        ys = []
+        for i, (layer, x, (idx, weight)) in enumerate(zip(self.layers, xs, routes, strict=True)):
+            self.order.append(("forward", i))
+            ys.append(layer(x, idx, weight))
+        return ys
+
+    def backward(self, ys: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
+        """Backward of each layer, last layer first."""
+        for i in reversed(range(len(ys))):
+            self.order.append(("backward", i))
+            torch.autograd.backward(ys[i], grads[i])
+
+    @property
+    def saved_state(self) -> list[dict]:
+        return [layer.saved_state.as_dict() for layer in self.layers]
+
+
+def build_stack(
+    cfg: MoEConfig, weights: Sequence[ExpertWeights], group: dist.ProcessGroup | None = None
+) -> LayerStack:
+    """Layers built from ``weights`` (one per layer), sharing the policy of ``cfg.implementation``."""
+    if not weights:
+        raise ValueError("a stack needs at least one layer's weights")
+    policy = make_policy(cfg, layers=len(weights))
+    return LayerStack([MoELayer(cfg, w, group, policy) for w in weights])
