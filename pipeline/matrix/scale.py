@@ -1,0 +1,163 @@
+"""Scales: how a workload of the matrix becomes the concrete shape one execution runs.
+
+``scale=full`` is the report's shape. Smaller scales shrink T, D and F (``tokens``, ``d_model``,
+``d_ff_divisor``) but keep E and K, so every rank still holds E/ep local experts and the per-rank
+grouped GEMMs keep the full-scale structure in miniature. ``max_ranks`` caps the ranks launched:
+``ranks = min(ep, max_ranks)`` and the layer then has (E/ep) * ranks experts.
+
+Tokens per rank with fewer ranks than the EP degree: at full scale (ranks = ep, T tokens per rank) the
+tracked GPU receives f*T*K routed rows and every other rank (ep - f)/(ep - 1) * T*K. With W < ep
+launched ranks we keep both per-rank loads and feed each rank
+
+    T' = ceil(T * (f + (W - 1) * (ep - f) / (ep - 1)) / W)
+
+tokens, so that W*T'*K covers them: T' = T when W = ep. Rank 0 receives ``round(f*T*K)`` rows
+(``tracked_rows``). With one rank (the single-GPU mode) all rows are rank 0's: T' = round(f*T) and
+rank 0 receives T'*K rows. Packing computes T' per layer from that layer's factor.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from pipeline.matrix import Workload
+
+DTYPES = ("bfloat16", "float32")
+MX_BLOCK = 32  # MXFP8 scales one block of 32 elements along each contracted dimension (D and F)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One ``conf/scale`` preset (plus the top-level ``max_ranks``)."""
+
+    name: str
+    tokens: int
+    d_model: int
+    d_ff_divisor: int
+    num_experts: int
+    top_k: int
+    num_shared: int
+    max_ranks: int | None
+    dtype: str
+    warmup: int
+    windows: int
+    iterations: int
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The resolved shape of one execution; ``metadata()`` is the shard's ``shape`` object."""
+
+    tokens: int
+    layer_tokens: tuple[int, ...]
+    tracked_rows: tuple[int, ...]
+    d_model: int
+    d_ff: int
+    num_experts: int
+    layer_experts: int
+    top_k: int
+    num_shared: int
+    ep: int
+    ranks: int
+    layer_loads: tuple[float, ...]
+    dtype: str
+    warmup: int
+    windows: int
+    iterations: int
+
+    def metadata(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
+    """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``."""
+    fields = set(Scale.__dataclass_fields__) - {"max_ranks"}
+    unknown = sorted(set(scale) - fields - {"max_ranks"})
+    missing = sorted(fields - set(scale))
+    if unknown or missing:
+        raise ValueError(
+            f"scale config: unknown keys {unknown}, missing keys {missing}; expected {sorted(fields)}"
+        )
+    return Scale(**{k: scale[k] for k in fields}, max_ranks=max_ranks)
+
+
+def tokens_per_rank(tokens: int, load: float, ep: int, ranks: int) -> int:
+    """T' of the module docstring (exact rational arithmetic: no off-by-one from float rounding)."""
+    f = Fraction(str(load))
+    if ranks == 1:
+        return max(1, round(f * tokens))
+    others = (ranks - 1) * (ep - f) / (ep - 1)
+    return math.ceil(tokens * (f + others) / ranks)
+
+
+def shape_for(workload: Workload, scale: Scale) -> Shape:
+    """Resolve and check the shape; every problem is a ValueError naming the value and what is allowed."""
+    if scale.dtype not in DTYPES:
+        raise ValueError(f"scale {scale.name}: dtype {scale.dtype!r}; allowed: {', '.join(DTYPES)}")
+    for key in ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows"):
+        if getattr(scale, key) < 1:
+            raise ValueError(f"scale {scale.name}: {key} must be >= 1, got {getattr(scale, key)}")
+    if scale.iterations < 1 or scale.warmup < 0:
+        raise ValueError(f"scale {scale.name}: need iterations >= 1 and warmup >= 0, got {scale}")
+    if scale.max_ranks is not None and scale.max_ranks < 1:
+        raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
+    if workload.d_ff % scale.d_ff_divisor:
+        raise ValueError(
+            f"scale {scale.name}: d_ff_divisor {scale.d_ff_divisor} does not divide d_ff {workload.d_ff}"
+        )
+    d_ff = workload.d_ff // scale.d_ff_divisor
+    for key, value in (("d_model", scale.d_model), ("d_ff", d_ff)):
+        if value % MX_BLOCK:
+            raise ValueError(
+                f"scale {scale.name}: {key} {value} must be a multiple of {MX_BLOCK} (MXFP8 blocks)"
+            )
+    ep = workload.ep
+    if scale.num_experts % ep:
+        raise ValueError(
+            f"scale {scale.name} cannot hold EP{ep}: num_experts {scale.num_experts} "
+            f"is not a multiple of {ep}"
+        )
+    local = scale.num_experts // ep
+    ranks = ep if scale.max_ranks is None else min(ep, scale.max_ranks)
+    if local * ranks < scale.top_k:
+        raise ValueError(
+            f"scale {scale.name} cannot hold EP{ep} on {ranks} rank(s): {local * ranks} experts < top_k "
+            f"{scale.top_k}; allowed: max_ranks >= {math.ceil(scale.top_k / local)} or more experts"
+        )
+    layer_tokens, tracked_rows = [], []
+    for f in workload.layer_loads:
+        if not 0 < f <= ep:
+            raise ValueError(f"load factor {f} of {workload.name} must lie in (0, {ep}]")
+        t = tokens_per_rank(scale.tokens, f, ep, ranks)
+        rows = t * scale.top_k if ranks == 1 else round(f * scale.tokens * scale.top_k)
+        # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
+        most = ranks * t * min(scale.top_k, local)
+        least = ranks * t * max(0, scale.top_k - (ranks - 1) * min(scale.top_k, local))
+        if not least <= rows <= most:
+            raise ValueError(
+                f"scale {scale.name} cannot realize load {f} of EP{ep} on {ranks} rank(s): rank 0 would "
+                f"need {rows} rows; allowed: {least}..{most}"
+            )
+        layer_tokens.append(t)
+        tracked_rows.append(rows)
+    return Shape(
+        tokens=scale.tokens,
+        layer_tokens=tuple(layer_tokens),
+        tracked_rows=tuple(tracked_rows),
+        d_model=scale.d_model,
+        d_ff=d_ff,
+        num_experts=scale.num_experts,
+        layer_experts=local * ranks,
+        top_k=scale.top_k,
+        num_shared=scale.num_shared,
+        ep=ep,
+        ranks=ranks,
+        layer_loads=workload.layer_loads,
+        dtype=scale.dtype,
+        warmup=scale.warmup,
+        windows=scale.windows,
+        iterations=scale.iterations,
+    )
