@@ -1,0 +1,271 @@
+"""Validated shard reader: a shard is either fully usable or rejected with the reason.
+
+A shard is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls, carries
+``execution`` metadata of this ``SCHEMA_VERSION`` matching its file name, names one execution in every
+row, and is complete: exactly one row per rank x phase x window that its metadata declares.
+Required phases: forward and combined always; backward for kinds that time a backward pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pipeline.data.schema import METADATA_KEY, PHASES, SCHEMA, SCHEMA_VERSION
+
+# Columns that name the execution: they hold one value in every row of a shard.
+IDENTITY_COLUMNS = (
+    "execution_id",
+    "workload_id",
+    "kind",
+    "profile",
+    "precision",
+    "implementation",
+    "pipeline",
+    "ep",
+    "ranks",
+    "d_ff",
+    "iterations",
+    "attempt",
+    "job_id",
+    "device",
+)
+REQUIRED_PHASES = {
+    "inference": ("forward", "combined"),
+    "training": PHASES,
+    "packing": PHASES,
+}
+# Metadata ``shape`` entries that the published metrics need, all positive integers.
+_SHAPE_INTEGERS = (
+    "tokens",
+    "d_model",
+    "d_ff",
+    "num_experts",
+    "top_k",
+    "num_shared",
+    "ep",
+    "ranks",
+    "windows",
+    "iterations",
+)
+_SAVED_STATE_KEYS = {
+    "layer",
+    "load_factor",
+    "factor",
+    "budget_rows",
+    "routed_rows",
+    "retained_rows",
+    "recomputed_rows",
+    "overflow",
+}  # one object per timed layer
+_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
+
+
+class ShardError(ValueError):
+    """A shard that cannot be used; ``reason`` says why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One validated execution attempt: its metadata, identity and window rows as numpy arrays."""
+
+    path: Path
+    meta: dict[str, Any]
+    identity: dict[str, Any]
+    phase: np.ndarray  # phase names
+    rank: np.ndarray
+    window_ms: np.ndarray
+    iterations: np.ndarray
+
+    @property
+    def execution_id(self) -> str:
+        return self.identity["execution_id"]
+
+    @property
+    def attempt(self) -> int:
+        return self.identity["attempt"]
+
+
+def read_shard(path: Path | str) -> Shard:
+    """Read and validate one shard; raise ``ShardError`` naming the path and the reason."""
+    path = Path(path)
+    try:
+        with pq.ParquetFile(path) as file:
+            table = file.read()
+    except (OSError, pa.ArrowException) as exc:
+        raise ShardError(path, f"unreadable parquet ({exc})") from None
+    meta = _metadata(path, table.schema)
+    _check_columns(path, table)
+    identity = _identity(path, table)
+    _check_names(path, meta, identity)
+    index = pc.index_in(table.column("phase"), value_set=pa.array(PHASES))
+    if index.null_count:
+        unknown = sorted(set(table.column("phase").to_pylist()) - set(PHASES))
+        raise ShardError(path, f"unknown phase(s) {unknown}; allowed: {', '.join(PHASES)}")
+    phase = index.to_numpy().astype(np.int64)
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    window = table.column("window").to_numpy().astype(np.int64)
+    _check_complete(path, meta, identity["kind"], phase, rank, window)
+    window_ms = table.column("window_ms").to_numpy()
+    if not (np.isfinite(window_ms) & (window_ms > 0)).all():
+        raise ShardError(path, "window_ms must be positive and finite in every row")
+    if identity["iterations"] < 1:
+        raise ShardError(path, f"iterations must be >= 1, got {identity['iterations']}")
+    return Shard(
+        path=path,
+        meta=meta,
+        identity=identity,
+        phase=np.asarray(PHASES)[phase],
+        rank=rank,
+        window_ms=window_ms,
+        iterations=table.column("iterations").to_numpy(),
+    )
+
+
+def _metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise ShardError(path, f"no {METADATA_KEY.decode()!r} metadata")
+    try:
+        meta = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ShardError(path, f"{METADATA_KEY.decode()!r} metadata is not JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ShardError(path, f"{METADATA_KEY.decode()!r} metadata is not a JSON object")
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ShardError(path, f"unknown schema_version {version!r}; this reader reads {SCHEMA_VERSION}")
+    shape = meta.get("shape")
+    if not isinstance(shape, dict):
+        raise ShardError(path, "metadata has no 'shape' object")
+    for key in _SHAPE_INTEGERS:
+        value = shape.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ShardError(path, f"metadata shape.{key} must be a positive integer, got {value!r}")
+    loads = shape.get("layer_loads")
+    if not isinstance(loads, list) or not loads or not all(_positive_number(x) for x in loads):
+        raise ShardError(
+            path, f"metadata shape.layer_loads must be a list of positive numbers, got {loads!r}"
+        )
+    _check_diagnostics(path, meta)
+    return meta
+
+
+def _check_diagnostics(path: Path, meta: dict[str, Any]) -> None:
+    """Diagnostics the published files carry: rates and bytes are null or non-negative numbers."""
+    for section, keys in (
+        ("memory", ("peak_allocated_bytes",)),
+        ("nvlink", ("tx_bytes_per_s", "rx_bytes_per_s")),
+    ):
+        values = meta.get(section)
+        if not isinstance(values, dict):
+            raise ShardError(path, f"metadata has no {section!r} object")
+        for key in keys:
+            value = values.get(key)
+            if value is not None and not _non_negative(value):
+                raise ShardError(path, f"metadata {section}.{key} must be null or >= 0, got {value!r}")
+    layers = meta.get("saved_state")
+    if not isinstance(layers, list) or not all(_valid_layer(x) for x in layers):
+        raise ShardError(
+            path,
+            "metadata saved_state must be a list of objects with integer layer and *_rows >= 0, "
+            f"numeric load_factor and factor, boolean overflow; got {layers!r:.200}",
+        )
+
+
+def _valid_layer(entry: Any) -> bool:
+    if not isinstance(entry, dict) or not _SAVED_STATE_KEYS <= entry.keys():
+        return False
+    counts = [entry[k] for k in ("layer", "budget_rows", "routed_rows", "retained_rows", "recomputed_rows")]
+    numbers = [entry["load_factor"], entry["factor"]]
+    return (
+        all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
+        and all(_non_negative(n) for n in numbers)
+        and isinstance(entry["overflow"], bool)
+    )
+
+
+def _positive_number(value: Any) -> bool:
+    return _non_negative(value) and value > 0
+
+
+def _non_negative(value: Any) -> bool:
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    )
+
+
+def _check_columns(path: Path, table: pa.Table) -> None:
+    got = [(f.name, f.type) for f in table.schema]
+    want = [(f.name, f.type) for f in SCHEMA]
+    if got != want:
+        diff = sorted(set(map(str, got)) ^ set(map(str, want)))
+        raise ShardError(path, f"columns differ from schema version {SCHEMA_VERSION}: {diff}")
+    nulls = [name for name in table.column_names if table.column(name).null_count]
+    if nulls:
+        raise ShardError(path, f"null values in column(s) {nulls}")
+    if table.num_rows == 0:
+        raise ShardError(path, "no rows")
+
+
+def _identity(path: Path, table: pa.Table) -> dict[str, Any]:
+    ids = table.select(IDENTITY_COLUMNS)
+    varying = [c for c in IDENTITY_COLUMNS if pc.count_distinct(ids.column(c)).as_py() > 1]
+    if varying:
+        raise ShardError(path, f"column(s) {varying} vary between rows; a shard holds one execution attempt")
+    return {name: ids.column(name)[0].as_py() for name in IDENTITY_COLUMNS}
+
+
+def _check_names(path: Path, meta: dict[str, Any], identity: dict[str, Any]) -> None:
+    match = _ATTEMPT_FILE.fullmatch(path.name)
+    if match is None:
+        raise ShardError(path, "file name must be attempt-<n>.parquet with n >= 1")
+    named = {"execution_id": path.parent.name.removeprefix("execution="), "attempt": int(match.group(1))}
+    for key in ("execution_id", "workload_id", "attempt", "job_id"):
+        if meta.get(key) != identity[key]:
+            raise ShardError(path, f"metadata {key}={meta.get(key)!r} but rows say {identity[key]!r}")
+        if key in named and named[key] != identity[key]:
+            raise ShardError(
+                path, f"file name says {key}={named[key]!r} but the shard says {identity[key]!r}"
+            )
+    for key in ("iterations", "ranks", "ep", "d_ff"):
+        if meta["shape"][key] != identity[key]:
+            raise ShardError(
+                path, f"metadata shape.{key}={meta['shape'][key]!r} but rows say {identity[key]!r}"
+            )
+    if identity["kind"] not in REQUIRED_PHASES:
+        raise ShardError(path, f"unknown kind {identity['kind']!r}; allowed: {', '.join(REQUIRED_PHASES)}")
+
+
+def _check_complete(
+    path: Path, meta: dict[str, Any], kind: str, phase: np.ndarray, rank: np.ndarray, window: np.ndarray
+) -> None:
+    ranks, windows = meta["shape"]["ranks"], meta["shape"]["windows"]
+    if rank.min() < 0 or rank.max() >= ranks or window.min() < 0 or window.max() >= windows:
+        raise ShardError(path, f"rank or window outside the declared {ranks} ranks x {windows} windows")
+    present = sorted({PHASES[i] for i in np.unique(phase)})
+    lacking = [p for p in REQUIRED_PHASES[kind] if p not in present]
+    if lacking:
+        raise ShardError(path, f"incomplete: no rows for phase(s) {lacking}")
+    cells = np.unique((phase * ranks + rank) * windows + window).size
+    expected = len(present) * ranks * windows
+    if cells != expected or phase.size != expected:
+        raise ShardError(
+            path,
+            f"incomplete: {phase.size} rows cover {cells} of {expected} rank x phase x window cells "
+            f"({ranks} ranks, {windows} windows, phases {present})",
+        )

@@ -1,0 +1,152 @@
+"""Synthetic shards in the exact shard format, with random window times.
+
+They exercise the readers and the aggregation at any scale without a cluster (tests, the 10,000-shard
+benchmark). Their numbers are random draws, not measurements: never publish them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.data.reader import REQUIRED_PHASES
+from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION, shard_path
+from pipeline.matrix import Execution
+
+# Full-scale shape of the matrix (DESIGN.md): tokens per GPU, model width, routed experts, top-k.
+FULL_SHAPE = {"tokens": 2048, "d_model": 7168, "num_experts": 384, "top_k": 6, "num_shared": 1}
+
+
+def shard_table(
+    execution: Execution,
+    attempt: int,
+    rng: np.random.Generator,
+    *,
+    ranks: int | None = None,
+    windows: int = 5,
+    iterations: int = 30,
+    device: str = "cpu",
+    job_id: str | None = None,
+) -> pa.Table:
+    """One complete attempt of ``execution``: a row per rank x phase x window, times drawn from ``rng``."""
+    w, v = execution.workload, execution.variant
+    ranks = w.ep if ranks is None else ranks
+    job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
+    phases = REQUIRED_PHASES[w.kind]
+    n = len(phases) * ranks * windows
+    phase, rank, window = (
+        a.ravel()
+        for a in np.meshgrid(np.arange(len(phases)), np.arange(ranks), np.arange(windows), indexing="ij")
+    )
+    # per-iteration ms by phase: backward about twice forward, combined about their sum
+    scale = {"forward": 1.0, "backward": 2.0, "combined": 3.0 if w.kind != "inference" else 1.0}
+    base = rng.uniform(0.5, 20.0) * np.array([scale[p] for p in phases])[phase]
+    window_ms = base * rng.lognormal(0.0, 0.1, size=n) * iterations
+    columns: dict[str, Any] = {
+        "execution_id": [execution.execution_id] * n,
+        "workload_id": [execution.workload_id] * n,
+        "kind": [w.kind] * n,
+        "profile": [w.profile] * n,
+        "precision": [v.precision] * n,
+        "implementation": [v.implementation] * n,
+        "pipeline": [v.pipeline] * n,
+        "ep": np.full(n, w.ep, np.int32),
+        "ranks": np.full(n, ranks, np.int32),
+        "d_ff": np.full(n, w.d_ff, np.int32),
+        "rank": rank.astype(np.int32),
+        "window": window.astype(np.int32),
+        "iterations": np.full(n, iterations, np.int32),
+        "phase": np.asarray(phases)[phase],
+        "window_ms": window_ms,
+        "attempt": np.full(n, attempt, np.int32),
+        "job_id": [job_id] * n,
+        "device": [device] * n,
+    }
+    table = pa.table(columns, schema=SCHEMA)
+    meta = shard_metadata(execution, attempt, job_id, ranks, windows, iterations, device, rng)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
+
+
+def shard_metadata(
+    execution: Execution,
+    attempt: int,
+    job_id: str,
+    ranks: int,
+    windows: int,
+    iterations: int,
+    device: str,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The ``execution`` metadata object of the schema contract, with random diagnostics."""
+    w = execution.workload
+    shape = {**FULL_SHAPE, "d_ff": w.d_ff, "ep": w.ep, "ranks": ranks, "windows": windows}
+    shape |= {"iterations": iterations, "layer_loads": list(w.layer_loads)}
+    on_gpu = device != "cpu"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "execution_id": execution.execution_id,
+        "workload_id": execution.workload_id,
+        "attempt": attempt,
+        "job_id": job_id,
+        "config": {"workload": w.name, "variant": execution.variant.name},
+        "shape": shape,
+        "provenance": {
+            "git_sha": "0" * 40,
+            "hosts": [f"node{i}" for i in range(max(1, ranks // 8))],
+            "job_ids": [job_id],
+            "launcher": "synthetic",
+            "versions": {"torch": None, "cuda": None, "driver": None, "nccl": None, "cutlass_dsl": None},
+        },
+        "started_at": "2026-01-01T00:00:00Z",
+        "ended_at": "2026-01-01T00:01:00Z",
+        "memory": {
+            "peak_allocated_bytes": int(rng.integers(10, 60) * 2**30) if on_gpu else None,
+            "peak_rss_bytes": int(rng.integers(1, 8) * 2**30),
+        },
+        "nvlink": {
+            "tx_bytes_per_s": float(rng.uniform(1e10, 4e11)) if on_gpu else None,
+            "rx_bytes_per_s": float(rng.uniform(1e10, 4e11)) if on_gpu else None,
+            "sample_seconds": 1.0,
+            "reason": None if on_gpu else "no GPU",
+        },
+        "saved_state": saved_state(execution, shape["tokens"], shape["top_k"]),
+    }
+
+
+def saved_state(execution: Execution, tokens: int, top_k: int) -> list[dict[str, Any]]:
+    """Per timed layer: MoK keeps a power-of-two row budget per layer and recomputes the excess;
+    Dist-MoE keeps everything (its shared slot absorbs the profile)."""
+    balanced = tokens * top_k
+    mok = execution.variant.implementation == "mok"
+    budget = 1 << int(np.ceil(np.log2(2.5 * balanced))) if mok else int(2.5 * balanced)
+    out = []
+    for layer, load in enumerate(execution.workload.layer_loads):
+        routed = int(round(load * balanced))
+        retained = min(routed, budget) if mok else routed
+        out.append(
+            {
+                "layer": layer,
+                "load_factor": load,
+                "factor": budget / balanced,
+                "budget_rows": budget,
+                "routed_rows": routed,
+                "retained_rows": retained,
+                "recomputed_rows": routed - retained,
+                "overflow": False,
+            }
+        )
+    return out
+
+
+def write_table(dataset: Path, table: pa.Table) -> Path:
+    """Write a shard table where the schema puts it (``shard_path``) and return that path."""
+    meta = json.loads(table.schema.metadata[METADATA_KEY])
+    path = shard_path(dataset, meta["execution_id"], meta["attempt"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path

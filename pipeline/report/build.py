@@ -1,0 +1,101 @@
+"""Aggregate a dataset's shards into the published files: CSV, pairs CSV, JSON and figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.data.schema import SCHEMA_VERSION
+from pipeline.matrix import EXECUTIONS, counts
+from pipeline.report import executions, pairs
+from pipeline.report.figures import write_figures
+from pipeline.report.launched import launched
+from pipeline.report.publish import csv_text, json_text, write_atomic
+from pipeline.report.shards import Skipped, scan_shards
+
+CSV_NAME = "mok-comparison.csv"
+PAIRS_NAME = "mok-comparison-pairs.csv"
+JSON_NAME = "mok-comparison.json"
+_BY_ID = {e.execution_id: e for e in EXECUTIONS}
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What was written and what was left out, for the command line to report."""
+
+    files: list[Path]
+    skipped: list[Skipped]
+    missing: list[str]
+    document: dict[str, Any]
+
+
+def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8) -> Aggregate:
+    """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset)."""
+    dataset = Path(dataset)
+    if not dataset.is_dir():
+        raise ValueError(f"dataset directory {str(dataset)!r} does not exist")
+    out = dataset if out is None else Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    scan = scan_shards(dataset, workers=workers)
+    skipped = list(scan.skipped)
+    rows: list[dict[str, Any]] = []
+    states: list[dict[str, Any]] = []
+    for execution_id in sorted(scan.newest):
+        shard = scan.newest[execution_id]
+        shard_file = shard.path.relative_to(dataset).as_posix()
+        try:
+            row = executions.execution_row(shard)
+        except ValueError as exc:
+            skipped.append(Skipped(shard_file, f"metrics cannot be computed ({exc})"))
+            continue
+        rows.append({**row, "shard": shard_file})
+        if row["kind"] == "packing":
+            states.append(_saved_state(row, shard.meta))
+    skipped.sort(key=lambda s: s.path)
+    pair_rows = pairs.pair_rows(rows)
+    ledger = launched(dataset)
+    missing = sorted(set(ledger.execution_ids) - {r["execution_id"] for r in rows})
+    expected = counts([_BY_ID[i] for i in ledger.execution_ids if i in _BY_ID])
+    document = {
+        "meta": {
+            "schema_version": SCHEMA_VERSION,
+            "counts": _counts(len(rows), len({r["workload_id"] for r in rows}), len(pair_rows)),
+            "launched": {
+                "source": ledger.source,
+                "bad_ledger_lines": ledger.bad_ledger_lines,
+                "not_in_matrix": [i for i in ledger.execution_ids if i not in _BY_ID],
+                **_counts(*expected),
+            },
+            "missing": missing,
+            "shards_read": scan.read,
+            "shards_skipped": [{"path": s.path, "reason": s.reason} for s in skipped],
+        },
+        "executions": rows,
+        "pairs": pair_rows,
+        "saved_state": states,
+    }
+    files = [out / CSV_NAME, out / PAIRS_NAME, out / JSON_NAME]
+    write_atomic(files[0], csv_text(rows, executions.COLUMNS))
+    write_atomic(files[1], csv_text(pair_rows, pairs.COLUMNS))
+    write_atomic(files[2], json_text(document))
+    if figures:
+        files += write_figures(out, rows, pair_rows, states)
+    return Aggregate(files=files, skipped=skipped, missing=missing, document=document)
+
+
+def _counts(executions_: int, workloads: int, pairs_: int) -> dict[str, int]:
+    return {"executions": executions_, "matched_workloads": workloads, "pairs": pairs_}
+
+
+def _saved_state(row: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """Saved-state evidence of one packing execution, per layer, as its shard recorded it;
+    ``balanced_rows`` (T x K) is the per-layer routed rows at load 1."""
+    keys = ("execution_id", "workload_id", "implementation", "pipeline", "precision", "ep", "profile")
+    layers = meta["saved_state"]
+    return {
+        **{k: row[k] for k in keys},
+        "balanced_rows": meta["shape"]["tokens"] * meta["shape"]["top_k"],
+        "capacity_overflow": any(layer["overflow"] for layer in layers),
+        "layers": sorted(layers, key=lambda layer: layer["layer"]),
+    }

@@ -1,0 +1,85 @@
+"""One published row per execution: identity, reduced times, rates and the model's prediction.
+
+Rates use the slowest-GPU combined iteration time (``iterationMS``). The HBM rate is the analytical
+logical byte model over that time, not measured traffic; the prediction is empty when no hardware
+preset matches the recorded device (e.g. CPU runs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipeline import model
+from pipeline.data.reader import Shard
+from pipeline.metrics import phase_ms, tera_per_second, useful_tflops_per_gpu
+
+GIB = 2**30
+COLUMNS = (
+    "execution_id",
+    "workload_id",
+    "kind",
+    "ep",
+    "ranks",
+    "d_ff",
+    "profile",
+    "precision",
+    "implementation",
+    "pipeline",
+    "iterationMS",
+    "forwardMS",
+    "backwardMS",
+    "usefulTFLOPsPerGPU",
+    "hbmModelTBs",
+    "nvlinkTxGBs",
+    "nvlinkRxGBs",
+    "peakAllocatedGiB",
+    "device",
+    "attempt",
+    "job_id",
+    "predictedMS",
+    "measuredOverPredicted",
+)
+
+
+def execution_row(shard: Shard) -> dict[str, Any]:
+    """The published row of one shard (``None`` where a value does not exist, e.g. no NVLink on CPU)."""
+    ident, shape = shard.identity, shard.meta["shape"]
+    times = phase_ms(shard.phase, shard.rank, shard.window_ms, shard.iterations)
+    ms = times["combined"]
+    layer = {
+        "kind": ident["kind"],
+        "tokens": shape["tokens"],
+        "d_model": shape["d_model"],
+        "d_ff": shape["d_ff"],
+        "num_experts": shape["num_experts"],
+        "top_k": shape["top_k"],
+        "ep": shape["ep"],
+        "precision": ident["precision"],
+        "layer_loads": shape["layer_loads"],
+        "num_shared": shape["num_shared"],
+    }
+    hardware = model.hardware_for_device(ident["device"])
+    predicted = None
+    if hardware is not None:
+        dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
+        predicted = model.predicted_ms(**layer, hardware=hardware, dispatch=dispatch)
+    flops = (ident["kind"], shape["tokens"], shape["d_model"], shape["d_ff"], shape["top_k"])
+    nvlink = shard.meta.get("nvlink") or {}
+    peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
+    return {
+        **{k: ident[k] for k in COLUMNS if k in ident},
+        "iterationMS": ms,
+        "forwardMS": times.get("forward"),
+        "backwardMS": times.get("backward"),
+        "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
+        "hbmModelTBs": tera_per_second(model.iteration_bytes(**layer), ms),
+        "nvlinkTxGBs": _scaled(nvlink.get("tx_bytes_per_s"), 1e9),
+        "nvlinkRxGBs": _scaled(nvlink.get("rx_bytes_per_s"), 1e9),
+        "peakAllocatedGiB": _scaled(peak, GIB),
+        "predictedMS": predicted,
+        "measuredOverPredicted": None if predicted is None else ms / predicted,
+    }
+
+
+def _scaled(value: float | None, unit: float) -> float | None:
+    return None if value is None else value / unit
