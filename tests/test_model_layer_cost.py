@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipeline.matrix import WORKLOADS
-from pipeline.model import HARDWARE, hardware_for_device, iteration_bytes, predict, predicted_ms, useful_flops
+from pipeline.model import HARDWARE, hardware_for_device, iteration_bytes, predict, predicted_ms
 
 SMALL = dict(tokens=4, d_model=64, d_ff=32, num_experts=8, top_k=2, ep=2)
 
@@ -77,13 +77,6 @@ def test_bytes_match_tensor_layouts_on_random_shapes(precision):
         )
         got = iteration_bytes("inference", t, d, f, experts, k, ep, precision, [load])
         assert got == pytest.approx(routed + shared, rel=1e-12), (t, d, f, experts, k, ep, load)
-
-
-def test_useful_flops_as_the_report_counts():
-    forward = 6 * 2048 * (6 + 1) * 7168 * 3072
-    assert useful_flops("inference", 2048, 7168, 3072, 6) == forward
-    assert useful_flops("training", 2048, 7168, 3072, 6) == 3 * forward
-    assert useful_flops("packing", 2048, 7168, 3072, 6) == 30 * forward
 
 
 def test_prediction_parts_by_hand_on_h200():

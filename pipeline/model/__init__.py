@@ -1,11 +1,11 @@
 """Reduced-order MoE model: the published analytical layer model and the project's layer in its terms.
 
 Public face: ``iteration_bytes`` (logical HBM bytes behind the "HBM model" rate), ``predicted_ms``
-(roofline + all-to-all prediction), ``useful_flops``, ``HARDWARE`` presets and ``hardware_for_device``.
+(roofline + all-to-all prediction), ``HARDWARE`` presets and ``hardware_for_device``.
 """
 
 from pipeline.model.hardware import HARDWARE, Hardware, hardware_for_device
-from pipeline.model.layer_cost import iteration_bytes, useful_flops
+from pipeline.model.layer_cost import iteration_bytes
 from pipeline.model.prediction import Prediction, predict, predicted_ms
 
 __all__ = [
@@ -16,5 +16,4 @@ __all__ = [
     "iteration_bytes",
     "predict",
     "predicted_ms",
-    "useful_flops",
 ]

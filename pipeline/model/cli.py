@@ -91,7 +91,12 @@ def parser() -> argparse.ArgumentParser:
         description="Reduced-order model of one MoE layer: capacity, drops, padding, sparsity, all-to-all.",
     )
     p.add_argument("assignments", nargs="*", metavar="key=value", help="input overrides, e.g. top_k=4")
-    p.add_argument("--inputs", type=Path, help="JSON object of inputs (default: the published run's inputs)")
+    p.add_argument(
+        "--inputs",
+        type=Path,
+        metavar="FILE",
+        help="JSON object of inputs (default: the published run's inputs)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object {inputs, outputs, profile}")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the profile curves as PNG files to DIR")
     return p

@@ -22,7 +22,6 @@ from pipeline.matrix import KINDS, PRECISIONS
 from pipeline.model.checks import choice, experts_layout, integer, real
 
 FORWARD_EQUIVALENTS = 3  # training: forward + data-gradient + weight-gradient GEMMs
-PACKING_LAYERS = 10
 MXFP8_BLOCK = 32
 
 
@@ -132,17 +131,3 @@ def iteration_bytes(
     forward summed over the layers of ``layer_loads``."""
     s = layer_shape(kind, tokens, d_model, d_ff, num_experts, top_k, ep, precision, layer_loads, num_shared)
     return forward_equivalents(kind) * sum(forward_bytes(s, load) for load in s.layer_loads)
-
-
-def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, num_shared: int = 1) -> float:
-    """Useful GEMM work per GPU as the report counts it: 6*T*(K+S)*D*F per forward (padding and
-    recompute excluded); training 3x, packing 3x over ten layers."""
-    choice("kind", kind, KINDS)
-    t, d, f, k = (
-        integer(n, v, low=1)
-        for n, v in (("tokens", tokens), ("d_model", d_model), ("d_ff", d_ff), ("top_k", top_k))
-    )
-    layers = PACKING_LAYERS if kind == "packing" else 1
-    return (
-        forward_equivalents(kind) * layers * 6.0 * t * (k + integer("num_shared", num_shared, low=0)) * d * f
-    )
