@@ -78,6 +78,7 @@ class ModelInputs:
         return cls(**checked)  # type: ignore[arg-type]
 
     def as_dict(self) -> dict[str, int | float]:
+        """The inputs as echoed in the answer, in the published order."""
         return asdict(self)
 
 
