@@ -25,7 +25,9 @@ class MoEConfig:
     ``dtype`` is the compute/storage dtype of activations and weights (bfloat16 on GPUs, float32 for CPU
     reference runs); ``precision`` says whether the expert GEMMs run on it directly (``bf16``) or on
     MXFP8 operands. ``activation_factor`` is the requested saved-activation budget in units of T x K
-    rows; ``scratch_factor`` the receive-buffer capacity (Dist-MoE) in the same units.
+    rows; ``scratch_factor`` the receive-buffer capacity (Dist-MoE) in the same units. Budgets are sized
+    for ``budget_tokens`` tokens per rank (default: the T of each forward); a run that feeds a rank more
+    tokens to emulate a hot GPU keeps the nominal T here.
     """
 
     d_model: int
@@ -39,6 +41,7 @@ class MoEConfig:
     dtype: torch.dtype = torch.bfloat16
     activation_factor: float = 2.5
     scratch_factor: float = 8.0
+    budget_tokens: int | None = None
     backend: str = "auto"
 
     def __post_init__(self) -> None:
@@ -72,6 +75,8 @@ class MoEConfig:
                 f"mxfp8 needs d_model and d_ff divisible by 32 (one scale per 32 along K), "
                 f"got d_model={self.d_model}, d_ff={self.d_ff}"
             )
+        if self.budget_tokens is not None and self.budget_tokens <= 0:
+            raise ValueError(f"budget_tokens must be positive or None, got {self.budget_tokens!r}")
         for name in ("activation_factor", "scratch_factor"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")

@@ -59,7 +59,7 @@ class MoELayer(torch.nn.Module):
         rows, rows_mx = dispatch(x, plan, self.group, fp8=cfg.fp8_on_wire)
 
         hold = torch.is_grad_enabled() and any(t.requires_grad for t in (x, self.w1, self.w2))
-        state = self.policy.reserve(plan.received_rows, tokens, cfg.top_k, hold)
+        state = self.policy.reserve(plan.received_rows, cfg.budget_tokens or tokens, cfg.top_k, hold)
         self.saved_state = state
         release = Release(self.policy.release, state.retained_rows) if hold else None
         mx = self._mx_operands(rows, rows_mx)
