@@ -109,6 +109,8 @@ StoragePass=slurm
 StorageLoc=slurm_acct_db
 EOF
   )
+  # Node names must resolve, as on real sites: jobs rendezvous at their first node's name.
+  grep -qE "^127\.0\.0\.1[[:space:]]+${NODES[*]}\$" /etc/hosts || echo "127.0.0.1 ${NODES[*]}" >>/etc/hosts
   if [[ -L $ETC_LINK || ! -e $ETC_LINK ]]; then
     mkdir -p "$(dirname "$ETC_LINK")"
     ln -sfn "$STATE/etc/slurm.conf" "$ETC_LINK"
