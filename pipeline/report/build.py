@@ -63,7 +63,6 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             "counts": _counts(len(rows), len({r["workload_id"] for r in rows}), len(pair_rows)),
             "launched": {
                 "source": ledger.source,
-                "bad_ledger_lines": ledger.bad_ledger_lines,
                 "not_in_matrix": [i for i in ledger.execution_ids if i not in _BY_ID],
                 **_counts(*expected),
             },

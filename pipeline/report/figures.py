@@ -93,7 +93,7 @@ def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]
     shown = [s for s in states if s["implementation"] == "mok" or s["execution_id"] in chosen]
     cases = sorted({(s["ep"], s["precision"]) for s in shown})
     profiles = sorted({s["profile"] for s in shown}, key=lambda p: (p != "balanced", p))
-    fig = Figure(figsize=(4.2 * len(profiles), 2.8 * len(cases) + 0.6), layout="constrained")
+    fig = Figure(figsize=(max(8.0, 4.2 * len(profiles)), 2.8 * len(cases) + 0.6), layout="constrained")
     axes = fig.subplots(len(cases), len(profiles), sharey=True, squeeze=False)
     for row, (ep, precision) in enumerate(cases):
         for col, profile in enumerate(profiles):
@@ -120,7 +120,7 @@ def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]
             [], [], color=DIST_BUDGET, marker="_", markersize=12, linestyle="none", label="Dist-MoE budget"
         ),
     ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=6, fontsize=8)
+    fig.legend(handles=legend, loc="outside lower center", ncols=6 if len(profiles) > 1 else 3, fontsize=8)
     fig.suptitle("Saved state per layer of the packing cases: budget, retained, recomputed")
     return fig
 

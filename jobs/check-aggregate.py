@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Independent check of a published dataset: recompute times and speedups from the shards.
+
+Uses only pyarrow and the standard library (no project code), so a bug shared by the pipeline's
+modules cannot hide here. For each row of mok-comparison.csv it reads the shard the row names,
+recomputes iterationMS (combined), forwardMS and backwardMS as the report defines them (per rank:
+median over windows of window_ms / iterations; then the slowest rank), and compares; for each row of
+mok-comparison-pairs.csv it recomputes the speedup (MoK time / Dist-MoE time) and the selection
+(the fastest Dist-MoE pipeline per matched workload). A newer attempt than the one published must be
+reported as skipped in mok-comparison.json. Exit status 1 on any mismatch.
+
+Usage: jobs/check-aggregate.py DATASET_DIR [--published DIR] [--rel-tol 2e-5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+PHASE_COLUMNS = {"combined": "iterationMS", "forward": "forwardMS", "backward": "backwardMS"}
+
+
+def slowest_rank_medians(shard: Path) -> dict[str, float]:
+    """Per phase: max over ranks of the median per-iteration window time."""
+    per_rank: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for row in pq.read_table(shard, columns=["phase", "rank", "window_ms", "iterations"]).to_pylist():
+        per_rank[(row["phase"], row["rank"])].append(row["window_ms"] / row["iterations"])
+    out: dict[str, float] = {}
+    for (phase, _), times in per_rank.items():
+        out[phase] = max(out.get(phase, -math.inf), statistics.median(times))
+    return out
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def close(published: str, value: float | None, rel_tol: float) -> bool:
+    if value is None:
+        return published == ""
+    return published != "" and math.isclose(float(published), value, rel_tol=rel_tol)
+
+
+def check(dataset: Path, published: Path, rel_tol: float) -> list[str]:
+    """All mismatches between the published files and the recomputation, as readable lines."""
+    problems: list[str] = []
+    times: dict[str, float] = {}
+    meta = json.loads((published / "mok-comparison.json").read_text())["meta"]
+    skipped = {s["path"] for s in meta["shards_skipped"]}
+    executions = read_csv(published / "mok-comparison.csv")
+    for row in executions:
+        eid = row["execution_id"]
+        shard = dataset / "shards" / f"execution={eid}" / f"attempt-{row['attempt']}.parquet"
+        for other in shard.parent.glob("attempt-*.parquet"):
+            number = other.stem.removeprefix("attempt-")
+            relative = other.relative_to(dataset).as_posix()
+            if number.isdigit() and int(number) > int(row["attempt"]) and relative not in skipped:
+                problems.append(f"{eid}: newer {other.name} neither used nor reported as skipped")
+        recomputed = slowest_rank_medians(shard)
+        for phase, column in PHASE_COLUMNS.items():
+            if not close(row[column], recomputed.get(phase), rel_tol):
+                problems.append(
+                    f"{eid}: {column} published {row[column]!r}, recomputed {recomputed.get(phase)!r}"
+                )
+        times[eid] = recomputed["combined"]
+    fastest: dict[str, tuple[float, str]] = {}
+    pairs = read_csv(published / "mok-comparison-pairs.csv")
+    for row in pairs:
+        dist, mok = row["dist_execution_id"], row["mok_execution_id"]
+        if dist not in times or mok not in times:
+            problems.append(f"pair {dist}: execution missing from mok-comparison.csv")
+            continue
+        for column, value in (
+            ("distIterationMS", times[dist]),
+            ("mokIterationMS", times[mok]),
+            ("speedup", times[mok] / times[dist]),
+        ):
+            if not close(row[column], value, rel_tol):
+                problems.append(f"pair {dist}: {column} published {row[column]!r}, recomputed {value!r}")
+        best = fastest.get(row["workload_id"])
+        if best is None or (times[dist], dist) < best:
+            fastest[row["workload_id"]] = (times[dist], dist)
+    for row in pairs:
+        expected = fastest.get(row["workload_id"], (None, None))[1] == row["dist_execution_id"]
+        if (row["selected"] == "true") != expected:
+            problems.append(
+                f"pair {row['dist_execution_id']}: selected={row['selected']}, expected {expected}"
+            )
+    print(f"checked {len(executions)} executions and {len(pairs)} pairs against the shards")
+    return problems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", type=Path)
+    parser.add_argument("--published", type=Path, default=None, help="folder of the published files")
+    parser.add_argument(
+        "--rel-tol", type=float, default=2e-5, help="relative tolerance (files carry 6 digits)"
+    )
+    args = parser.parse_args()
+    errors = check(args.dataset, args.published or args.dataset, args.rel_tol)
+    for line in errors:
+        print(line, file=sys.stderr)
+    if errors:
+        print(f"FAILED: {len(errors)} mismatch(es)", file=sys.stderr)
+        return 1
+    print("OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

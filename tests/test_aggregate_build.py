@@ -1,0 +1,269 @@
+"""End-to-end aggregation on generated shards: published values against naive recomputation from the
+raw parquet rows, pairing and selection, skipped and missing files, determinism, figures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import model
+from pipeline.aggregate import main
+from pipeline.data.synthetic import shard_table, write_table
+from pipeline.launch import ledger
+from pipeline.matrix import EXECUTIONS, Execution
+from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
+
+SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2", "packing-ep32-profile-a")
+SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 15 executions, 6 matched workloads
+BY_ID = {e.execution_id: e for e in SUBSET}
+NEWER = "training-ep32-f3072-imb2.0-bf16-mok-native"  # attempts 1 and 2 complete: 2 wins
+TORN = "training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"  # attempt 2 torn: 1 wins
+FUTURE = "packing-ep32-f3072-profile-a-bf16-dist-moe-bf16"  # attempt 3 has schema_version 99: 1 wins
+INCOMPLETE = "packing-ep32-f3072-profile-a-mxfp8-dist-moe-bf16-dispatch"  # its only attempt is incomplete
+NEVER_RAN = ["inference-ep16-f1536-bf16-mok-native", "inference-ep16-f1536-bf16-dist-moe-bf16"]
+GPU_FREE = "inference-ep8-f1536-bf16-mok-native"  # a CPU run: no prediction, no NVLink, no CUDA memory
+MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
+
+
+def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Generator) -> Path:
+    device = "cpu" if execution.execution_id == GPU_FREE else "NVIDIA H200"
+    return write_table(dataset, shard_table(execution, attempt, rng, ranks=4, device=device))
+
+
+def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
+    ledger.append(
+        dataset,
+        {
+            "event": "submitted",
+            "execution_id": execution_id,
+            "attempt": attempt,
+            "overrides": [],
+            "job_id": f"{attempt}00",
+            "launcher": "local",
+            "cluster": "local",
+            "log_dir": str(ledger.log_dir(dataset, execution_id, attempt)),
+            "submitted_at": ledger.now(),
+        },
+    )
+
+
+def build_dataset(dataset: Path) -> None:
+    """15 launched executions with duplicate, torn, future-version and incomplete attempts, plus two
+    launched executions that never wrote a shard."""
+    rng = np.random.default_rng()
+    for e in SUBSET:
+        path = _write(dataset, e, 1, rng)
+        _submit(dataset, e.execution_id, 1)
+        if e.execution_id == INCOMPLETE:
+            table = pq.read_table(path)
+            pq.write_table(table.slice(0, table.num_rows - 2), path)
+    _write(dataset, BY_ID[NEWER], 2, rng)
+    torn = _write(dataset, BY_ID[TORN], 2, rng)
+    torn.write_bytes(torn.read_bytes()[:-100])
+    future = shard_table(BY_ID[FUTURE], 3, rng, ranks=4)
+    meta = json.loads(future.schema.metadata[b"execution"]) | {"schema_version": 99}
+    write_table(dataset, future.replace_schema_metadata({b"execution": json.dumps(meta).encode()}))
+    for execution_id in NEVER_RAN:
+        _submit(dataset, execution_id, 1)
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dataset = tmp_path_factory.mktemp("dataset")
+    build_dataset(dataset)
+    aggregate(dataset, workers=3)
+    return dataset
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _naive_times(shard: Path) -> dict[str, float]:
+    """Per phase: max over ranks of statistics.median of window_ms / iterations, from raw rows."""
+    per_rank: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in pq.read_table(shard).to_pylist():
+        per_rank[row["phase"]][row["rank"]].append(row["window_ms"] / row["iterations"])
+    return {phase: max(statistics.median(v) for v in ranks.values()) for phase, ranks in per_rank.items()}
+
+
+def _close(cell: str, value: float | None) -> bool:
+    return cell == "" if value is None else math.isclose(float(cell), value, rel_tol=6e-6)
+
+
+def test_execution_rows_match_naive_recomputation(published: Path) -> None:
+    rows = _rows(published / CSV_NAME)
+    assert [r["execution_id"] for r in rows] == sorted(set(BY_ID) - {INCOMPLETE})
+    for row in rows:
+        shard = (
+            published / "shards" / f"execution={row['execution_id']}" / f"attempt-{row['attempt']}.parquet"
+        )
+        meta = json.loads(pq.read_schema(shard).metadata[b"execution"])
+        shape, e = meta["shape"], BY_ID[row["execution_id"]]
+        times = _naive_times(shard)
+        ms = times["combined"]
+        assert _close(row["iterationMS"], ms) and _close(row["forwardMS"], times["forward"])
+        assert _close(row["backwardMS"], times.get("backward"))
+        assert (row["backwardMS"] == "") == (e.workload.kind == "inference")
+        flops = 6 * shape["tokens"] * (shape["top_k"] + 1) * shape["d_model"] * shape["d_ff"]
+        assert _close(row["usefulTFLOPsPerGPU"], flops * MULTIPLIER[e.workload.kind] / (ms / 1e3) / 1e12)
+        layer = dict(
+            kind=e.workload.kind,
+            tokens=shape["tokens"],
+            d_model=shape["d_model"],
+            d_ff=shape["d_ff"],
+            num_experts=shape["num_experts"],
+            top_k=shape["top_k"],
+            ep=e.workload.ep,
+            precision=e.variant.precision,
+            layer_loads=list(e.workload.layer_loads),
+        )
+        assert _close(row["hbmModelTBs"], model.iteration_bytes(**layer) / (ms / 1e3) / 1e12)
+        tx, rx = meta["nvlink"]["tx_bytes_per_s"], meta["nvlink"]["rx_bytes_per_s"]
+        assert _close(row["nvlinkTxGBs"], tx and tx / 1e9) and _close(row["nvlinkRxGBs"], rx and rx / 1e9)
+        peak = meta["memory"]["peak_allocated_bytes"]
+        assert _close(row["peakAllocatedGiB"], peak and peak / 2**30)
+        if row["execution_id"] == GPU_FREE:
+            assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
+        else:
+            dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
+            predicted = model.predicted_ms(**layer, hardware="h200", dispatch=dispatch)
+            assert _close(row["predictedMS"], predicted) and _close(
+                row["measuredOverPredicted"], ms / predicted
+            )
+        identity = (e.workload_id, e.workload.kind, str(e.workload.ep), "4", str(e.workload.d_ff))
+        assert (row["workload_id"], row["kind"], row["ep"], row["ranks"], row["d_ff"]) == identity
+        assert (row["implementation"], row["pipeline"], row["precision"]) == (
+            e.variant.implementation,
+            e.variant.pipeline,
+            e.variant.precision,
+        )
+
+
+def test_newest_complete_attempt_wins(published: Path) -> None:
+    attempts = {r["execution_id"]: r["attempt"] for r in _rows(published / CSV_NAME)}
+    assert attempts[NEWER] == "2"  # newer complete attempt
+    assert attempts[TORN] == "1" and attempts[FUTURE] == "1"  # newer attempts unusable
+    assert set(attempts.values()) == {"1", "2"}
+
+
+def test_pairs_speedup_and_selection(published: Path) -> None:
+    executions = {r["execution_id"]: r for r in _rows(published / CSV_NAME)}
+    pairs = _rows(published / PAIRS_NAME)
+    dist = [i for i, r in executions.items() if r["implementation"] == "dist-moe"]
+    assert [p["dist_execution_id"] for p in pairs] == sorted(dist)
+    by_workload: dict[str, list[dict[str, str]]] = defaultdict(list)
+    for pair in pairs:
+        d, m = executions[pair["dist_execution_id"]], executions[pair["mok_execution_id"]]
+        assert m["implementation"] == "mok" and m["workload_id"] == d["workload_id"] == pair["workload_id"]
+        assert pair["distIterationMS"] == d["iterationMS"] and pair["mokIterationMS"] == m["iterationMS"]
+        assert _close(pair["speedup"], float(m["iterationMS"]) / float(d["iterationMS"]))
+        for metric in ("forwardMS", "backwardMS", "usefulTFLOPsPerGPU", "nvlinkTxGBs", "peakAllocatedGiB"):
+            expected = float(d[metric]) / float(m[metric]) if d[metric] and m[metric] else None
+            assert math.isclose(float(pair[f"{metric}Ratio"]), expected, rel_tol=2e-5) if expected else True
+        by_workload[pair["workload_id"]].append(pair)
+    assert len(by_workload) == 6
+    for candidates in by_workload.values():
+        chosen = [p for p in candidates if p["selected"] == "true"]
+        fastest = min(candidates, key=lambda p: float(p["distIterationMS"]))
+        assert chosen == [fastest]
+
+
+def test_skipped_files_and_missing_executions_are_reported(published: Path) -> None:
+    meta = json.loads((published / JSON_NAME).read_text())["meta"]
+    skipped = {s["path"]: s["reason"] for s in meta["shards_skipped"]}
+    assert set(skipped) == {
+        f"shards/execution={TORN}/attempt-2.parquet",
+        f"shards/execution={FUTURE}/attempt-3.parquet",
+        f"shards/execution={INCOMPLETE}/attempt-1.parquet",
+    }
+    assert "unreadable parquet" in skipped[f"shards/execution={TORN}/attempt-2.parquet"]
+    assert "unknown schema_version 99" in skipped[f"shards/execution={FUTURE}/attempt-3.parquet"]
+    assert "incomplete" in skipped[f"shards/execution={INCOMPLETE}/attempt-1.parquet"]
+    assert meta["missing"] == sorted([INCOMPLETE, *NEVER_RAN])
+    assert len(meta["shards_read"]) == 14 + 1  # complete first attempts, and the second attempt of NEWER
+    assert meta["launched"] == {
+        "source": "ledger",
+        "not_in_matrix": [],
+        "executions": 17,
+        "matched_workloads": 7,
+        "pairs": 10,
+    }
+    assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
+    assert meta["schema_version"] == 1
+
+
+def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
+    rng = np.random.default_rng()
+    present = SUBSET[:5]
+    for e in present:
+        _write(tmp_path, e, 1, rng)
+    meta = aggregate(tmp_path, figures=False).document["meta"]
+    assert meta["launched"]["source"] == "matrix"
+    assert meta["missing"] == sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
+    assert (meta["launched"]["executions"], meta["launched"]["pairs"]) == (110, 66)
+
+
+def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
+    document = json.loads((published / JSON_NAME).read_text())
+    states = {s["execution_id"]: s for s in document["saved_state"]}
+    packing = [i for i in BY_ID if i.startswith("packing") and i != INCOMPLETE]
+    assert sorted(states) == sorted(packing)
+    for execution_id, state in states.items():
+        shard = published / "shards" / f"execution={execution_id}" / "attempt-1.parquet"
+        recorded = json.loads(pq.read_schema(shard).metadata[b"execution"])["saved_state"]
+        assert len(state["layers"]) == len(recorded) == 10
+        for published_layer, layer in zip(state["layers"], recorded, strict=True):
+            assert published_layer == pytest.approx(layer, rel=6e-6)  # six significant digits
+        assert state["balanced_rows"] == 2048 * 6 and state["capacity_overflow"] is False
+
+
+def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(published / "shards", moved / "shards")
+    shutil.copy(ledger.ledger_path(published), ledger.ledger_path(moved))
+    again = aggregate(moved, tmp_path / "out", workers=1)
+    names = sorted(p.name for p in again.files)
+    assert len(names) == 3 + 3  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure
+    for name in names:
+        assert (tmp_path / "out" / name).read_bytes() == (published / name).read_bytes(), name
+
+
+def test_figures_are_pngs_of_sensible_size(published: Path) -> None:
+    import matplotlib.image
+
+    for name in ("mok-comparison-ep8.png", "mok-comparison-ep32.png", "mok-comparison-saved-state.png"):
+        image = matplotlib.image.imread(published / name)
+        height, width = image.shape[:2]
+        assert 300 < height < 3000 and 500 < width < 4000, (name, image.shape)
+        assert image[..., :3].std() > 0.05  # not blank
+
+
+def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, capsys) -> None:
+    assert main([str(published), "--out", str(tmp_path), "--no-figures"]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped shards/execution={TORN}/attempt-2.parquet: unreadable parquet" in err
+    assert f"skipped shards/execution={FUTURE}/attempt-3.parquet: unknown schema_version 99" in err
+    assert f"missing 3 execution(s): {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CSV_NAME, PAIRS_NAME, JSON_NAME])
+
+
+def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.aggregate", str(tmp_path / "absent")], capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "does not exist" in run.stderr
+    with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
+        aggregate(tmp_path, workers=0)

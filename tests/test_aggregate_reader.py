@@ -1,0 +1,183 @@
+"""The validated shard reader: good shards read back exactly; every kind of bad shard is rejected
+with a reason naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.data.reader import ShardError, read_shard
+from pipeline.data.schema import METADATA_KEY, SCHEMA, shard_path
+from pipeline.data.synthetic import shard_table, write_table
+from pipeline.data.writer import write_shard
+from pipeline.matrix import EXECUTIONS
+
+BY_ID = {e.execution_id: e for e in EXECUTIONS}
+TRAINING = BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]
+INFERENCE = BY_ID["inference-ep8-f1536-bf16-mok-native"]
+
+
+def _table(attempt: int = 1) -> pa.Table:
+    return shard_table(TRAINING, attempt, np.random.default_rng(), ranks=4)
+
+
+def _meta(table: pa.Table) -> dict:
+    return json.loads(table.schema.metadata[METADATA_KEY])
+
+
+def _with_meta(table: pa.Table, change: Callable[[dict], None]) -> pa.Table:
+    meta = _meta(table)
+    change(meta)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()})
+
+
+def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), table.schema.field(name), values)
+
+
+def test_good_shard_reads_back_exactly(tmp_path: Path) -> None:
+    table = _table(attempt=3)
+    shard = read_shard(write_table(tmp_path, table))
+    assert shard.execution_id == TRAINING.execution_id and shard.attempt == 3
+    assert shard.identity["ranks"] == 4 and shard.identity["device"] == "cpu"
+    assert shard.meta == _meta(table)
+    np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())
+    np.testing.assert_array_equal(shard.phase, table.column("phase").to_numpy(zero_copy_only=False))
+    np.testing.assert_array_equal(shard.rank, table.column("rank").to_numpy())
+
+
+def test_inference_needs_no_backward_rows(tmp_path: Path) -> None:
+    table = shard_table(INFERENCE, 1, np.random.default_rng(), ranks=2)
+    assert set(table.column("phase").to_pylist()) == {"forward", "combined"}
+    assert read_shard(write_table(tmp_path, table)).execution_id == INFERENCE.execution_id
+
+
+def _drop_last_row(t: pa.Table) -> pa.Table:
+    return t.slice(0, t.num_rows - 1)
+
+
+def _duplicate_window(t: pa.Table) -> pa.Table:
+    window = t.column("window").to_numpy().copy()
+    window[1] = window[0]  # same rank, phase: one window twice, another missing
+    return _with_column(t, "window", pa.array(window, pa.int32()))
+
+
+def _drop_backward(t: pa.Table) -> pa.Table:
+    return t.filter(pc.not_equal(t.column("phase"), "backward"))
+
+
+def _unknown_phase(t: pa.Table) -> pa.Table:
+    return _with_column(t, "phase", pa.array(["warmup"] + t.column("phase").to_pylist()[1:]))
+
+
+def _rank_out_of_range(t: pa.Table) -> pa.Table:
+    return _with_column(t, "rank", pa.array(np.full(t.num_rows, 7), pa.int32()))
+
+
+def _varying_device(t: pa.Table) -> pa.Table:
+    return _with_column(t, "device", pa.array(["NVIDIA H200"] + ["cpu"] * (t.num_rows - 1)))
+
+
+def _float32_times(t: pa.Table) -> pa.Table:
+    meta = t.schema.metadata
+    fields = [pa.field("window_ms", pa.float32(), False) if f.name == "window_ms" else f for f in SCHEMA]
+    return t.cast(pa.schema(fields)).replace_schema_metadata(meta)
+
+
+def _zero_time(t: pa.Table) -> pa.Table:
+    ms = t.column("window_ms").to_numpy().copy()
+    ms[3] = 0.0
+    return _with_column(t, "window_ms", pa.array(ms))
+
+
+def _nan_time(t: pa.Table) -> pa.Table:
+    ms = t.column("window_ms").to_numpy().copy()
+    ms[0] = np.nan
+    return _with_column(t, "window_ms", pa.array(ms))
+
+
+def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
+    def change(meta: dict) -> None:
+        for key in keys[:-1]:
+            meta = meta[key]
+        meta[keys[-1]] = value
+
+    return lambda t: _with_meta(t, change)
+
+
+@pytest.mark.parametrize(
+    "corrupt,reason",
+    [
+        (_drop_last_row, "incomplete: 59 rows cover 59 of 60"),
+        (_duplicate_window, "incomplete: 60 rows cover 59 of 60"),
+        (_drop_backward, r"incomplete: no rows for phase\(s\) \['backward'\]"),
+        (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
+        (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
+        (_varying_device, r"column\(s\) \['device'\] vary between rows"),
+        (_float32_times, "columns differ from schema version 1"),
+        (_zero_time, "window_ms must be positive and finite"),
+        (_nan_time, "window_ms must be positive and finite"),
+        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 1"),
+        (_set("schema_version", value=None), "unknown schema_version None"),
+        (_set("shape", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
+        (_set("shape", "tokens", value=0), "shape.tokens must be a positive integer, got 0"),
+        (_set("shape", "layer_loads", value=[]), "shape.layer_loads must be a list of positive numbers"),
+        (_set("shape", "ranks", value=8), "metadata shape.ranks=8 but rows say 4"),
+        (_set("job_id", value="other"), "metadata job_id='other' but rows say"),
+        (_set("nvlink", "tx_bytes_per_s", value=-1.0), r"tx_bytes_per_s must be null or >= 0, got -1.0"),
+        (_set("memory", value=None), "metadata has no 'memory' object"),
+        (_set("saved_state", value=[{"layer": 0}]), "metadata saved_state must be a list of objects"),
+    ],
+)
+def test_bad_shard_is_rejected_with_reason(tmp_path: Path, corrupt: Callable, reason: str) -> None:
+    path = write_table(tmp_path, corrupt(_table()))
+    with pytest.raises(ShardError, match=reason) as caught:
+        read_shard(path)
+    assert caught.value.path == path and str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("keep", [0.0, 0.5, 0.99])
+def test_torn_file_is_rejected(tmp_path: Path, keep: float) -> None:
+    path = write_table(tmp_path, _table())
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ShardError, match="unreadable parquet"):
+        read_shard(path)
+
+
+def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
+    table = _table(attempt=1)
+    wrong_attempt = shard_path(tmp_path, TRAINING.execution_id, 2)
+    wrong_attempt.parent.mkdir(parents=True)
+    pq.write_table(table, wrong_attempt)
+    with pytest.raises(ShardError, match="file name says attempt=2 but the shard says 1"):
+        read_shard(wrong_attempt)
+    odd_name = wrong_attempt.with_name("attempt-one.parquet")
+    pq.write_table(table, odd_name)
+    with pytest.raises(ShardError, match=r"file name must be attempt-<n>\.parquet"):
+        read_shard(odd_name)
+
+
+def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
+    path = shard_path(tmp_path, TRAINING.execution_id, 1)
+    path.parent.mkdir(parents=True)
+    pq.write_table(_table().replace_schema_metadata(None), path)
+    with pytest.raises(ShardError, match="no 'execution' metadata"):
+        read_shard(path)
+
+
+def test_reads_what_the_execution_writer_writes(tmp_path: Path) -> None:
+    """The execution stage's atomic writer and this reader agree on the format."""
+    table = _table(attempt=2)
+    meta = _meta(table)
+    path = write_shard(tmp_path, TRAINING.execution_id, 2, table.to_pylist(), meta)
+    shard = read_shard(path)
+    assert shard.meta == meta
+    np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())
