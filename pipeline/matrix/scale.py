@@ -5,15 +5,20 @@
 grouped GEMMs keep the full-scale structure in miniature. ``max_ranks`` caps the ranks launched:
 ``ranks = min(ep, max_ranks)`` and the layer then has (E/ep) * ranks experts.
 
-Tokens per rank with fewer ranks than the EP degree: at full scale (ranks = ep, T tokens per rank) the
-tracked GPU receives f*T*K routed rows and every other rank (ep - f)/(ep - 1) * T*K. With W < ep
-launched ranks we keep both per-rank loads and feed each rank
+Tokens per rank with fewer ranks than the EP degree. At full scale (W = ep ranks of T tokens) the
+tracked GPU (rank 0) receives f*T*K routed rows and every other rank (ep - f)/(ep - 1) * T*K. With
+W < ep launched ranks we keep those per-rank loads and feed every rank
 
     T' = ceil(T * (f + (W - 1) * (ep - f) / (ep - 1)) / W)
 
-tokens, so that W*T'*K covers them: T' = T when W = ep. Rank 0 receives ``round(f*T*K)`` rows
-(``tracked_rows``). With one rank (the single-GPU mode) all rows are rank 0's: T' = round(f*T) and
-rank 0 receives T'*K rows. Packing computes T' per layer from that layer's factor.
+tokens, the fewest whose W*T'*K rows cover them; T' = T when W = ep. Packing uses one T' for all ten
+layers, the largest over its factors, so that rank 0 receives exactly ``round(f_l*T*K)`` rows in every
+layer (``tracked_rows``) and the other ranks share the rest. With one rank (the single-GPU mode)
+every row is rank 0's: T' = round(f*T), so a packing profile with unequal factors needs two ranks.
+
+The layers measure their activation budgets in units of local tokens x K; ``budget_scale`` = T / T'
+converts the nominal factors (MoK 2.5, Dist-MoE 2.5 and scratch 8, in units of T x K) so that the
+budgets on rank 0 keep their full-scale row counts.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ class Scale:
 class Shape:
     """The resolved shape of one execution; ``metadata()`` is the shard's ``shape`` object."""
 
-    tokens: int
-    layer_tokens: tuple[int, ...]
+    nominal_tokens: int  # T of the scale
+    tokens: int  # T' actually fed to every launched rank
     tracked_rows: tuple[int, ...]
     d_model: int
     d_ff: int
@@ -67,6 +72,11 @@ class Shape:
     warmup: int
     windows: int
     iterations: int
+
+    @property
+    def budget_scale(self) -> float:
+        """T / T': multiply factors given in units of T x K rows to get units of T' x K rows."""
+        return self.nominal_tokens / self.tokens
 
     def metadata(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -127,25 +137,28 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
             f"scale {scale.name} cannot hold EP{ep} on {ranks} rank(s): {local * ranks} experts < top_k "
             f"{scale.top_k}; allowed: max_ranks >= {math.ceil(scale.top_k / local)} or more experts"
         )
-    layer_tokens, tracked_rows = [], []
     for f in workload.layer_loads:
         if not 0 < f <= ep:
             raise ValueError(f"load factor {f} of {workload.name} must lie in (0, {ep}]")
-        t = tokens_per_rank(scale.tokens, f, ep, ranks)
+    t = max(tokens_per_rank(scale.tokens, f, ep, ranks) for f in workload.layer_loads)
+    tracked_rows = []
+    for f in workload.layer_loads:
         rows = t * scale.top_k if ranks == 1 else round(f * scale.tokens * scale.top_k)
         # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
         most = ranks * t * min(scale.top_k, local)
         least = ranks * t * max(0, scale.top_k - (ranks - 1) * min(scale.top_k, local))
+        if ranks == 1 and len(set(workload.layer_loads)) > 1:
+            most = least = -1  # one rank receives every row: unequal layer loads cannot be realized
         if not least <= rows <= most:
             raise ValueError(
-                f"scale {scale.name} cannot realize load {f} of EP{ep} on {ranks} rank(s): rank 0 would "
-                f"need {rows} rows; allowed: {least}..{most}"
+                f"scale {scale.name} cannot realize load {f} of {workload.name} on {ranks} rank(s): rank 0 "
+                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most} "
+                f"(use max_ranks >= 2 for unequal layer loads)"
             )
-        layer_tokens.append(t)
         tracked_rows.append(rows)
     return Shape(
-        tokens=scale.tokens,
-        layer_tokens=tuple(layer_tokens),
+        nominal_tokens=scale.tokens,
+        tokens=t,
         tracked_rows=tuple(tracked_rows),
         d_model=scale.d_model,
         d_ff=d_ff,

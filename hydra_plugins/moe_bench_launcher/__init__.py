@@ -1,0 +1,1 @@
+"""Hydra launcher plugin of the MoE benchmark (``hydra/launcher=local``)."""

@@ -1,0 +1,57 @@
+"""Hydra's side of the launcher: compose each job's config, then hand the sweep to
+:mod:`pipeline.launch.sweep`, which validates all of it before submitting anything."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hydra.core.utils import JobReturn, JobStatus, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.launch.sweep import plan, run
+
+
+def job_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config of one execution, without Hydra's own node (what the job receives)."""
+    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+
+
+class MoEBenchLauncher(Launcher):
+    """Runs every job of the sweep as one submitit job with one task per rank."""
+
+    def __init__(self, **launcher: Any) -> None:
+        self.launcher = launcher
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.config, self.hydra_context = config, hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None, "setup() was not called"
+        setup_globals()
+        loader = self.hydra_context.config_loader
+        configs = [loader.load_sweep_config(self.config, list(o)) for o in job_overrides]
+        planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
+        returns = []
+        for outcome, cfg in zip(run(planned, self.launcher), configs, strict=True):
+            failed = outcome.error is not None
+            error = RuntimeError(
+                f"{outcome.planned.execution.execution_id} failed ({outcome.error}); "
+                f"log: {outcome.planned.log_dir}"
+            )
+            returns.append(
+                JobReturn(
+                    overrides=outcome.planned.overrides,
+                    cfg=cfg,
+                    hydra_cfg=cfg,
+                    working_dir=str(outcome.planned.log_dir),
+                    task_name=cfg.hydra.job.name,
+                    status=JobStatus.FAILED if failed else JobStatus.COMPLETED,
+                    _return_value=error if failed else outcome.summary,
+                )
+            )
+        return returns

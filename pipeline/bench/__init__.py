@@ -1,0 +1,1 @@
+"""One execution inside its job: distributed setup, the timed layers, diagnostics, the shard."""

@@ -1,0 +1,88 @@
+"""Timing windows: forward, backward and combined measured separately, the report's way.
+
+A window is ``iterations`` repetitions. Its clock starts after a barrier (all ranks start together)
+and stops when this rank's own work is done, so ranks differ and the slowest one can be found. On
+CUDA the device is synchronized before reading the host clock, so the wall time covers the kernels.
+Backward cannot run without its forward: the backward window is the sum of the backward parts of
+``iterations`` forward+backward repetitions, each started after a barrier.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from pipeline.data.schema import PHASES
+
+
+class Clock:
+    """Wall clock of one rank, aligned with the other ranks at ``start``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.name = "barrier + cuda synchronize + perf_counter" if self.cuda else "barrier + perf_counter"
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def start(self) -> float:
+        self.sync()
+        if dist.is_initialized():
+            dist.barrier()
+        return time.perf_counter()
+
+    def stop(self, started: float) -> float:
+        """Milliseconds since ``started``."""
+        self.sync()
+        return (time.perf_counter() - started) * 1e3
+
+
+def phases_of(backward: bool) -> tuple[str, ...]:
+    """Inference times forward and combined (the whole iteration); training and packing all three."""
+    return PHASES if backward else ("forward", "combined")
+
+
+def time_windows(
+    forward: Callable[[], Any],
+    backward: Callable[[Any], None] | None,
+    clock: Clock,
+    warmup: int,
+    windows: int,
+    iterations: int,
+) -> dict[str, list[float]]:
+    """Window times in milliseconds per phase: ``{"forward": [w0, ..., w4], ...}``.
+
+    ``forward()`` returns what ``backward(out)`` consumes; ``backward`` is None for inference.
+    """
+
+    def iteration() -> None:
+        out = forward()
+        if backward is not None:
+            backward(out)
+
+    for _ in range(warmup):
+        iteration()
+    times: dict[str, list[float]] = {phase: [] for phase in phases_of(backward is not None)}
+    for _ in range(windows):
+        started = clock.start()
+        for _ in range(iterations):
+            forward()
+        times["forward"].append(clock.stop(started))
+        if backward is not None:
+            total = 0.0
+            for _ in range(iterations):
+                out = forward()
+                started = clock.start()
+                backward(out)
+                total += clock.stop(started)
+            times["backward"].append(total)
+        started = clock.start()
+        for _ in range(iterations):
+            iteration()
+        times["combined"].append(clock.stop(started))
+    return times

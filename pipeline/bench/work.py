@@ -1,0 +1,104 @@
+"""The timed work of one execution on this rank: its layers, inputs and routing.
+
+Inference is one layer forward (no autograd), training one layer forward + backward, packing ten
+independent layers: all ten forwards, then the ten backwards in reverse order (``build_stack``).
+Weights (identical on every rank), inputs and routing plans are seeded, so every attempt of an
+execution runs the same numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from pipeline.matrix import Execution
+from pipeline.matrix.scale import Shape
+from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+_DEFAULTS = {f.name: f.default for f in fields(MoEConfig)}
+
+
+def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
+    """Layer config of the launched ranks; budgets converted to units of local tokens (see scale)."""
+    v = execution.variant
+    return MoEConfig(
+        d_model=shape.d_model,
+        d_ff=shape.d_ff,
+        num_experts=shape.layer_experts,
+        top_k=shape.top_k,
+        num_shared=shape.num_shared,
+        implementation=v.implementation,
+        pipeline=v.pipeline,
+        precision=v.precision,
+        dtype=DTYPES[shape.dtype],
+        activation_factor=_DEFAULTS["activation_factor"] * shape.budget_scale,
+        scratch_factor=_DEFAULTS["scratch_factor"] * shape.budget_scale,
+    )
+
+
+def routing_plans(shape: Shape, seed: int) -> list[RoutingPlan]:
+    """One plan per timed layer; rank 0 receives ``shape.tracked_rows[l]`` rows in layer l.
+    Building them checks feasibility, so the launcher calls this before submitting anything."""
+    balanced = shape.tokens * shape.top_k
+    return [
+        routing_plan(
+            num_tokens=shape.tokens,
+            num_experts=shape.layer_experts,
+            top_k=shape.top_k,
+            world_size=shape.ranks,
+            load_factor=rows / balanced,
+            seed=seed * 1000 + layer,
+        )
+        for layer, rows in enumerate(shape.tracked_rows)
+    ]
+
+
+@dataclass
+class Work:
+    """Forward and backward of this rank's layers on fixed inputs."""
+
+    stack: LayerStack
+    xs: list[torch.Tensor]
+    routes: list[tuple[torch.Tensor, torch.Tensor]]
+    grads: list[torch.Tensor] | None  # None: inference (forward only, no autograd)
+
+    def forward(self) -> list[torch.Tensor]:
+        if self.grads is None:
+            with torch.inference_mode():
+                return self.stack.forward(self.xs, self.routes)
+        return self.stack.forward(self.xs, self.routes)
+
+    def backward(self, ys: list[torch.Tensor]) -> None:
+        self.stack.backward(ys, self.grads)
+        for p in self.stack.parameters():
+            p.grad = None  # every iteration computes fresh gradients, as one training step would
+
+    def saved_state(self) -> list[dict]:
+        """Evidence of one forward (the backward follows, releasing what the forward reserved)."""
+        ys = self.forward()
+        state = self.stack.saved_state
+        if self.grads is not None:
+            self.backward(ys)
+        return state
+
+
+def build_work(execution: Execution, shape: Shape, rank: int, device: torch.device, seed: int) -> Work:
+    cfg = layer_config(execution, shape)
+    plans = routing_plans(shape, seed)
+    # Building a layer prepares its quantized weights, so they exist before any timing.
+    stack = build_stack(
+        cfg, [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
+    )
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    training = execution.workload.kind != "inference"
+
+    def tensor() -> torch.Tensor:
+        t = torch.randn(shape.tokens, shape.d_model, generator=gen)
+        return t.to(device=device, dtype=cfg.dtype)
+
+    xs = [tensor().requires_grad_(training) for _ in plans]
+    routes = [tuple(t.to(device) for t in plan.for_rank(rank)) for plan in plans]
+    grads = [tensor() for _ in plans] if training else None
+    return Work(stack, xs, routes, grads)
