@@ -1,0 +1,98 @@
+"""The four grouped-GEMM entry points on top of the CuTe kernels of one arch, with the torch fallback
+for what those kernels do not cover.
+
+Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY and contiguous-K B, 1 to
+``MAX_GROUPS`` groups, for the forward GEMM and dgrad (B read transposed in place). The MXFP8 form runs
+the block-scaled kernel where the arch has one, else dequantizes both operands to BF16 (exact for E4M3
+values times E8M0 scales within BF16's exponent range) and runs the BF16 kernel. wgrad, FP32 operands
+and anything else go to :mod:`cutlass_kernels.torch_backend`. Launches read ``offs`` on the device
+and never synchronize the host. Output rows at or past ``offs[-1]`` are left unwritten, as with
+``torch._grouped_mm``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import cutlass
+import torch
+from cuda.bindings import driver
+
+from cutlass_kernels import registry, torch_backend
+from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, sm_count, to_cute
+from cutlass_kernels.mxfp8 import MXTensor
+
+
+@cache
+def _sm_count(device_index: int) -> int:
+    return sm_count(torch.device("cuda", device_index))
+
+
+def unsupported_reason(
+    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+) -> str:
+    """Why the CuTe kernel cannot take these operands (``""`` when it can). ``b_kernel`` is B in the
+    kernel's (N, K, G) view."""
+    vec = ALIGN_BYTES // 2
+    if a.dtype != torch.bfloat16 or b_kernel.dtype != torch.bfloat16:
+        return f"operands are {a.dtype}, the kernels take bfloat16"
+    if out_dtype not in registry.OUT_DTYPES:
+        return f"output dtype {out_dtype} is not bfloat16/float32"
+    if not a.is_cuda:
+        return "operands are not on a CUDA device"
+    if not 1 <= offs.shape[0] <= MAX_GROUPS or a.shape[0] == 0:
+        return f"{offs.shape[0]} groups / {a.shape[0]} rows (kernels take 1..{MAX_GROUPS} groups, >= 1 row)"
+    if a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec:
+        return f"A {tuple(a.shape)} strides {a.stride()} are not row-major with 16-byte aligned rows"
+    if 1 not in b_kernel.stride()[:2] or any(s % vec for s in b_kernel.stride() if s != 1):
+        return f"B strides {b_kernel.stride()} are not contiguous with 16-byte aligned rows"
+    if any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
+        return "operand base addresses are not 16-byte aligned"
+    return ""
+
+
+def launch(
+    arch: str, op: str, a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+):
+    """Run the compiled ``op`` kernel of ``arch``: out[rows of g] = a[rows of g] @ b_kernel[:, :, g]^T."""
+    out = torch.empty(a.shape[0], b_kernel.shape[0], dtype=out_dtype, device=a.device)
+    kernel = registry.compiled(registry.spec_for(arch, op, a.dtype, out_dtype))
+    stream = driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+    kernel(
+        to_cute(a),
+        to_cute(b_kernel),
+        to_cute(out),
+        to_cute(offs),
+        cutlass.Int32(_sm_count(a.device.index or 0)),
+        stream,
+    )
+    return out
+
+
+class CuteBackend:
+    """The backend module interface (:mod:`cutlass_kernels.api`) for one arch."""
+
+    def __init__(self, arch: str) -> None:
+        self.arch = arch
+
+    def grouped_gemm(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype):
+        b_kernel = b.permute(1, 2, 0)  # [G, N, K] -> (N, K, G), K-major
+        if unsupported_reason(a, b_kernel, offs, out_dtype):
+            return torch_backend.grouped_gemm(a, b, offs, out_dtype)
+        return launch(self.arch, "fprop", a, b_kernel, offs, out_dtype)
+
+    def grouped_gemm_dgrad(
+        self, dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+    ):
+        b_kernel = b.permute(2, 1, 0)  # [G, N, K] -> (K, N, G): the reduction runs over N, N-major
+        if unsupported_reason(dy, b_kernel, offs, out_dtype):
+            return torch_backend.grouped_gemm_dgrad(dy, b, offs, out_dtype)
+        return launch(self.arch, "dgrad", dy, b_kernel, offs, out_dtype)
+
+    def grouped_gemm_wgrad(
+        self, dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+    ):
+        return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
+
+    def grouped_gemm_mx(self, a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype):
+        return self.grouped_gemm(a.dequantize(torch.bfloat16), b.dequantize(torch.bfloat16), offs, out_dtype)

@@ -1,0 +1,158 @@
+"""What the CuTe DSL grouped-GEMM kernels share: their compile key, fake-tensor signatures, a compile
+cache, the device-side group tile walk, and the torch -> CuTe argument conversion.
+
+Every kernel is compiled once per :class:`KernelSpec` with symbolic M, N, K and group count, so a new
+routing (new ``offs``) or a new token count reuses the compiled kernel. Compiling needs no GPU: with
+``CUTE_DSL_ARCH`` set before ``cutlass`` is imported, :func:`compile_spec` builds from fake tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cutlass
+import cutlass.cute as cute
+import torch
+from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
+
+from cutlass_kernels import tile_schedule
+
+ARCHES = ("sm_90a", "sm_100a")
+OPS = ("fprop", "dgrad")
+MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
+ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
+
+_CUTE_DTYPES = {
+    torch.bfloat16: cutlass.BFloat16,
+    torch.float32: cutlass.Float32,
+}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """The compile key: one compiled kernel per arch, operation, dtypes and tile configuration.
+
+    ``op`` is ``fprop`` (B stored [G, N, K], K-major) or ``dgrad`` (the same GEMM against B^T: B
+    stored [G, K_out, N_red], so the kernel reads it N-major).
+    """
+
+    arch: str
+    op: str
+    in_dtype: torch.dtype
+    out_dtype: torch.dtype
+    tile_m: int
+    tile_n: int
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHES:
+            raise ValueError(f"arch {self.arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
+        if self.op not in OPS:
+            raise ValueError(f"op {self.op!r} is not allowed; allowed: {', '.join(OPS)}")
+
+    @property
+    def name(self) -> str:
+        dtypes = f"{str(self.in_dtype).removeprefix('torch.')}-{str(self.out_dtype).removeprefix('torch.')}"
+        return f"grouped_{self.op}_{dtypes}_{self.tile_m}x{self.tile_n}_{self.arch}"
+
+
+def cute_dtype(dtype: torch.dtype) -> type[cutlass.Numeric]:
+    return _CUTE_DTYPES[dtype]
+
+
+def fake_operands(spec: KernelSpec) -> dict[str, Any]:
+    """Fake tensors with the runtime tensors' layouts and symbolic extents (16-byte aligned rows)."""
+    in_t, out_t = cute_dtype(spec.in_dtype), cute_dtype(spec.out_dtype)
+    vec_in, vec_out = ALIGN_BYTES * 8 // in_t.width, ALIGN_BYTES * 8 // out_t.width
+    m, g = cute.sym_int32(), cute.sym_int32()
+    k, n = cute.sym_int32(divisibility=vec_in), cute.sym_int32(divisibility=vec_in)
+    ld_a, ld_b, stride_g = (cute.sym_int64(divisibility=vec_in) for _ in range(3))
+    ld_c = cute.sym_int64(divisibility=vec_out)
+    b_stride = (ld_b, 1, stride_g) if spec.op == "fprop" else (1, ld_b, stride_g)
+    args = {
+        "a": make_fake_tensor(in_t, (m, k), stride=(ld_a, 1), assumed_align=16),
+        "b": make_fake_tensor(in_t, (n, k, g), stride=b_stride, assumed_align=16),
+        "c": make_fake_tensor(out_t, (m, n), stride=(ld_c, 1), assumed_align=16),
+        "offs": make_fake_compact_tensor(cutlass.Int32, (g,), assumed_align=4),
+    }
+    return args
+
+
+_CACHE: dict[KernelSpec, Any] = {}
+
+
+def compile_spec(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None) -> Any:
+    """Compile ``kernel`` (a kernel object for ``spec``) once per spec; with ``dump_dir`` also write
+    ``<spec.name>.ptx`` and ``.cubin`` there."""
+    if spec in _CACHE and dump_dir is None:
+        return _CACHE[spec]
+    from cutlass.runtime import make_fake_stream
+
+    args = fake_operands(spec)
+    options = ""
+    if dump_dir is not None:
+        scratch = dump_dir / f".{spec.name}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        options = f"--keep-ptx --keep-cubin --dump-dir={scratch}"
+    compiled = cute.compile(kernel, *args.values(), cutlass.Int32(1), make_fake_stream(), options=options)
+    if dump_dir is not None:
+        _move_artifacts(compiled, scratch, dump_dir / spec.name)
+    _CACHE[spec] = compiled
+    return compiled
+
+
+def _move_artifacts(compiled: Any, scratch: Path, stem: Path) -> None:
+    stem.with_suffix(".ptx").write_text(compiled.__ptx__)
+    stem.with_suffix(".cubin").write_bytes(compiled.__cubin__)
+    for leftover in scratch.iterdir():
+        leftover.unlink()
+    scratch.rmdir()
+
+
+def to_cute(t: torch.Tensor) -> cute.Tensor:
+    """A runtime CuTe view of a torch tensor, with dynamic extents and strides like the fake ones."""
+    ct = from_dlpack(t.detach(), assumed_align=ALIGN_BYTES if t.dim() > 1 else 4)
+    return ct.mark_layout_dynamic(leading_dim=_leading_dim(t))
+
+
+def _leading_dim(t: torch.Tensor) -> int:
+    return min(range(t.dim()), key=lambda d: (t.stride(d), -d)) if t.dim() > 1 else 0
+
+
+def sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@cute.jit
+def build_tile_prefix(offs: cute.Tensor, prefix: cute.Tensor, tile_m: cutlass.Constexpr[int]) -> None:
+    """One warp writes ``prefix[g + 1]`` = M tiles of groups ``0..g`` into shared memory, 32 groups
+    per step with a shuffle scan; the caller syncs the CTA afterwards."""
+    lane = cute.arch.lane_idx()
+    groups = cute.size(offs)
+    carry = cutlass.Int32(0)
+    if lane == 0:
+        prefix[0] = cutlass.Int32(0)
+    for base in cutlass.range(0, groups, 32):
+        g = base + lane
+        count = cutlass.Int32(0)
+        if g < groups:
+            start = cutlass.Int32(0)
+            if g > 0:
+                start = offs[g - 1]
+            count = tile_schedule.m_tiles(cutlass.max(offs[g] - start, cutlass.Int32(0)), tile_m)
+        for step in cutlass.range_constexpr(5):
+            lower = cute.arch.shuffle_sync_up(count, 1 << step)
+            if lane >= (1 << step):
+                count = count + lower
+        if g < groups:
+            prefix[g + 1] = carry + count
+        carry = carry + cute.arch.shuffle_sync(count, 31)
+
+
+@cute.jit
+def advance_group(prefix: cute.Tensor, group: cutlass.Int32, tile: cutlass.Int32, n_tiles: cutlass.Int32):
+    """The group owning linear ``tile``, walking forward from ``group`` (tiles only increase)."""
+    while prefix[group + 1] * n_tiles <= tile:
+        group = group + 1
+    return group

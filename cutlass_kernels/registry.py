@@ -1,0 +1,46 @@
+"""Which CuTe kernels exist per arch, and compiling all of them (with PTX and cubin) for the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
+from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
+from cutlass_kernels.sm100_gemm import Sm100GroupedGemm
+
+_KERNELS: dict[str, type] = {"sm_90a": Sm90GroupedGemm, "sm_100a": Sm100GroupedGemm}
+TILE_MN = (128, 256)
+OUT_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def spec_for(arch: str, op: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> KernelSpec:
+    return KernelSpec(arch, op, in_dtype, out_dtype, *TILE_MN)
+
+
+def all_specs(arch: str) -> list[KernelSpec]:
+    """Every kernel the ``arch`` backend launches: BF16 fprop and dgrad, BF16 or FP32 out."""
+    if arch not in ARCHES:
+        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
+    return [spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad") for out in OUT_DTYPES]
+
+
+def kernel_for(spec: KernelSpec) -> Any:
+    return _KERNELS[spec.arch](spec.tile_m, spec.tile_n)
+
+
+def compiled(spec: KernelSpec) -> Any:
+    """The compiled kernel of ``spec`` (compiled on first use, then cached in-process)."""
+    return compile_spec(spec, kernel_for(spec))
+
+
+def compile_all(arch: str, out_dir: Path) -> list[Path]:
+    """Compile every kernel of ``arch`` and write ``<name>.ptx`` / ``<name>.cubin`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for spec in all_specs(arch):
+        compile_spec(spec, kernel_for(spec), out_dir)
+        written += [out_dir / f"{spec.name}.ptx", out_dir / f"{spec.name}.cubin"]
+    return written

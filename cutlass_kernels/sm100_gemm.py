@@ -1,0 +1,302 @@
+"""Blackwell (sm100a) contiguous M-grouped GEMM: TMA loads, tcgen05 MMA into tensor memory, persistent
+warp-specialized CTAs.
+
+Warp 5 loads A (the tile's group rows) and B[group] K-slices with TMA into a shared-memory ring,
+warp 4 issues tcgen05.mma into one of two tensor-memory accumulators, and warps 0-3 drain the other
+accumulator to global memory, so the epilogue of one tile overlaps the mainloop of the next. The
+group-major tile order and the shared-memory M-tile prefix are those of
+:mod:`cutlass_kernels.tile_schedule`, built on the device from ``offs`` (no recompile, no host sync,
+CUDA-graph capturable).
+
+The epilogue stores are predicated on the tile's group end (and N): rows of a tile past its group belong
+to the next group and are never written. B may be K-major (fprop) or N-major (dgrad, B^T in place).
+"""
+
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.blackwell_helpers as sm100_utils
+from cutlass.cute.nvgpu import cpasync, tcgen05
+
+from cutlass_kernels import tile_schedule
+from cutlass_kernels.cute_base import MAX_GROUPS, advance_group, build_tile_prefix
+
+_EPI_WARPS = (0, 1, 2, 3)
+_MMA_WARP = 4
+_TMA_WARP = 5
+_ACC_STAGES = 2
+
+
+class Sm100GroupedGemm:
+    """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` for one tile shape."""
+
+    def __init__(self, tile_m: int = 128, tile_n: int = 256) -> None:
+        if tile_m != 128 or tile_n not in (128, 256):
+            raise ValueError(f"sm100 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
+        self.cta_tile_shape_mnk = (tile_m, tile_n, 0)
+        self.tile_m, self.tile_n = tile_m, tile_n
+        self.acc_dtype = cutlass.Float32
+        self.use_2cta_instrs = False
+        self.threads = 32 * (len(_EPI_WARPS) + 2)
+
+    def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
+        self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
+        self.c_layout = utils.LayoutEnum.from_tensor(c)
+        self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
+            self.a_dtype,
+            utils.LayoutEnum.from_tensor(a).mma_major_mode(),
+            utils.LayoutEnum.from_tensor(b).mma_major_mode(),
+            self.acc_dtype,
+            tcgen05.CtaGroup.ONE,
+            (self.tile_m, self.tile_n),
+        )
+        tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
+        self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
+        self.cta_tile_shape_mnk = self.mma_tiler
+        self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
+            self.cta_tile_shape_mnk, False, self.c_layout, self.c_dtype
+        )
+        one_a = sm100_utils.make_smem_layout_a(self.tiled_mma, self.mma_tiler, self.a_dtype, 1)
+        one_b = sm100_utils.make_smem_layout_b(self.tiled_mma, self.mma_tiler, self.b_dtype, 1)
+        stage_bytes = cute.size_in_bytes(self.a_dtype, one_a) + cute.size_in_bytes(self.b_dtype, one_b)
+        free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
+        self.stages = free // stage_bytes
+        self.a_smem = sm100_utils.make_smem_layout_a(
+            self.tiled_mma, self.mma_tiler, self.a_dtype, self.stages
+        )
+        self.b_smem = sm100_utils.make_smem_layout_b(
+            self.tiled_mma, self.mma_tiler, self.b_dtype, self.stages
+        )
+        self.tmem_cols = utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+
+    def _acc_fragment(self, tiled_mma: cute.TiledMma) -> cute.Tensor:
+        """The two accumulator stages' tensor-memory layout (MMA, MMA_M, MMA_N, STAGE)."""
+        acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
+        return tiled_mma.make_fragment_C(cute.append(acc_shape, _ACC_STAGES))
+
+    @cute.jit
+    def __call__(
+        self,
+        a: cute.Tensor,
+        b: cute.Tensor,
+        c: cute.Tensor,
+        offs: cute.Tensor,
+        num_ctas: cutlass.Int32,
+        stream,
+    ) -> None:
+        """a (M, K); b (N, K, G) K- or N-major; c (M, N); offs (G,) int32 row ends; num_ctas persistent
+        CTAs (the SM count)."""
+        self._setup(a, b, c)
+        a_stage = cute.slice_(self.a_smem, (None, None, None, 0))
+        b_stage = cute.slice_(self.b_smem, (None, None, None, 0))
+        one_cta = cute.make_layout((1, 1, 1, 1))
+        tma_a, mA = cute.nvgpu.make_tiled_tma_atom_A(
+            cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE),
+            a,
+            a_stage,
+            self.mma_tiler,
+            self.tiled_mma,
+            one_cta.shape,
+        )
+        tma_b, mB = cute.nvgpu.make_tiled_tma_atom_B(
+            cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE),
+            b,
+            b_stage,
+            self.mma_tiler,
+            self.tiled_mma,
+            one_cta.shape,
+        )
+        self.tma_bytes = cute.size_in_bytes(self.a_dtype, a_stage) + cute.size_in_bytes(self.b_dtype, b_stage)
+
+        @cute.struct
+        class Storage:
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            acc_barriers: cute.struct.MemRange[cutlass.Int64, _ACC_STAGES * 2]
+            tmem_dealloc: cutlass.Int64
+            tmem_base: cutlass.Int32
+            tile_prefix: cute.struct.MemRange[cutlass.Int32, MAX_GROUPS + 1]
+
+        self.storage = Storage
+        c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
+        self.kernel(
+            self.tiled_mma, tma_a, mA, tma_b, mB, c3, offs, one_cta, self.a_smem, self.b_smem, self.epi_tile
+        ).launch(grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(
+        self,
+        tiled_mma: cute.TiledMma,
+        tma_a: cute.CopyAtom,
+        mA: cute.Tensor,
+        tma_b: cute.CopyAtom,
+        mB: cute.Tensor,
+        mC: cute.Tensor,
+        offs: cute.Tensor,
+        one_cta: cute.Layout,
+        a_smem: cute.ComposedLayout,
+        b_smem: cute.ComposedLayout,
+        epi_tile: cute.Tile,
+    ) -> None:
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        tidx, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        if warp == _TMA_WARP:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+
+        smem = utils.SmemAllocator()
+        storage = smem.allocate(self.storage)
+        ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
+            barrier_storage=storage.ring_barriers.data_ptr(),
+            num_stages=self.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            tx_count=self.tma_bytes,
+            cta_layout_vmnk=one_cta,
+            defer_sync=True,
+        ).make_participants()
+        acc_pipeline = pipeline.PipelineUmmaAsync.create(
+            barrier_storage=storage.acc_barriers.data_ptr(),
+            num_stages=_ACC_STAGES,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, len(_EPI_WARPS)),
+            cta_layout_vmnk=one_cta,
+            defer_sync=True,
+        )
+        tmem = utils.TmemAllocator(
+            storage.tmem_base.ptr,
+            barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=2, num_threads=32 * (len(_EPI_WARPS) + 1)),
+            allocator_warp_id=_EPI_WARPS[0],
+            is_two_cta=False,
+            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc.ptr,
+        )
+        pipeline.pipeline_init_arrive(cluster_shape_mn=one_cta, is_relaxed=True)
+        sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
+        sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
+        prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
+        pipeline.pipeline_init_wait(cluster_shape_mn=one_cta)
+        if warp == _TMA_WARP:
+            build_tile_prefix(offs, prefix, self.tile_m)
+        cute.arch.sync_threads()
+
+        m_total, n_total, _ = mC.shape
+        n_tiles = cute.ceil_div(n_total, self.tile_n)
+        k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
+        total = prefix[cute.size(offs)] * n_tiles
+        thr_mma = tiled_mma.get_slice(0)
+        acc_layout = self._acc_fragment(tiled_mma).layout
+        tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
+        tile_mn = cute.select(self.mma_tiler, mode=[0, 1])
+
+        if warp == _TMA_WARP:
+            # B[g] K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G)
+            gB = cute.local_tile(mB, cute.select(self.mma_tiler, mode=[1, 2]), (None, None, None))
+            tBsB, tBgB = cpasync.tma_partition(
+                tma_b,
+                0,
+                cute.make_layout(1),
+                cute.group_modes(sB, 0, 3),
+                cute.group_modes(thr_mma.partition_B(gB), 0, 3),
+            )
+            group = cutlass.Int32(0)
+            tile = cta
+            while tile < total:
+                group = advance_group(prefix, group, tile, n_tiles)
+                row, _, n_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
+                gA = cute.local_tile(cute.domain_offset((row, 0), mA), tile_mk, (0, None))
+                tAsA, tAgA = cpasync.tma_partition(
+                    tma_a,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(sA, 0, 3),
+                    cute.group_modes(thr_mma.partition_A(gA), 0, 3),
+                )
+                ab_producer.reset()
+                for k in cutlass.range(k_tiles, unroll=1):
+                    handle = ab_producer.acquire_and_advance()
+                    cute.copy(tma_a, tAgA[(None, k)], tAsA[(None, handle.index)], tma_bar_ptr=handle.barrier)
+                    cute.copy(
+                        tma_b,
+                        tBgB[(None, n_tile, k, group)],
+                        tBsB[(None, handle.index)],
+                        tma_bar_ptr=handle.barrier,
+                    )
+                tile = tile + grid
+            ab_producer.tail()
+
+        if warp == _MMA_WARP:
+            tmem.wait_for_alloc()
+            acc_base = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), acc_layout)
+            tCrA = tiled_mma.make_fragment_A(sA)
+            tCrB = tiled_mma.make_fragment_B(sB)
+            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _ACC_STAGES)
+            tile = cta
+            while tile < total:
+                acc = acc_base[(None, None, None, acc_state.index)]
+                ab_consumer.reset()
+                acc_pipeline.producer_acquire(acc_state)
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+                for _k in cutlass.range(k_tiles, unroll=1):
+                    handle = ab_consumer.wait_and_advance()
+                    for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
+                        cute.gemm(
+                            tiled_mma,
+                            acc,
+                            tCrA[(None, None, kb, handle.index)],
+                            tCrB[(None, None, kb, handle.index)],
+                            acc,
+                        )
+                        tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                    handle.release()
+                acc_pipeline.producer_commit(acc_state)
+                acc_state.advance()
+                tile = tile + grid
+            acc_pipeline.producer_tail(acc_state)
+
+        if warp < _MMA_WARP:
+            tmem.allocate(self.tmem_cols)
+            tmem.wait_for_alloc()
+            acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
+            acc_base = cute.make_tensor(acc_ptr, acc_layout)
+            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, _ACC_STAGES)
+            coords = cute.make_identity_tensor(mC.shape)
+            group = cutlass.Int32(0)
+            tile = cta
+            while tile < total:
+                group = advance_group(prefix, group, tile, n_tiles)
+                row, row_end, n_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
+                tile_coord = (0, n_tile, 0)
+                gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
+                cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
+                bounds = cute.make_identity_tensor((cutlass.min(row_end, m_total), n_total, 1))
+                acc_state = utils.gemm.sm100.epilogue(
+                    self,
+                    tidx,
+                    acc_base,
+                    thr_mma.partition_C(gC),
+                    epi_tile,
+                    lambda x: x,
+                    tile_coord,
+                    acc_state,
+                    acc_pipeline,
+                    tCcC_base=thr_mma.partition_C(cC),
+                    mC_mnl=bounds,
+                )
+                tile = tile + grid
+            pipeline.NamedBarrier(barrier_id=3, num_threads=32 * len(_EPI_WARPS)).arrive_and_wait()
+            tmem.relinquish_alloc_permit()
+            tmem.free(acc_ptr)
+
+    @cute.jit
+    def _tile_rows(self, prefix: cute.Tensor, offs: cute.Tensor, group, tile, n_tiles):
+        """(first row, group end row, N tile) of linear ``tile`` in ``group``."""
+        first = prefix[group]
+        m_local, n_tile = tile_schedule.decode(tile - first * n_tiles, prefix[group + 1] - first)
+        row = m_local * self.tile_m
+        if group > 0:
+            row = row + offs[group - 1]
+        return row, offs[group], n_tile
