@@ -38,8 +38,6 @@ def unsupported_reason(
         return f"operands are {a.dtype}, the kernels take bfloat16"
     if out_dtype not in registry.OUT_DTYPES:
         return f"output dtype {out_dtype} is not bfloat16/float32"
-    if not a.is_cuda:
-        return "operands are not on a CUDA device"
     if not 1 <= offs.shape[0] <= MAX_GROUPS or a.shape[0] == 0:
         return f"{offs.shape[0]} groups / {a.shape[0]} rows (kernels take 1..{MAX_GROUPS} groups, >= 1 row)"
     if a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec:
@@ -48,6 +46,8 @@ def unsupported_reason(
         return f"B strides {b_kernel.stride()} are not contiguous with 16-byte aligned rows"
     if any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
         return "operand base addresses are not 16-byte aligned"
+    if not a.is_cuda:
+        return "operands are not on a CUDA device"
     return ""
 
 
