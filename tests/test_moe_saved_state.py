@@ -1,0 +1,93 @@
+"""The report's saved-state facts, measured on real stacks of layers (packing: ten forwards, then the
+backwards in reverse order), and recompute that really reproduces the retained computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pipeline.matrix import PROFILES
+from pipeline.moe import ExpertWeights, MoEConfig, build_stack, routing_plan
+
+T, K, E, D, F = 2048, 6, 12, 32, 32
+
+
+def _cfg(implementation: str, tokens: int = T, **kw) -> MoEConfig:
+    pipeline = "native" if implementation == "mok" else "bf16"
+    return MoEConfig(
+        d_model=D,
+        d_ff=F,
+        num_experts=E,
+        top_k=K,
+        implementation=implementation,
+        pipeline=pipeline,
+        precision="bf16",
+        dtype=torch.float32,
+        budget_tokens=tokens,
+        **kw,
+    )
+
+
+def _run_stack(cfg: MoEConfig, loads, tokens: int = T):
+    """One process is the tracked GPU: feeding it f x T tokens gives it f x T x K routed rows."""
+    stack = build_stack(cfg, [ExpertWeights.random(cfg, seed=i) for i in range(len(loads))])
+    gen = torch.Generator().manual_seed(0)
+    counts = [round(f * tokens) for f in loads]
+    xs = [torch.randn(n, D, generator=gen).requires_grad_() for n in counts]
+    routes = [routing_plan(n, E, K, 1, 1.0, seed=i).for_rank(0) for i, n in enumerate(counts)]
+    ys = stack(xs, routes)
+    states = stack.saved_state
+    stack.backward(ys, [torch.randn(y.shape, generator=gen) for y in ys])
+    return stack, states, xs
+
+
+def test_mok_budget_is_32768_rows_about_2_67() -> None:
+    _, states, _ = _run_stack(_cfg("mok"), [1.0])
+    assert states[0]["budget_rows"] == 32768
+    assert states[0]["factor"] == pytest.approx(2.6667, abs=1e-4)
+    assert 2.5 * T * K == 30720
+
+
+@pytest.mark.parametrize(("profile", "exceeding"), [("a", 2), ("b", 3), ("balanced", 0)])
+def test_mok_layers_over_budget(profile: str, exceeding: int) -> None:
+    _, states, _ = _run_stack(_cfg("mok"), PROFILES[profile])
+    over = [s for s in states if s["overflow"]]
+    assert len(over) == exceeding
+    for s, f in zip(states, PROFILES[profile], strict=True):
+        assert s["routed_rows"] == round(f * T) * K
+        assert s["retained_rows"] + s["recomputed_rows"] == s["routed_rows"]
+        assert s["retained_rows"] == min(s["routed_rows"], 32768)
+
+
+@pytest.mark.parametrize("profile", ["balanced", "a", "b"])
+def test_dist_moe_capacity_flag_is_zero(profile: str) -> None:
+    stack, states, _ = _run_stack(_cfg("dist-moe"), PROFILES[profile])
+    assert [s["overflow"] for s in states] == [False] * 10
+    assert all(s["recomputed_rows"] == 0 and s["retained_rows"] == s["routed_rows"] for s in states)
+    assert stack.layers[0].policy.used == 0  # every backward gave its rows back to the shared slot
+
+
+def test_dist_moe_flags_an_overflowing_slot() -> None:
+    """A load beyond the receive scratch (8x) raises the capacity flag."""
+    _, states, _ = _run_stack(_cfg("dist-moe", tokens=64), [9.0], tokens=64)
+    assert states[0]["overflow"] is True
+
+
+def test_packing_issues_all_forwards_before_reverse_backwards() -> None:
+    stack, _, _ = _run_stack(_cfg("mok", tokens=32), [1.0] * 10, tokens=32)
+    assert stack.order == [("forward", i) for i in range(10)] + [("backward", i) for i in reversed(range(10))]
+
+
+def test_recompute_gives_the_gradients_of_full_retention() -> None:
+    """Profile A at T = 64 (budget 1024 rows): two layers recompute; a huge factor retains everything."""
+    tokens = 64
+    tight, tight_states, tight_x = _run_stack(_cfg("mok", tokens), PROFILES["a"], tokens)
+    roomy, roomy_states, roomy_x = _run_stack(
+        _cfg("mok", tokens, activation_factor=100.0), PROFILES["a"], tokens
+    )
+    assert sum(s["recomputed_rows"] > 0 for s in tight_states) == 2
+    assert sum(s["recomputed_rows"] for s in roomy_states) == 0
+    for a, b in zip(tight_x, roomy_x, strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-6, atol=1e-6)
+    for (name, p), q in zip(tight.named_parameters(), roomy.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-6, msg=name)
