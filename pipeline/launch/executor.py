@@ -8,7 +8,7 @@ from typing import Any
 
 import submitit
 
-EXECUTORS = ("local",)
+EXECUTORS = ("local", "slurm")
 
 
 def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
@@ -25,11 +25,34 @@ def make_executor(launcher: dict[str, Any], folder: Path, ranks: int, gpus: bool
     if kind not in EXECUTORS:
         raise ValueError(f"executor {kind!r}; allowed: {', '.join(EXECUTORS)}")
     nodes, per_node = resource_shape(ranks, launcher["tasks_per_node"])
+    if kind == "slurm":
+        return slurm_executor(launcher, folder, nodes, per_node)
     executor = submitit.LocalExecutor(folder=folder)
     executor.update_parameters(
         nodes=nodes,
         tasks_per_node=per_node,
         gpus_per_node=per_node if gpus else 0,
         timeout_min=launcher["timeout_min"],
+    )
+    return executor
+
+
+def slurm_executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
+    """sbatch for ``nodes`` x ``per_node`` tasks, one GPU per task on GPU clusters.
+
+    ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
+    new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
+    """
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=launcher["max_timeouts"])
+    executor.update_parameters(
+        job_name="moe-bench",
+        partition=launcher["partition"],
+        time=launcher["timeout_min"],
+        nodes=nodes,
+        ntasks_per_node=per_node,
+        cpus_per_task=launcher["cpus_per_task"],
+        gpus_per_node=per_node if launcher["gpus"] else None,
+        signal_delay_s=launcher["signal_delay_s"],
+        additional_parameters={"no-requeue": True},
     )
     return executor

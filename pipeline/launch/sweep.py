@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import submitit
+
 from pipeline.bench.distributed import resolve_device
 from pipeline.bench.execute import run_execution
 from pipeline.bench.work import routing_plans
@@ -79,10 +81,24 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
 
 
 def run(planned: list[Planned], launcher: dict[str, Any]) -> list[Outcome]:
-    """Submit the executions one at a time, wait for each, print progress and a summary."""
+    """Submit the executions, wait for each, print progress and a summary.
+
+    Local jobs run one at a time. On Slurm all go out at once, as job arrays (see
+    :mod:`pipeline.launch.slurm`); with ``wait: false`` the sweep returns right after submitting.
+    """
+    if launcher["executor"] == "slurm":
+        from pipeline.launch.slurm import submit  # it builds on this module
+
+        jobs = submit(planned, launcher)
+        if not launcher["wait"]:
+            datasets = " ".join(sorted({str(p.dataset) for p in planned}))
+            print(f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}")
+            return [Outcome(p, None, None) for p in planned]
+        waiting = (collect(p, job) for p, job in zip(planned, jobs, strict=True))
+    else:
+        waiting = (_run_one(p, launcher) for p in planned)
     outcomes = []
-    for number, p in enumerate(planned, start=1):
-        outcome = _run_one(p, launcher)
+    for number, outcome in enumerate(waiting, start=1):
         outcomes.append(outcome)
         print(f"[{number}/{len(planned)}] {progress_line(outcome)}", flush=True)
     failed = sum(o.error is not None for o in outcomes)
@@ -102,12 +118,19 @@ def _run_one(p: Planned, launcher: dict[str, Any]) -> Outcome:
     gpus = resolve_device(p.config["device"]) == "cuda"
     executor = make_executor(launcher, p.log_dir, p.shape.ranks, gpus)
     job = executor.submit(run_execution, p.config, p.attempt, launcher["cluster"])
-    record = {"execution_id": p.execution.execution_id, "attempt": p.attempt, "job_id": str(job.job_id)}
+    record_submitted(p, job, launcher)
+    return collect(p, job)
+
+
+def record_submitted(p: Planned, job: submitit.Job, launcher: dict[str, Any]) -> None:
+    """The ledger's "submitted" record of one job."""
     ledger.append(
         p.dataset,
         {
             "event": "submitted",
-            **record,
+            "execution_id": p.execution.execution_id,
+            "attempt": p.attempt,
+            "job_id": str(job.job_id),
             "overrides": p.overrides,
             "launcher": launcher["executor"],
             "cluster": launcher["cluster"],
@@ -115,6 +138,11 @@ def _run_one(p: Planned, launcher: dict[str, Any]) -> Outcome:
             "submitted_at": ledger.now(),
         },
     )
+
+
+def collect(p: Planned, job: submitit.Job) -> Outcome:
+    """Wait for the job; record its failure in the ledger unless the job itself did."""
+    record = {"execution_id": p.execution.execution_id, "attempt": p.attempt, "job_id": str(job.job_id)}
     try:
         summary = job.results()[0]
     except Exception as err:  # submitit re-raises the task's error (or reports the job's death)
