@@ -73,7 +73,7 @@ def init(device: str, timeout_s: float) -> Context:
         local_rank=env.local_rank,
         device=target,
         job_id=env.job_id,
-        hostname=env.hostname,
+        hostname=env.hostnames[env.node],  # the scheduler's node name: nodes may share a machine
         cluster=env.cluster,
     )
 
