@@ -46,20 +46,21 @@ def dataset_status(dataset: Path) -> list[ExecutionStatus]:
     states = job_states(list(jobs.values()))
     out = []
     for execution_id in sorted(executions):
-        shard = _valid_shard(dataset, execution_id)
+        shard, rejected = _valid_shard(dataset, execution_id)
         record = submitted.get(execution_id)
         if shard is not None:
             out.append(ExecutionStatus(execution_id, DONE, shard[0], shard[1], str(shard[2]), None, record))
             continue
+        no_shard = f"no valid shard ({rejected})" if rejected else "no shard"
         if record is None:
-            out.append(ExecutionStatus(execution_id, MISSING, None, None, "no valid shard", None, None))
+            out.append(ExecutionStatus(execution_id, MISSING, None, None, no_shard, None, None))
             continue
         job = jobs[execution_id]
         state = states[job.job_id]
         log = error_log(job)
         attempt = record["attempt"]
         if state.state == COMPLETED:
-            kind, detail = MISSING, f"job {job.job_id} completed but left no valid shard"
+            kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
         elif state.state == FAILED:
             kind, detail = FAILED, failures.get((execution_id, attempt), state.reason or "")
         else:
@@ -90,18 +91,20 @@ def _executions_with_shards(dataset: Path) -> set[str]:
     return {p.name.removeprefix("execution=") for p in root.iterdir() if p.name.startswith("execution=")}
 
 
-def _valid_shard(dataset: Path, execution_id: str) -> tuple[int, str, Path] | None:
-    """(attempt, job id, path) of the newest shard that passes validation, if any."""
+def _valid_shard(dataset: Path, execution_id: str) -> tuple[tuple[int, str, Path] | None, str | None]:
+    """((attempt, job id, path) of the newest shard that passes validation, or None; the newest
+    rejection reason, or None)."""
     folder = shard_dir(dataset, execution_id)
-    if not folder.is_dir():
-        return None
-    for path in sorted(folder.glob("attempt-*.parquet"), key=_attempt_number, reverse=True):
-        try:
-            shard = read_shard(path)
-        except ShardError:
-            continue
-        return shard.attempt, str(shard.identity["job_id"]), path
-    return None
+    rejected = None
+    if folder.is_dir():
+        for path in sorted(folder.glob("attempt-*.parquet"), key=_attempt_number, reverse=True):
+            try:
+                shard = read_shard(path)
+            except ShardError as err:
+                rejected = rejected or f"{path.name}: {err.reason}"
+                continue
+            return (shard.attempt, str(shard.identity["job_id"]), path), None
+    return None, rejected
 
 
 def _attempt_number(path: Path) -> int:
