@@ -1,0 +1,283 @@
+"""The GPU check of the CuTe grouped GEMMs: correctness against an FP32 reference on fresh random
+routings (ragged, empty groups, M / N / K tails, CUDA-graph replay with a new routing), then timings
+against ``torch._grouped_mm`` and a dense ``torch.matmul`` of equal FLOPs.
+
+Shapes: the seed-003 reference workload (256 experts, top-8, hidden 8192, intermediate 2048) and the
+report's per-rank shapes (D = 7168, F in 1536/3072/6144, 384 experts over EP 8..64 -> 48..6 local
+experts, 2048 tokens per GPU, top-6). Each expert GEMM is timed as the up projection (N = 2F gate+up,
+K = D) and the down projection (N = D, K = F). Timings: CUDA events around each call, median of the
+timed calls after warm-up, inputs rotated across copies so no call finds its operands in L2.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from cutlass_kernels import api, quantize_mx
+
+SEED_003 = {"experts": 256, "top_k": 8, "hidden": 8192, "inter": 2048, "tokens": 4096}
+REPORT = {"experts": 384, "top_k": 6, "hidden": 7168, "tokens": 2048, "inter": (1536, 3072, 6144)}
+REPORT_EP = (8, 16, 32, 64)
+ROTATE_BYTES = 512 * 2**20  # rotate inputs until a call's operands have left a ~60 MB L2 several times
+WARMUP, ITERS = 5, 20
+
+
+@dataclass
+class Shape:
+    name: str
+    groups: int
+    rows: int  # routed rows = tokens * top_k
+    n: int
+    k: int
+
+
+@dataclass
+class Correctness:
+    case: str
+    op: str
+    out_dtype: str
+    max_rel_err: float
+    tol: float
+    ok: bool
+
+
+@dataclass
+class Timing:
+    shape: str
+    groups: int
+    rows: int
+    n: int
+    k: int
+    cute_ms: float
+    grouped_mm_ms: float
+    dense_ms: float
+    cute_tflops: float
+    grouped_mm_tflops: float
+    dense_tflops: float
+    frac_of_dense_peak: float
+    speedup_vs_grouped_mm: float
+
+
+def timing_shapes() -> list[Shape]:
+    s = SEED_003
+    rows = s["tokens"] * s["top_k"]
+    shapes = [
+        Shape("seed003-up", s["experts"], rows, 2 * s["inter"], s["hidden"]),
+        Shape("seed003-down", s["experts"], rows, s["hidden"], s["inter"]),
+    ]
+    r = REPORT
+    for f in r["inter"]:
+        for ep in REPORT_EP:
+            g, rows = r["experts"] // ep, r["tokens"] * r["top_k"]
+            shapes.append(Shape(f"D{r['hidden']}-F{f}-EP{ep}-up", g, rows, 2 * f, r["hidden"]))
+            shapes.append(Shape(f"D{r['hidden']}-F{f}-EP{ep}-down", g, rows, r["hidden"], f))
+    return shapes
+
+
+def random_sizes(groups: int, rows: int, gen: torch.Generator, empty: int = 1) -> list[int]:
+    """Skewed expert loads summing to ``rows`` with ``empty`` experts receiving nothing."""
+    weights = torch.rand(groups, generator=gen) ** 2 + 0.05
+    weights[torch.randperm(groups, generator=gen)[: min(empty, groups - 1)]] = 0
+    sizes = torch.floor(weights / weights.sum() * rows).long()
+    sizes[int(torch.argmax(weights))] += rows - int(sizes.sum())
+    return sizes.tolist()
+
+
+def offsets(sizes: list[int], device: torch.device) -> torch.Tensor:
+    return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
+
+
+def reference(a: torch.Tensor, b: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """FP32 per-group products of the same (rounded) operands; b is [G, N, K]."""
+    out = torch.zeros(a.shape[0], b.shape[1], device=a.device)
+    start = 0
+    for g, size in enumerate(sizes):
+        out[start : start + size] = a[start : start + size].float() @ b[g].float().T
+        start += size
+    return out
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+
+
+def _tol(out_dtype: torch.dtype) -> float:
+    return 1e-2 if out_dtype == torch.bfloat16 else 1e-3
+
+
+def correctness(backend: str, device: torch.device, gen: torch.Generator) -> list[Correctness]:
+    """Every kernel on edge-case routings; the seed-003 and one per-rank shape on random routings."""
+    from cutlass_kernels.cute_backend import unsupported_reason
+
+    results = []
+    cases = [
+        ("edges N/K tails", [0, 1, 127, 128, 129, 0, 300, 5], 384, 200),
+        ("seed003-up", random_sizes(256, 8 * 4096, gen, empty=8), 4096, 8192),
+        ("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536),
+    ]
+    for case, sizes, n, k in cases:
+        offs = offsets(sizes, device)
+        a = torch.randn(sum(sizes), k, device=device).bfloat16()
+        b = torch.randn(len(sizes), n, k, device=device).bfloat16() / k**0.5
+        reason = unsupported_reason(a, b.permute(1, 2, 0), offs, torch.bfloat16)
+        if reason:
+            raise RuntimeError(f"case {case} would not reach the CuTe kernel: {reason}")
+        ref = reference(a, b, sizes)
+        for out_dtype in (torch.bfloat16, torch.float32):
+            out = api.grouped_gemm(a, b, offs, out_dtype=out_dtype, backend=backend)
+            results.append(_record(case, "fprop", out_dtype, out, ref))
+        dy = torch.randn(sum(sizes), n, device=device).bfloat16()
+        dx = api.grouped_gemm_dgrad(dy, b, offs, out_dtype=torch.bfloat16, backend=backend)
+        results.append(_record(case, "dgrad", torch.bfloat16, dx, reference(dy, b.transpose(1, 2), sizes)))
+        a_mx, b_mx = quantize_mx(a), quantize_mx(b)
+        out = api.grouped_gemm_mx(a_mx, b_mx, offs, out_dtype=torch.float32, backend=backend)
+        ref_mx = reference(a_mx.dequantize(), b_mx.dequantize(), sizes)
+        results.append(_record(case, "mxfp8", torch.float32, out, ref_mx))
+    results.append(_graph_replay(backend, device, gen))
+    return results
+
+
+def _record(case: str, op: str, out_dtype: torch.dtype, out: torch.Tensor, ref: torch.Tensor) -> Correctness:
+    err = rel_err(out, ref)
+    tol = _tol(out_dtype)
+    return Correctness(case, op, str(out_dtype).removeprefix("torch."), err, tol, err <= tol)
+
+
+def _graph_replay(backend: str, device: torch.device, gen: torch.Generator) -> Correctness:
+    """Capture one call in a CUDA graph, then replay it after rewriting ``offs`` in place: a kernel
+    that read the routing on the host, or synced, would fail the capture or keep the old routing."""
+    groups, rows, n, k = 16, 3000, 512, 256
+    sizes = random_sizes(groups, rows, gen, empty=2)
+    offs = offsets(sizes, device)
+    a = torch.randn(rows, k, device=device).bfloat16()
+    b = torch.randn(groups, n, k, device=device).bfloat16()
+    api.grouped_gemm(a, b, offs, backend=backend)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = api.grouped_gemm(a, b, offs, out_dtype=torch.float32, backend=backend)
+    new_sizes = random_sizes(groups, rows, gen, empty=3)
+    offs.copy_(offsets(new_sizes, device))
+    graph.replay()
+    torch.cuda.synchronize()
+    return _record("cuda-graph replay, new routing", "fprop", torch.float32, out, reference(a, b, new_sizes))
+
+
+def median_ms(fn: Callable[..., object], inputs: list[tuple]) -> float:
+    for i in range(WARMUP):
+        fn(*inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    events = []
+    for i in range(ITERS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*inputs[i % len(inputs)])
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def dense_peak_tflops(device: torch.device) -> float:
+    size = 8192
+    inputs = [(torch.randn(size, size, device=device).bfloat16(),) * 2 for _ in range(2)]
+    ms = median_ms(torch.matmul, inputs)
+    return 2 * size**3 / ms / 1e9
+
+
+def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Generator, peak: float) -> Timing:
+    sizes = random_sizes(shape.groups, shape.rows, gen, empty=1)
+    offs = offsets(sizes, device)
+    per_set = (shape.rows * shape.k + shape.groups * shape.n * shape.k) * 2
+    copies = max(1, min(4, -(-ROTATE_BYTES // per_set)))
+    sets = [
+        (
+            torch.randn(shape.rows, shape.k, device=device).bfloat16(),
+            torch.randn(shape.groups, shape.n, shape.k, device=device).bfloat16(),
+            offs,
+        )
+        for _ in range(copies)
+    ]
+    cute_ms = median_ms(lambda a, b, o: api.grouped_gemm(a, b, o, backend=backend), sets)
+    grouped_ms = median_ms(lambda a, b, o: torch._grouped_mm(a, b.transpose(1, 2), offs=o), sets)
+    del sets
+    dense_sets = [
+        (
+            torch.randn(shape.rows, shape.k, device=device).bfloat16(),
+            torch.randn(shape.k, shape.n, device=device).bfloat16(),
+        )
+        for _ in range(copies)
+    ]
+    dense_ms = median_ms(torch.matmul, dense_sets)
+    flop = 2 * shape.rows * shape.n * shape.k
+    tflops = [flop / ms / 1e9 for ms in (cute_ms, grouped_ms, dense_ms)]
+    return Timing(
+        shape.name,
+        shape.groups,
+        shape.rows,
+        shape.n,
+        shape.k,
+        cute_ms,
+        grouped_ms,
+        dense_ms,
+        *tflops,
+        frac_of_dense_peak=tflops[0] / peak,
+        speedup_vs_grouped_mm=grouped_ms / cute_ms,
+    )
+
+
+def run_check(out: Path | None, quick: bool) -> int:
+    """Exit status 0 when every correctness case passes; 1 when one fails; 2 when no GPU / no CuTe."""
+    if not torch.cuda.is_available():
+        print("cutlass_kernels check needs a CUDA GPU, and torch sees none.", file=sys.stderr)
+        return 2
+    device = torch.device("cuda", torch.cuda.current_device())
+    backend = api.resolve_backend("auto", device)
+    if backend == "torch":
+        cap = torch.cuda.get_device_capability(device)
+        print(
+            f"no CuTe backend for {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]}), "
+            "or the CUTLASS DSL cannot be imported; nothing to check.",
+            file=sys.stderr,
+        )
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    seed = int(datetime.datetime.now().timestamp())
+    torch.manual_seed(seed)  # operands: fresh data each run (the seed is recorded)
+    gen = torch.Generator().manual_seed(seed)  # routings
+    report: dict = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device),
+        "backend": backend,
+        "torch": torch.__version__,
+        "seed": seed,
+    }
+    checks = correctness(backend, device, gen)
+    report["correctness"] = [asdict(c) for c in checks]
+    print(f"{'case':<32} {'op':<6} {'out':<9} {'rel err':>9} {'tol':>7}  ok")
+    for c in checks:
+        print(f"{c.case:<32} {c.op:<6} {c.out_dtype:<9} {c.max_rel_err:9.2e} {c.tol:7.0e}  {c.ok}")
+    if not quick:
+        peak = dense_peak_tflops(device)
+        report["dense_peak_tflops"] = peak
+        timings = [time_shape(s, backend, device, gen, peak) for s in timing_shapes()]
+        report["timings"] = [asdict(t) for t in timings]
+        print(f"\ndense BF16 peak (8192^3 torch.matmul): {peak:.0f} TFLOP/s")
+        head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup")
+        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8}".format(*head))
+        for t in timings:
+            print(
+                f"{t.shape:<24} {t.groups:>4} {t.cute_tflops:10.0f} {t.grouped_mm_tflops:12.0f} "
+                f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x"
+            )
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2))
+    return 0 if all(c.ok for c in checks) else 1
