@@ -147,13 +147,14 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
         # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
         most = ranks * t * min(scale.top_k, local)
         least = ranks * t * max(0, scale.top_k - (ranks - 1) * min(scale.top_k, local))
+        hint = ""
         if ranks == 1 and len(set(workload.layer_loads)) > 1:
             most = least = -1  # one rank receives every row: unequal layer loads cannot be realized
+            hint = "; unequal layer loads need max_ranks >= 2"
         if not least <= rows <= most:
             raise ValueError(
                 f"scale {scale.name} cannot realize load {f} of {workload.name} on {ranks} rank(s): rank 0 "
-                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most} "
-                f"(use max_ranks >= 2 for unequal layer loads)"
+                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most}{hint}"
             )
         tracked_rows.append(rows)
     return Shape(

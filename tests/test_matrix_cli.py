@@ -1,0 +1,75 @@
+"""``python -m pipeline.matrix``: one line per selected execution, then the counts."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.matrix import EXECUTIONS, VARIANTS
+from pipeline.matrix.__main__ import main
+
+
+def run_cli(capsys, *arguments):
+    code = main(list(arguments))
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err
+
+
+def test_whole_matrix(capsys):
+    code, lines, _ = run_cli(capsys)
+    assert code == 0
+    assert lines[-1] == "110 executions, 44 workloads, 66 pairs"
+    ids = [line.split()[0] for line in lines[:-1]]
+    assert len(ids) == len(set(ids)) == 110
+    assert set(ids) == {e.execution_id for e in EXECUTIONS}
+
+
+def test_overrides_select_a_subset(capsys):
+    code, lines, _ = run_cli(
+        capsys, "workload=inference-ep8-f1536,packing-ep32-profile-a", "variant=glob(*)", "scale=ci"
+    )
+    assert code == 0
+    assert lines[-1] == "10 executions, 4 workloads, 6 pairs"
+    first = lines[0].split()
+    # id first, then the overrides that reproduce the execution
+    assert first[0] == "inference-ep8-f1536-bf16-dist-moe-bf16"
+    assert first[1:] == ["workload=inference-ep8-f1536", "variant=dist-moe-bf16", "scale=ci"]
+
+
+def test_a_variant_subset_counts_pairs_only_with_their_mok_partner(capsys):
+    code, lines, _ = run_cli(capsys, "workload=training-ep32-f3072", "variant=dist-moe-bf16,mok-mxfp8")
+    assert code == 0
+    assert lines[-1] == "2 executions, 2 workloads, 0 pairs"
+
+
+@pytest.mark.parametrize(
+    ("argument", "allowed"),
+    [
+        ("workload=inference-ep4-f1536", "inference-ep8-f1536"),
+        ("variant=mok-fp4", VARIANTS[0].name),
+        ("scale=huge", "ci"),
+    ],
+)
+def test_unknown_names_list_the_allowed_ones(capsys, argument, allowed):
+    code, lines, err = run_cli(capsys, argument)
+    assert code == 2 and lines == []
+    assert argument.split("=")[1] in err and allowed in err
+
+
+def test_scale_that_cannot_hold_the_ep_degree(capsys):
+    code, _, err = run_cli(capsys, "workload=training-ep64-f3072", "scale=ci", "scale.num_experts=96")
+    assert code == 2
+    assert "cannot hold EP64" in err and "num_experts 96" in err
+
+
+def test_runs_as_a_module():
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.matrix", "workload=packing-ep64-profile-b", "variant=mok-bf16"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        "packing-ep64-f3072-profile-b-bf16-mok-native workload=packing-ep64-profile-b variant=mok-bf16",
+        "1 executions, 1 workloads, 0 pairs",
+    ]
