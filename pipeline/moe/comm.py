@@ -43,9 +43,10 @@ def exchange_counts(send_counts: torch.Tensor, group: Group) -> torch.Tensor:
 def all_to_all_rows(
     rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group
 ) -> torch.Tensor:
-    """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks."""
+    """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks.
+    A single rank keeps its rows (no copy)."""
     if group.size == 1:
-        return rows.clone()
+        return rows
     rows = rows.contiguous()
     wire = rows.view(rows.shape[0], math.prod(rows.shape[1:])).view(torch.uint8)
     out = wire.new_empty(sum(recv_splits), wire.shape[1])

@@ -19,15 +19,15 @@ from pipeline.moe.comm import AllToAll, Group, all_to_all_rows, exchange_counts
 @dataclass(frozen=True)
 class DispatchPlan:
     """Index bookkeeping of one forward: ``order`` sorts this rank's T x K rows by expert; ``perm``
-    regroups the received rows (source-major) by local expert; ``offs`` are the local group ends."""
+    regroups the received rows (source-major) by local expert (None on one rank, where they already
+    are); ``offs`` are the local group ends."""
 
     order: torch.Tensor
-    order_inverse: torch.Tensor
     token_of_row: torch.Tensor
     send_splits: list[int]
     recv_splits: list[int]
-    perm: torch.Tensor
-    perm_inverse: torch.Tensor
+    perm: torch.Tensor | None
+    perm_inverse: torch.Tensor | None
     offs: torch.Tensor
 
     @property
@@ -41,20 +41,26 @@ class DispatchPlan:
         order = torch.sort(flat, stable=True).indices
         send_counts = torch.bincount(flat, minlength=num_experts).view(group.size, local)
         recv_counts = exchange_counts(send_counts, group)  # [source, local expert]
-        expert_of_row = torch.repeat_interleave(
-            torch.arange(local, device=flat.device).repeat(group.size), recv_counts.reshape(-1)
-        )
-        perm = torch.sort(expert_of_row, stable=True).indices
+        perm = perm_inverse = None
+        if group.size > 1:
+            expert_of_row = torch.repeat_interleave(
+                torch.arange(local, device=flat.device).repeat(group.size), recv_counts.reshape(-1)
+            )
+            perm = torch.sort(expert_of_row, stable=True).indices
+            perm_inverse = torch.argsort(perm)
         return cls(
             order=order,
-            order_inverse=torch.argsort(order),
             token_of_row=order // topk_idx.shape[1],
             send_splits=send_counts.sum(1).tolist(),
             recv_splits=recv_counts.sum(1).tolist(),
             perm=perm,
-            perm_inverse=torch.argsort(perm),
+            perm_inverse=perm_inverse,
             offs=torch.cumsum(recv_counts.sum(0), 0).to(torch.int32),
         )
+
+
+def _take(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    return rows if index is None else rows.index_select(0, index)
 
 
 class _DispatchFP8(torch.autograd.Function):
@@ -65,7 +71,9 @@ class _DispatchFP8(torch.autograd.Function):
         q = quantize_mx(x, "fast")
         data = all_to_all_rows(q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
         scale = all_to_all_rows(q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
-        received = MXTensor(data, scale).index_rows(plan.perm)
+        received = MXTensor(data, scale)
+        if plan.perm is not None:
+            received = received.index_rows(plan.perm)
         mx_out.append(received)
         ctx.plan, ctx.group, ctx.tokens = plan, group, x.shape[0]
         return received.dequantize(x.dtype)
@@ -73,9 +81,7 @@ class _DispatchFP8(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         plan = ctx.plan
-        back = all_to_all_rows(
-            grad.index_select(0, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group
-        )
+        back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
         dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
         dx.index_add_(0, plan.token_of_row, back)
         return dx, None, None, None
@@ -90,11 +96,22 @@ def dispatch(
         holder: list[MXTensor] = []
         rows = _DispatchFP8.apply(x, plan, group, holder)
         return rows, holder[0]
-    rows = AllToAll.apply(x.index_select(0, plan.token_of_row), plan.send_splits, plan.recv_splits, group)
-    return rows.index_select(0, plan.perm), None
+    rows = x.index_select(0, plan.token_of_row)
+    if group.size == 1:
+        return rows, None
+    rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group)
+    return _take(rows, plan.perm), None
 
 
-def combine(y: torch.Tensor, plan: DispatchPlan, group: Group) -> torch.Tensor:
-    """Expert outputs (grouped by local expert) back to their tokens' ranks: [T x K, D], token-major."""
-    back = AllToAll.apply(y.index_select(0, plan.perm_inverse), plan.recv_splits, plan.send_splits, group)
-    return back.index_select(0, plan.order_inverse)
+def combine(
+    y: torch.Tensor, weight: torch.Tensor, plan: DispatchPlan, group: Group, tokens: int
+) -> torch.Tensor:
+    """Expert outputs (grouped by local expert) back to their tokens' ranks, each scaled by its routing
+    weight and summed per token (float32 accumulation): [T, D] in float32."""
+    back = (
+        y
+        if group.size == 1
+        else AllToAll.apply(_take(y, plan.perm_inverse), plan.recv_splits, plan.send_splits, group)
+    )
+    scaled = back.float() * weight.reshape(-1)[plan.order].unsqueeze(-1)
+    return scaled.new_zeros(tokens, y.shape[1]).index_add(0, plan.token_of_row, scaled)

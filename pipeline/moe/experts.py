@@ -76,7 +76,7 @@ class GroupedSwiGLU(torch.autograd.Function):
             h = grouped_gemm_mx(mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend)
             a = quantize_mx(swiglu(h), mx.mode)
             y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend)
-        ctx.save_for_backward(x, h[:retained].clone(), offs)
+        ctx.save_for_backward(x, h if retained >= h.shape[0] else h[:retained].clone(), offs)
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
         ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
         if mx is not None:  # the overflow rows' MX inputs, for an exact recompute

@@ -66,10 +66,10 @@ class MoELayer(torch.nn.Module):
         w1, w2 = self.w1, self.w2
         if mx is not None:  # the GEMMs multiply these values; autograd sees them (straight-through)
             rows = rows if rows_mx is not None else _straight_through(rows, mx.rows.dequantize(cfg.dtype))
-        out = grouped_swiglu(rows, w1, w2, plan.offs, state.retained_rows, mx, cfg.backend, release)
+        kept = state.retained_rows if hold else 0  # without autograd nothing is saved
+        out = grouped_swiglu(rows, w1, w2, plan.offs, kept, mx, cfg.backend, release)
 
-        routed = combine(out, plan, self.group).view(tokens, cfg.top_k, cfg.d_model)
-        y = (routed.float() * topk_weight.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+        y = combine(out, topk_weight, plan, self.group, tokens).to(x.dtype)
         return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
 
     def _mx_operands(self, rows: torch.Tensor, rows_mx) -> MXOperands | None:
