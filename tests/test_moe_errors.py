@@ -77,3 +77,14 @@ def _build_with_odd_experts(rank: int, world: int) -> str:
 def test_experts_must_divide_over_ranks() -> None:
     messages = run_ranks(4, _build_with_odd_experts)
     assert all("num_experts=6 is not divisible by 4 ranks" in m for m in messages), messages
+
+
+def test_routing_is_revalidated_when_it_changes() -> None:
+    """A reused routing tensor skips re-planning; an in-place edit (new version) is validated again."""
+    layer = _layer()
+    x, idx, weight = torch.randn(4, 64), torch.tensor([[0, 1]] * 4), torch.full((4, 2), 0.5)
+    y = layer(x, idx, weight)
+    torch.testing.assert_close(layer(x, idx, weight), y)
+    idx[2, 1] = 0
+    with pytest.raises(ValueError, match="token 2 routes to expert ids \\[0, 0\\]"):
+        layer(x, idx, weight)
