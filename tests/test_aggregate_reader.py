@@ -165,6 +165,33 @@ def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
         read_shard(odd_name)
 
 
+@pytest.mark.parametrize("statistics", [True, False])
+def test_identity_is_checked_with_or_without_column_statistics(tmp_path: Path, statistics: bool) -> None:
+    """Writers may omit parquet statistics: the reader then decodes the columns instead."""
+    table = _table()
+    path = shard_path(tmp_path, TRAINING.execution_id, 1)
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path, write_statistics=statistics, row_group_size=7)
+    assert read_shard(path).identity["job_id"] == table.column("job_id")[0].as_py()
+    pq.write_table(_varying_device(table), path, write_statistics=statistics, row_group_size=7)
+    with pytest.raises(ShardError, match=r"column\(s\) \['device'\] vary between rows"):
+        read_shard(path)
+
+
+def test_null_values_are_rejected(tmp_path: Path) -> None:
+    table = _table()
+    nullable = pa.schema([f.with_nullable(True) for f in SCHEMA], metadata=table.schema.metadata)
+    for column in ("device", "window_ms"):
+        values = table.column(column).to_pylist()
+        with_null = table.cast(nullable)
+        with_null = with_null.set_column(
+            SCHEMA.get_field_index(column), nullable.field(column), pa.array([None, *values[1:]])
+        )
+        path = write_table(tmp_path, with_null)
+        with pytest.raises(ShardError, match=rf"null values in column\(s\) \['{column}'\]"):
+            read_shard(path)
+
+
 def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
     path = shard_path(tmp_path, TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)

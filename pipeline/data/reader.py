@@ -67,6 +67,8 @@ _SAVED_STATE_KEYS = {
     "recomputed_rows",
     "overflow",
 }  # one object per timed layer
+_TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
+_INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
 _ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
 
 
@@ -104,19 +106,22 @@ def read_shard(path: Path | str) -> Shard:
     """Read and validate one shard; raise ``ShardError`` naming the path and the reason."""
     path = Path(path)
     try:
-        with pq.ParquetFile(path) as file:
-            table = file.read()
+        with pa.OSFile(str(path)) as source, pq.ParquetFile(source, read_dictionary=["phase"]) as file:
+            meta = _metadata(path, file.schema_arrow)
+            _check_columns(path, file.schema_arrow)
+            if file.metadata.num_rows == 0:
+                raise ShardError(path, "no rows")
+            identity = _identity(path, file)
+            table = file.read(
+                columns=_TIMING_COLUMNS, use_threads=False
+            ).combine_chunks()  # parallel per file
     except (OSError, pa.ArrowException) as exc:
         raise ShardError(path, f"unreadable parquet ({exc})") from None
-    meta = _metadata(path, table.schema)
-    _check_columns(path, table)
-    identity = _identity(path, table)
+    nulls = [name for name in _TIMING_COLUMNS if table.column(name).null_count]
+    if nulls:
+        raise ShardError(path, f"null values in column(s) {nulls}")
     _check_names(path, meta, identity)
-    index = pc.index_in(table.column("phase"), value_set=pa.array(PHASES))
-    if index.null_count:
-        unknown = sorted(set(table.column("phase").to_pylist()) - set(PHASES))
-        raise ShardError(path, f"unknown phase(s) {unknown}; allowed: {', '.join(PHASES)}")
-    phase = index.to_numpy().astype(np.int64)
+    phase = _phase_index(path, table.column("phase").chunk(0))
     rank = table.column("rank").to_numpy().astype(np.int64)
     window = table.column("window").to_numpy().astype(np.int64)
     _check_complete(path, meta, identity["kind"], phase, rank, window)
@@ -132,8 +137,17 @@ def read_shard(path: Path | str) -> Shard:
         phase=np.asarray(PHASES)[phase],
         rank=rank,
         window_ms=window_ms,
-        iterations=table.column("iterations").to_numpy(),
+        iterations=np.full(rank.size, identity["iterations"]),
     )
+
+
+def _phase_index(path: Path, phase: pa.DictionaryArray) -> np.ndarray:
+    """Index into PHASES of every row."""
+    names = phase.dictionary.to_pylist()
+    unknown = sorted(set(names) - set(PHASES))
+    if unknown:
+        raise ShardError(path, f"unknown phase(s) {unknown}; allowed: {', '.join(PHASES)}")
+    return np.array([PHASES.index(n) for n in names], dtype=np.int64)[phase.indices.to_numpy()]
 
 
 def _metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
@@ -209,25 +223,36 @@ def _non_negative(value: Any) -> bool:
     )
 
 
-def _check_columns(path: Path, table: pa.Table) -> None:
-    got = [(f.name, f.type) for f in table.schema]
+def _check_columns(path: Path, schema: pa.Schema) -> None:
+    got = [(f.name, f.type.value_type if pa.types.is_dictionary(f.type) else f.type) for f in schema]
     want = [(f.name, f.type) for f in SCHEMA]
     if got != want:
         diff = sorted(set(map(str, got)) ^ set(map(str, want)))
         raise ShardError(path, f"columns differ from schema version {SCHEMA_VERSION}: {diff}")
-    nulls = [name for name in table.column_names if table.column(name).null_count]
-    if nulls:
-        raise ShardError(path, f"null values in column(s) {nulls}")
-    if table.num_rows == 0:
-        raise ShardError(path, "no rows")
 
 
-def _identity(path: Path, table: pa.Table) -> dict[str, Any]:
-    ids = table.select(IDENTITY_COLUMNS)
-    varying = [c for c in IDENTITY_COLUMNS if pc.count_distinct(ids.column(c)).as_py() > 1]
+def _identity(path: Path, file: pq.ParquetFile) -> dict[str, Any]:
+    """The one value of each identity column. The writer's column statistics decide when present
+    (min == max, no nulls, in every row group), which spares decoding; otherwise the column is read."""
+    groups = [file.metadata.row_group(g) for g in range(file.metadata.num_row_groups)]
+    values: dict[str, Any] = {}
+    varying: list[str] = []
+    for name in IDENTITY_COLUMNS:
+        stats = [group.column(_INDEX[name]).statistics for group in groups]
+        if all(s is not None and s.has_min_max and s.null_count == 0 for s in stats):
+            distinct = {s.min for s in stats} | {s.max for s in stats}
+        else:
+            column = file.read(columns=[name], use_threads=False).column(0)
+            if column.null_count:
+                raise ShardError(path, f"null values in column(s) {[name]}")
+            distinct = set(pc.unique(column).to_pylist())
+        if len(distinct) == 1:
+            values[name] = distinct.pop()
+        else:
+            varying.append(name)
     if varying:
         raise ShardError(path, f"column(s) {varying} vary between rows; a shard holds one execution attempt")
-    return {name: ids.column(name)[0].as_py() for name in IDENTITY_COLUMNS}
+    return values
 
 
 def _check_names(path: Path, meta: dict[str, Any], identity: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from pipeline.report.publish import write_atomic
 
 MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
 MOK_BUDGET, DIST_BUDGET = "black", "#0b3d66"
+PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 PNG_METADATA = {"Software": None}
 _MATRIX_ORDER = {w.shape_id: i for i, w in enumerate(WORKLOADS)}
 
@@ -88,7 +89,7 @@ def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]
 
 def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> Figure:
     """Per packing case and layer, in units of the balanced routed rows (T x K): each
-    implementation's row budget (tick), retained rows (solid) and recomputed rows (hatched)."""
+    implementation's row budget (tick), retained rows (solid) and recomputed rows (pale)."""
     chosen = {p["dist_execution_id"] for p in pairs if p["selected"]}
     shown = [s for s in states if s["implementation"] == "mok" or s["execution_id"] in chosen]
     cases = sorted({(s["ep"], s["precision"]) for s in shown})
@@ -112,10 +113,10 @@ def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]
     axes[0][0].set_ylim(0, 1.1 * top)
     legend = [
         Patch(color=MOK_COLOR, label="MoK retained"),
-        Patch(facecolor="white", edgecolor=MOK_COLOR, hatch="///", label="MoK recomputed"),
+        Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed"),
         Line2D([], [], color=MOK_BUDGET, marker="_", markersize=12, linestyle="none", label="MoK budget"),
         Patch(color=DIST_COLOR, label="Dist-MoE retained"),
-        Patch(facecolor="white", edgecolor=DIST_COLOR, hatch="///", label="Dist-MoE recomputed"),
+        Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed"),
         Line2D(
             [], [], color=DIST_BUDGET, marker="_", markersize=12, linestyle="none", label="Dist-MoE budget"
         ),
@@ -139,7 +140,7 @@ def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
     retained = [layer["retained_rows"] / unit for layer in layers]
     recomputed = [layer["recomputed_rows"] / unit for layer in layers]
     ax.bar(x, retained, 0.38, color=color)
-    ax.bar(x, recomputed, 0.38, bottom=retained, color="white", edgecolor=color, hatch="///")
+    ax.bar(x, recomputed, 0.38, bottom=retained, color=color, alpha=PALE)
     ax.scatter(
         x, [layer["budget_rows"] / unit for layer in layers], marker="_", s=120, color=budget_color, zorder=3
     )
