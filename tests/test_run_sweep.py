@@ -1,0 +1,142 @@
+"""``python -m pipeline.run``: the ci sweep end to end, bad overrides, and a failing execution."""
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.data.schema import METADATA_KEY, SCHEMA_VERSION
+from pipeline.launch import ledger
+from pipeline.matrix import Workload
+
+
+def run(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.run", *arguments], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def slowest_rank_median(rows: list[dict], phase: str) -> float:
+    """The report's reduction, written out: per rank the median of window_ms / iterations, then the max."""
+    ranks = sorted({r["rank"] for r in rows})
+    return max(
+        statistics.median(
+            r["window_ms"] / r["iterations"] for r in rows if r["rank"] == k and r["phase"] == phase
+        )
+        for k in ranks
+    )
+
+
+def nothing_launched(dataset: Path) -> bool:
+    return not any((dataset / name).exists() for name in ("ledger.jsonl", "shards", "logs"))
+
+
+@pytest.mark.slow
+def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
+    done = run(
+        "--multirun",
+        "workload=inference-ep8-f1536,packing-ep32-profile-a",
+        "variant=glob(*)",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "10 executions: 10 done, 0 failed"
+    progress = {line.split()[1]: line.split() for line in lines[:-1]}
+    shards = sorted(tmp_path.glob("shards/execution=*/attempt-*.parquet"))
+    assert len(shards) == 10 == len(progress)
+    records = ledger.read(tmp_path)
+    for path in shards:
+        table = pq.read_table(path)
+        meta = json.loads(table.schema.metadata[METADATA_KEY])
+        rows = table.to_pylist()
+        execution_id = path.parent.name.removeprefix("execution=")
+        workload = Workload(**meta["config"]["workload"])
+        phases = (
+            ["forward", "backward", "combined"] if workload.kind == "packing" else ["forward", "combined"]
+        )
+        shape = meta["shape"]
+        assert (meta["schema_version"], meta["execution_id"], meta["attempt"]) == (
+            SCHEMA_VERSION,
+            execution_id,
+            1,
+        )
+        assert (shape["ranks"], shape["ep"], shape["windows"], shape["iterations"]) == (2, workload.ep, 5, 2)
+        keys = sorted((r["rank"], r["phase"], r["window"]) for r in rows)
+        assert keys == sorted((k, p, w) for k in range(2) for p in phases for w in range(5))
+        assert {(r["execution_id"], r["attempt"], r["ranks"], r["iterations"]) for r in rows} == {
+            (execution_id, 1, 2, 2)
+        }
+        # rank 0's layers received f x the balanced T x K rows, by the layers' own count
+        balanced = shape["nominal_tokens"] * shape["top_k"]
+        evidence = meta["saved_state"]
+        assert [s["routed_rows"] for s in evidence] == [round(f * balanced) for f in workload.layer_loads]
+        if workload.kind == "packing":
+            recomputing = [s["layer"] for s in evidence if s["recomputed_rows"] > 0]
+            if meta["config"]["variant"]["implementation"] == "mok":
+                assert recomputing == [0, 2]  # profile A's 7.5x and 4.5x layers exceed MoK's budget
+            else:
+                assert recomputing == [] and not any(s["overflow"] for s in evidence)
+        assert meta["nvlink"]["tx_bytes_per_s"] is None and "no CUDA device" in meta["nvlink"]["reason"]
+        assert meta["memory"]["peak_rss_bytes"] > 0 and meta["memory"]["peak_allocated_bytes"] is None
+        assert meta["provenance"]["launcher"] == "local" and meta["provenance"]["versions"]["torch"]
+        # the progress line: id, the slowest-rank median iteration time, the shard
+        line = progress[execution_id]
+        assert float(line[2]) == pytest.approx(slowest_rank_median(rows, "combined"), abs=5e-4)
+        assert line[-1] == str(path)
+        events = [r["event"] for r in records if r["execution_id"] == execution_id]
+        assert events == ["submitted", "started", "finished"]
+        (submitted,) = [r for r in records if r["execution_id"] == execution_id and r["event"] == "submitted"]
+        assert submitted["overrides"][0] == f"workload={workload.name}"
+        assert submitted["overrides"][2:] == ["scale=ci", f"dataset_dir={tmp_path}"]
+        assert Path(submitted["log_dir"]) == tmp_path / "logs" / execution_id / "attempt-1"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        (
+            ["workload=inference-ep8-f1536,inference-ep4-f1536", "variant=mok-bf16"],
+            "Available options in 'workload'",
+        ),
+        (["workload=inference-ep8-f1536", "variant=mok-bf16,mok-int4"], "Available options in 'variant'"),
+        (
+            ["workload=inference-ep8-f1536,training-ep64-f3072", "variant=mok-bf16", "scale.num_experts=96"],
+            "cannot hold EP64: num_experts 96 is not a multiple of 64",
+        ),
+        (
+            ["workload=packing-ep32-profile-a", "variant=mok-bf16", "max_ranks=1"],
+            "unequal layer loads need max_ranks >= 2",
+        ),
+    ],
+)
+def test_bad_overrides_fail_before_anything_is_launched(tmp_path, arguments, expected):
+    done = run("--multirun", *arguments, "scale=ci", f"dataset_dir={tmp_path}", timeout=120)
+    assert done.returncode != 0
+    assert expected in done.stderr
+    assert nothing_launched(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_failed_execution_exits_non_zero_and_names_its_log(tmp_path):
+    # The job outlives its time limit (3 s, less than starting two ranks), so submitit kills it.
+    done = run(
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+        "hydra.launcher.timeout_min=0.05",
+        timeout=300,
+    )
+    log = tmp_path / "logs" / "inference-ep8-f1536-bf16-mok-native" / "attempt-1"
+    assert done.returncode == 1
+    assert f"FAILED inference-ep8-f1536-bf16-mok-native  log: {log}" in done.stdout
+    assert done.stdout.splitlines()[-1] == "1 executions: 0 done, 1 failed"
+    assert not list(tmp_path.glob("shards/**/*.parquet"))
+    assert [r["event"] for r in ledger.read(tmp_path)][-1] == "failed"
+    assert log.is_dir()
