@@ -3,11 +3,11 @@ for what those kernels do not cover.
 
 Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY and contiguous-K B, 1 to
 ``MAX_GROUPS`` groups, for the forward GEMM and dgrad (B read transposed in place). The MXFP8 form runs
-the block-scaled kernel where the arch has one, else dequantizes both operands to BF16 (exact for E4M3
-values times E8M0 scales within BF16's exponent range) and runs the BF16 kernel. wgrad, FP32 operands
-and anything else go to :mod:`cutlass_kernels.torch_backend`. Launches read ``offs`` on the device
-and never synchronize the host. Output rows at or past ``offs[-1]`` are left unwritten, as with
-``torch._grouped_mm``.
+the block-scaled kernel where the arch has one (sm100a; K and N multiples of 128), else dequantizes both
+operands to BF16 (exact for E4M3 values times E8M0 scales within BF16's exponent range) and runs the
+BF16 kernel. wgrad, FP32 operands and anything else go to :mod:`cutlass_kernels.torch_backend`.
+Launches read ``offs`` on the device and never synchronize the host. Output rows at or past
+``offs[-1]`` are left unwritten, as with ``torch._grouped_mm``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import cutlass
 import torch
 from cuda.bindings import driver
 
-from cutlass_kernels import registry, torch_backend
-from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, sm_count, to_cute
+from cutlass_kernels import mx_layout, registry, torch_backend
+from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, KernelSpec, sm_count, to_cute
 from cutlass_kernels.mxfp8 import MXTensor
+
+_MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
 
 
 @cache
@@ -31,11 +33,27 @@ def _sm_count(device_index: int) -> int:
 def unsupported_reason(
     a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> str:
-    """Why the CuTe kernel cannot take these operands (``""`` when it can). ``b_kernel`` is B in the
+    """Why the BF16 kernel cannot take these operands (``""`` when it can). ``b_kernel`` is B in the
     kernel's (N, K, G) view."""
-    vec = ALIGN_BYTES // 2
     if a.dtype != torch.bfloat16 or b_kernel.dtype != torch.bfloat16:
         return f"operands are {a.dtype}, the kernels take bfloat16"
+    return _layout_reason(a, b_kernel, offs, out_dtype)
+
+
+def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> str:
+    """Why the block-scaled kernel cannot take these MX operands (``""`` when it can)."""
+    k, n = a.shape[1], b.shape[1]
+    if k % _MX_MULTIPLE or n % _MX_MULTIPLE:
+        return f"K={k} and N={n} must be multiples of {_MX_MULTIPLE} for the block-scaled kernel"
+    if not (a.scale.is_contiguous() and b.scale.is_contiguous()):
+        return "MX scales are not contiguous"
+    return _layout_reason(a.data, b.data.permute(1, 2, 0), offs, out_dtype)
+
+
+def _layout_reason(
+    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+) -> str:
+    vec = ALIGN_BYTES // a.element_size()
     if out_dtype not in registry.OUT_DTYPES:
         return f"output dtype {out_dtype} is not bfloat16/float32"
     if not 1 <= offs.shape[0] <= MAX_GROUPS or a.shape[0] == 0:
@@ -52,17 +70,14 @@ def unsupported_reason(
 
 
 def launch(
-    arch: str, op: str, a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
-):
-    """Run the compiled ``op`` kernel of ``arch``: out[rows of g] = a[rows of g] @ b_kernel[:, :, g]^T."""
-    out = torch.empty(a.shape[0], b_kernel.shape[0], dtype=out_dtype, device=a.device)
-    kernel = registry.compiled(registry.spec_for(arch, op, a.dtype, out_dtype))
+    spec: KernelSpec, a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, *scales: torch.Tensor
+) -> torch.Tensor:
+    """Run the kernel of ``spec``: out[rows of g] = a[rows of g] @ b_kernel[:, :, g]^T (``scales``: the
+    MX kernel's flat atom-layout SFA and SFB)."""
+    out = torch.empty(a.shape[0], b_kernel.shape[0], dtype=spec.out_dtype, device=a.device)
     stream = driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-    kernel(
-        to_cute(a),
-        to_cute(b_kernel),
-        to_cute(out),
-        to_cute(offs),
+    registry.compiled(spec)(
+        *(to_cute(t) for t in (a, b_kernel, out, offs, *scales)),
         cutlass.Int32(_sm_count(a.device.index or 0)),
         stream,
     )
@@ -79,7 +94,7 @@ class CuteBackend:
         b_kernel = b.permute(1, 2, 0)  # [G, N, K] -> (N, K, G), K-major
         if unsupported_reason(a, b_kernel, offs, out_dtype):
             return torch_backend.grouped_gemm(a, b, offs, out_dtype)
-        return launch(self.arch, "fprop", a, b_kernel, offs, out_dtype)
+        return launch(registry.spec_for(self.arch, "fprop", a.dtype, out_dtype), a, b_kernel, offs)
 
     def grouped_gemm_dgrad(
         self, dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
@@ -87,7 +102,7 @@ class CuteBackend:
         b_kernel = b.permute(2, 1, 0)  # [G, N, K] -> (K, N, G): the reduction runs over N, N-major
         if unsupported_reason(dy, b_kernel, offs, out_dtype):
             return torch_backend.grouped_gemm_dgrad(dy, b, offs, out_dtype)
-        return launch(self.arch, "dgrad", dy, b_kernel, offs, out_dtype)
+        return launch(registry.spec_for(self.arch, "dgrad", dy.dtype, out_dtype), dy, b_kernel, offs)
 
     def grouped_gemm_wgrad(
         self, dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
@@ -95,4 +110,9 @@ class CuteBackend:
         return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
 
     def grouped_gemm_mx(self, a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype):
+        if registry.has_mx_kernel(self.arch) and not mx_unsupported_reason(a, b, offs, out_dtype):
+            sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a.scale, offs))
+            sfb = mx_layout.atom_layout(b.scale)
+            spec = registry.mx_spec_for(self.arch, out_dtype)
+            return launch(spec, a.data, b.data.permute(1, 2, 0), offs, sfa, sfb)
         return self.grouped_gemm(a.dequantize(torch.bfloat16), b.dequantize(torch.bfloat16), offs, out_dtype)

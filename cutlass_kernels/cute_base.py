@@ -27,7 +27,9 @@ ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
 _CUTE_DTYPES = {
     torch.bfloat16: cutlass.BFloat16,
     torch.float32: cutlass.Float32,
+    torch.float8_e4m3fn: cutlass.Float8E4M3FN,
 }
+MX_ATOM_BYTES = 512  # one 128-row x 4-column scale atom of the block-scaled MMA
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,8 @@ class KernelSpec:
     """The compile key: one compiled kernel per arch, operation, dtypes and tile configuration.
 
     ``op`` is ``fprop`` (B stored [G, N, K], K-major) or ``dgrad`` (the same GEMM against B^T: B
-    stored [G, K_out, N_red], so the kernel reads it N-major).
+    stored [G, K_out, N_red], so the kernel reads it N-major). ``mx``: E4M3 operands with E8M0 scales
+    per 32 elements of K (block-scaled MMA; sm100a fprop only).
     """
 
     arch: str
@@ -44,17 +47,21 @@ class KernelSpec:
     out_dtype: torch.dtype
     tile_m: int
     tile_n: int
+    mx: bool = False
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
             raise ValueError(f"arch {self.arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
         if self.op not in OPS:
             raise ValueError(f"op {self.op!r} is not allowed; allowed: {', '.join(OPS)}")
+        if self.mx and (self.arch, self.op, self.in_dtype) != ("sm_100a", "fprop", torch.float8_e4m3fn):
+            raise ValueError(f"MX kernels are sm_100a fprop with float8_e4m3fn operands, got {self}")
 
     @property
     def name(self) -> str:
         dtypes = f"{str(self.in_dtype).removeprefix('torch.')}-{str(self.out_dtype).removeprefix('torch.')}"
-        return f"grouped_{self.op}_{dtypes}_{self.tile_m}x{self.tile_n}_{self.arch}"
+        op = f"{self.op}_mx" if self.mx else self.op
+        return f"grouped_{op}_{dtypes}_{self.tile_m}x{self.tile_n}_{self.arch}"
 
 
 def cute_dtype(dtype: torch.dtype) -> type[cutlass.Numeric]:
@@ -76,6 +83,10 @@ def fake_operands(spec: KernelSpec) -> dict[str, Any]:
         "c": make_fake_tensor(out_t, (m, n), stride=(ld_c, 1), assumed_align=16),
         "offs": make_fake_compact_tensor(cutlass.Int32, (g,), assumed_align=4),
     }
+    if spec.mx:
+        for name in ("sfa", "sfb"):
+            size = cute.sym_int32(divisibility=MX_ATOM_BYTES)
+            args[name] = make_fake_compact_tensor(cutlass.Uint8, (size,), assumed_align=ALIGN_BYTES)
     return args
 
 

@@ -9,10 +9,15 @@ import torch
 
 from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
-from cutlass_kernels.sm100_gemm import Sm100GroupedGemm
+from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
 
-_KERNELS: dict[str, type] = {"sm_90a": Sm90GroupedGemm, "sm_100a": Sm100GroupedGemm}
+_KERNELS: dict[tuple[str, bool], type] = {
+    ("sm_90a", False): Sm90GroupedGemm,
+    ("sm_100a", False): Sm100GroupedGemm,
+    ("sm_100a", True): Sm100MxGroupedGemm,
+}
 TILE_MN = (128, 256)
+MX_TILE_MN = (128, 128)  # two 128-column accumulators + scales fit the 512 tensor-memory columns
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 
 
@@ -20,15 +25,27 @@ def spec_for(arch: str, op: str, in_dtype: torch.dtype, out_dtype: torch.dtype) 
     return KernelSpec(arch, op, in_dtype, out_dtype, *TILE_MN)
 
 
+def mx_spec_for(arch: str, out_dtype: torch.dtype) -> KernelSpec:
+    return KernelSpec(arch, "fprop", torch.float8_e4m3fn, out_dtype, *MX_TILE_MN, mx=True)
+
+
+def has_mx_kernel(arch: str) -> bool:
+    return (arch, True) in _KERNELS
+
+
 def all_specs(arch: str) -> list[KernelSpec]:
-    """Every kernel the ``arch`` backend launches: BF16 fprop and dgrad, BF16 or FP32 out."""
+    """Every kernel the ``arch`` backend launches: BF16 fprop and dgrad, BF16 or FP32 out, and the
+    MXFP8 fprop where the arch has block-scaled MMA."""
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    return [spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad") for out in OUT_DTYPES]
+    specs = [spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad") for out in OUT_DTYPES]
+    if has_mx_kernel(arch):
+        specs += [mx_spec_for(arch, out) for out in OUT_DTYPES]
+    return specs
 
 
 def kernel_for(spec: KernelSpec) -> Any:
-    return _KERNELS[spec.arch](spec.tile_m, spec.tile_n)
+    return _KERNELS[spec.arch, spec.mx](spec.tile_m, spec.tile_n)
 
 
 def compiled(spec: KernelSpec) -> Any:

@@ -10,9 +10,13 @@ CUDA-graph capturable).
 
 The epilogue stores are predicated on the tile's group end (and N): rows of a tile past its group belong
 to the next group and are never written. B may be K-major (fprop) or N-major (dgrad, B^T in place).
-"""
 
-from __future__ import annotations
+:class:`Sm100MxGroupedGemm` is the MXFP8 form: E4M3 operands and E8M0 scales per 32 elements of K, fed
+to the block-scaled tcgen05 MMA. The loader warp also brings each K slice's scales (in the MMA's atom
+layout, see :mod:`cutlass_kernels.mx_layout`) into shared memory and the MMA warp copies them to
+tensor memory next to the accumulators. A's scales are laid out per tile, so a tile starting at any
+row finds its 128 scale rows at its tile index.
+"""
 
 import cutlass
 import cutlass.cute as cute
@@ -20,6 +24,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.utils import blockscaled_layout
 
 from cutlass_kernels import tile_schedule
 from cutlass_kernels.cute_base import MAX_GROUPS, advance_group, build_tile_prefix
@@ -28,10 +33,14 @@ _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
 _TMA_WARP = 5
 _ACC_STAGES = 2
+_SF_VEC = 32
+_SF_DTYPE = cutlass.Float8E8M0FNU
 
 
 class Sm100GroupedGemm:
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` for one tile shape."""
+
+    mx = False
 
     def __init__(self, tile_m: int = 128, tile_n: int = 256) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
@@ -45,14 +54,24 @@ class Sm100GroupedGemm:
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
         self.c_layout = utils.LayoutEnum.from_tensor(c)
-        self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
-            self.a_dtype,
+        majors = (
             utils.LayoutEnum.from_tensor(a).mma_major_mode(),
             utils.LayoutEnum.from_tensor(b).mma_major_mode(),
-            self.acc_dtype,
-            tcgen05.CtaGroup.ONE,
-            (self.tile_m, self.tile_n),
         )
+        if cutlass.const_expr(self.mx):
+            self.tiled_mma = sm100_utils.make_blockscaled_trivial_tiled_mma(
+                self.a_dtype,
+                self.b_dtype,
+                *majors,
+                _SF_DTYPE,
+                _SF_VEC,
+                tcgen05.CtaGroup.ONE,
+                (self.tile_m, self.tile_n),
+            )
+        else:
+            self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
+                self.a_dtype, *majors, self.acc_dtype, tcgen05.CtaGroup.ONE, (self.tile_m, self.tile_n)
+            )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
         self.cta_tile_shape_mnk = self.mma_tiler
@@ -62,6 +81,9 @@ class Sm100GroupedGemm:
         one_a = sm100_utils.make_smem_layout_a(self.tiled_mma, self.mma_tiler, self.a_dtype, 1)
         one_b = sm100_utils.make_smem_layout_b(self.tiled_mma, self.mma_tiler, self.b_dtype, 1)
         stage_bytes = cute.size_in_bytes(self.a_dtype, one_a) + cute.size_in_bytes(self.b_dtype, one_b)
+        if cutlass.const_expr(self.mx):
+            for make in (blockscaled_layout.make_smem_layout_sfa, blockscaled_layout.make_smem_layout_sfb):
+                stage_bytes += cute.size_in_bytes(_SF_DTYPE, make(self.tiled_mma, self.mma_tiler, _SF_VEC, 1))
         free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
         self.stages = free // stage_bytes
         self.a_smem = sm100_utils.make_smem_layout_a(
@@ -70,7 +92,22 @@ class Sm100GroupedGemm:
         self.b_smem = sm100_utils.make_smem_layout_b(
             self.tiled_mma, self.mma_tiler, self.b_dtype, self.stages
         )
-        self.tmem_cols = utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+        self.sfa_smem, self.sfb_smem = None, None
+        if cutlass.const_expr(self.mx):
+            self.sfa_smem = blockscaled_layout.make_smem_layout_sfa(
+                self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
+            )
+            self.sfb_smem = blockscaled_layout.make_smem_layout_sfb(
+                self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
+            )
+        self.acc_cols = self.tile_n * _ACC_STAGES
+        # scales: 4 columns per 32 rows of A (SFA) and of B (SFB) per K tile, after the accumulators
+        self.sfa_cols = self.tile_m // 32 * 4
+        self.tmem_cols = (
+            cute.arch.get_max_tmem_alloc_cols("sm_100")
+            if cutlass.const_expr(self.mx)
+            else utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+        )
 
     def _acc_fragment(self, tiled_mma: cute.TiledMma) -> cute.Tensor:
         """The two accumulator stages' tensor-memory layout (MMA, MMA_M, MMA_N, STAGE)."""
@@ -89,6 +126,10 @@ class Sm100GroupedGemm:
     ) -> None:
         """a (M, K); b (N, K, G) K- or N-major; c (M, N); offs (G,) int32 row ends; num_ctas persistent
         CTAs (the SM count)."""
+        self._launch(a, b, c, offs, None, None, num_ctas, stream)
+
+    def _launch(self, a, b, c, offs, sfa, sfb, num_ctas, stream) -> None:
+        """Trace-time body of ``__call__``: TMA atoms, shared storage, kernel launch."""
         self._setup(a, b, c)
         a_stage = cute.slice_(self.a_smem, (None, None, None, 0))
         b_stage = cute.slice_(self.b_smem, (None, None, None, 0))
@@ -110,6 +151,9 @@ class Sm100GroupedGemm:
             one_cta.shape,
         )
         self.tma_bytes = cute.size_in_bytes(self.a_dtype, a_stage) + cute.size_in_bytes(self.b_dtype, b_stage)
+        tma_sfa, mSFA, tma_sfb, mSFB = None, None, None, None
+        if cutlass.const_expr(self.mx):
+            tma_sfa, mSFA, tma_sfb, mSFB = self._scale_tmas(a, b, sfa, sfb, one_cta)
 
         @cute.struct
         class Storage:
@@ -122,8 +166,50 @@ class Sm100GroupedGemm:
         self.storage = Storage
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
         self.kernel(
-            self.tiled_mma, tma_a, mA, tma_b, mB, c3, offs, one_cta, self.a_smem, self.b_smem, self.epi_tile
+            self.tiled_mma,
+            tma_a,
+            mA,
+            tma_b,
+            mB,
+            c3,
+            offs,
+            one_cta,
+            self.a_smem,
+            self.b_smem,
+            self.epi_tile,
+            tma_sfa,
+            mSFA,
+            tma_sfb,
+            mSFB,
+            self.sfa_smem,
+            self.sfb_smem,
         ).launch(grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+
+    def _scale_tmas(self, a, b, sfa, sfb, one_cta):
+        """TMA atoms for the scales: ``sfa`` holds the per-tile padded A scales, ``sfb`` B's per group,
+        both flat uint8 in the MMA's atom layout (:mod:`cutlass_kernels.mx_layout`)."""
+        k = cute.size(a, mode=[1])
+        n, _, groups = b.shape
+        padded_rows = cute.size(sfa) // (k // _SF_VEC)
+        layouts = (
+            blockscaled_layout.tile_atom_to_shape_SF((padded_rows, k, 1), _SF_VEC),
+            blockscaled_layout.tile_atom_to_shape_SF((n, k, groups), _SF_VEC),
+        )
+        mSFA, mSFB = (
+            cute.make_tensor(cute.recast_ptr(t.iterator, dtype=_SF_DTYPE), layout)
+            for t, layout in zip((sfa, sfb), layouts, strict=True)
+        )
+        sfa_stage = cute.slice_(self.sfa_smem, (None, None, None, 0))
+        sfb_stage = cute.slice_(self.sfb_smem, (None, None, None, 0))
+        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
+            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
+            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
+        return tma_sfa, mSFA, tma_sfb, mSFB
 
     @cute.kernel
     def kernel(
@@ -139,6 +225,12 @@ class Sm100GroupedGemm:
         a_smem: cute.ComposedLayout,
         b_smem: cute.ComposedLayout,
         epi_tile: cute.Tile,
+        tma_sfa: cute.CopyAtom | None,
+        mSFA: cute.Tensor | None,
+        tma_sfb: cute.CopyAtom | None,
+        mSFB: cute.Tensor | None,
+        sfa_smem: cute.Layout | None,
+        sfb_smem: cute.Layout | None,
     ) -> None:
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -147,6 +239,9 @@ class Sm100GroupedGemm:
         if warp == _TMA_WARP:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.mx):
+                cpasync.prefetch_descriptor(tma_sfa)
+                cpasync.prefetch_descriptor(tma_sfb)
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.storage)
@@ -177,6 +272,10 @@ class Sm100GroupedGemm:
         pipeline.pipeline_init_arrive(cluster_shape_mn=one_cta, is_relaxed=True)
         sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
         sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
+        sSFA, sSFB = None, None
+        if cutlass.const_expr(self.mx):
+            sSFA = smem.allocate_tensor(_SF_DTYPE, sfa_smem, byte_alignment=128)
+            sSFB = smem.allocate_tensor(_SF_DTYPE, sfb_smem, byte_alignment=128)
         prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
         pipeline.pipeline_init_wait(cluster_shape_mn=one_cta)
         if warp == _TMA_WARP:
@@ -202,11 +301,15 @@ class Sm100GroupedGemm:
                 cute.group_modes(sB, 0, 3),
                 cute.group_modes(thr_mma.partition_B(gB), 0, 3),
             )
+            if cutlass.const_expr(self.mx):
+                # scale K-slices for every (tile / n tile, k tile, group)
+                tAsSFA, tAgSFA = self._scale_partition(tma_sfa, sSFA, thr_mma.partition_A, mSFA, [0, 2])
+                tBsSFB, tBgSFB = self._scale_partition(tma_sfb, sSFB, thr_mma.partition_B, mSFB, [1, 2])
             group = cutlass.Int32(0)
             tile = cta
             while tile < total:
                 group = advance_group(prefix, group, tile, n_tiles)
-                row, _, n_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
+                row, _, n_tile, m_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
                 gA = cute.local_tile(cute.domain_offset((row, 0), mA), tile_mk, (0, None))
                 tAsA, tAgA = cpasync.tma_partition(
                     tma_a,
@@ -225,14 +328,43 @@ class Sm100GroupedGemm:
                         tBsB[(None, handle.index)],
                         tma_bar_ptr=handle.barrier,
                     )
+                    if cutlass.const_expr(self.mx):
+                        cute.copy(
+                            tma_sfa,
+                            tAgSFA[(None, m_tile, k, 0)],
+                            tAsSFA[(None, handle.index)],
+                            tma_bar_ptr=handle.barrier,
+                        )
+                        cute.copy(
+                            tma_sfb,
+                            tBgSFB[(None, n_tile, k, group)],
+                            tBsSFB[(None, handle.index)],
+                            tma_bar_ptr=handle.barrier,
+                        )
                 tile = tile + grid
             ab_producer.tail()
 
         if warp == _MMA_WARP:
             tmem.wait_for_alloc()
-            acc_base = cute.make_tensor(tmem.retrieve_ptr(self.acc_dtype), acc_layout)
+            acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
+            acc_base = cute.make_tensor(acc_ptr, acc_layout)
             tCrA = tiled_mma.make_fragment_A(sA)
             tCrB = tiled_mma.make_fragment_B(sB)
+            if cutlass.const_expr(self.mx):
+                tCtSFA, copy_sfa, tCsSFA_s2t, tCtSFA_s2t = self._scales_in_tmem(
+                    tiled_mma,
+                    acc_ptr + self.acc_cols,
+                    sSFA,
+                    sfa_smem,
+                    blockscaled_layout.make_tmem_layout_sfa,
+                )
+                tCtSFB, copy_sfb, tCsSFB_s2t, tCtSFB_s2t = self._scales_in_tmem(
+                    tiled_mma,
+                    acc_ptr + self.acc_cols + self.sfa_cols,
+                    sSFB,
+                    sfb_smem,
+                    blockscaled_layout.make_tmem_layout_sfb,
+                )
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _ACC_STAGES)
             tile = cta
             while tile < total:
@@ -240,17 +372,25 @@ class Sm100GroupedGemm:
                 ab_consumer.reset()
                 acc_pipeline.producer_acquire(acc_state)
                 tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-                for _k in cutlass.range(k_tiles, unroll=1):
+                for k in cutlass.range(k_tiles, unroll=1):
                     handle = ab_consumer.wait_and_advance()
-                    for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
-                        cute.gemm(
-                            tiled_mma,
-                            acc,
-                            tCrA[(None, None, kb, handle.index)],
-                            tCrB[(None, None, kb, handle.index)],
-                            acc,
-                        )
-                        tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                    if cutlass.const_expr(self.mx):
+                        stage = (None, None, None, None, handle.index)
+                        cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
+                        cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
+                        tiled_mma.set(tcgen05.Field.ACCUMULATE, k != 0)
+                        ab = (None, None, None, handle.index)
+                        cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
+                    else:
+                        for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
+                            cute.gemm(
+                                tiled_mma,
+                                acc,
+                                tCrA[(None, None, kb, handle.index)],
+                                tCrB[(None, None, kb, handle.index)],
+                                acc,
+                            )
+                            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                     handle.release()
                 acc_pipeline.producer_commit(acc_state)
                 acc_state.advance()
@@ -268,7 +408,7 @@ class Sm100GroupedGemm:
             tile = cta
             while tile < total:
                 group = advance_group(prefix, group, tile, n_tiles)
-                row, row_end, n_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
+                row, row_end, n_tile, _ = self._tile_rows(prefix, offs, group, tile, n_tiles)
                 tile_coord = (0, n_tile, 0)
                 gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
                 cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
@@ -293,10 +433,65 @@ class Sm100GroupedGemm:
 
     @cute.jit
     def _tile_rows(self, prefix: cute.Tensor, offs: cute.Tensor, group, tile, n_tiles):
-        """(first row, group end row, N tile) of linear ``tile`` in ``group``."""
+        """(first row, group end row, N tile, M tile index over all groups) of linear ``tile``."""
         first = prefix[group]
         m_local, n_tile = tile_schedule.decode(tile - first * n_tiles, prefix[group + 1] - first)
         row = m_local * self.tile_m
         if group > 0:
             row = row + offs[group - 1]
-        return row, offs[group], n_tile
+        return row, offs[group], n_tile, first + m_local
+
+    def _scale_partition(self, tma, s_scale, partition, m_scale, modes):
+        """TMA source/destination views of one operand's scales: ((atom), stage) and
+        ((atom), rest_mn, rest_k, rest_l)."""
+        g_scale = cute.local_tile(m_scale, cute.select(self.mma_tiler, mode=modes), (None, None, None))
+        smem_view, gmem_view = cpasync.tma_partition(
+            tma,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(s_scale, 0, 3),
+            cute.group_modes(partition(g_scale), 0, 3),
+        )
+        return cute.filter_zeros(smem_view), cute.filter_zeros(gmem_view)
+
+    def _scales_in_tmem(self, tiled_mma, tmem_ptr, s_scale, scale_smem, make_tmem_layout):
+        """One operand's scales in tensor memory, and the shared -> tensor memory copy that fills them
+        each K tile: (MMA operand, tiled copy, smem source per stage, tmem destination)."""
+        layout = make_tmem_layout(
+            tiled_mma, self.mma_tiler, _SF_VEC, cute.slice_(scale_smem, (None, None, None, 0))
+        )
+        t_scale = cute.make_tensor(cute.recast_ptr(tmem_ptr, dtype=_SF_DTYPE), layout)
+        compact = cute.filter_zeros(t_scale)
+        tiled_copy = tcgen05.make_s2t_copy(
+            cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.ONE), _SF_DTYPE), compact
+        )
+        thr_copy = tiled_copy.get_slice(0)
+        source = tcgen05.get_s2t_smem_desc_tensor(
+            tiled_copy, thr_copy.partition_S(cute.filter_zeros(s_scale))
+        )
+        return t_scale, tiled_copy, source, thr_copy.partition_D(compact)
+
+
+class Sm100MxGroupedGemm(Sm100GroupedGemm):
+    """MXFP8 form: ``C[rows of g] = (A * SFA)[rows of g] @ (B[g] * SFB[g])^T`` with E4M3 A, B."""
+
+    mx = True
+
+    def __init__(self, tile_m: int = 128, tile_n: int = 128) -> None:
+        super().__init__(tile_m, tile_n)
+
+    @cute.jit
+    def __call__(
+        self,
+        a: cute.Tensor,
+        b: cute.Tensor,
+        c: cute.Tensor,
+        offs: cute.Tensor,
+        sfa: cute.Tensor,
+        sfb: cute.Tensor,
+        num_ctas: cutlass.Int32,
+        stream,
+    ) -> None:
+        """As :class:`Sm100GroupedGemm` (B K-major), plus ``sfa`` / ``sfb``: the flat atom-layout scales
+        of :func:`cutlass_kernels.mx_layout.atom_layout` (A's padded per tile)."""
+        self._launch(a, b, c, offs, sfa, sfb, num_ctas, stream)

@@ -16,9 +16,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 MMA = {"sm_90a": "wgmma.mma_async", "sm_100a": "tcgen05.mma"}
-KERNELS = [
-    f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad") for out in ("bfloat16", "float32")
-]
+OUTS = ("bfloat16", "float32")
+BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad") for out in OUTS]
+MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
+KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
 
 
 @pytest.mark.parametrize("arch", sorted(MMA))
@@ -31,13 +32,15 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, tmp_path: Path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    for name in KERNELS:
+    for name in KERNELS[arch]:
         ptx = (tmp_path / f"{name}_{arch}.ptx").read_text()
         assert f".target {arch}" in ptx
         assert MMA[arch] in ptx
+        if "_mx_" in name:
+            assert "kind::mxf8f6f4.block_scale.block32" in ptx
         assert (tmp_path / f"{name}_{arch}.cubin").stat().st_size > 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        f"{name}_{arch}.{ext}" for name in KERNELS for ext in ("ptx", "cubin")
+        f"{name}_{arch}.{ext}" for name in KERNELS[arch] for ext in ("ptx", "cubin")
     )
 
 
@@ -58,6 +61,8 @@ def test_kernel_spec_rejects_unknown_arch_and_op():
         KernelSpec("sm_89", "fprop", torch.bfloat16, torch.bfloat16, 128, 256)
     with pytest.raises(ValueError, match="wgrad"):
         KernelSpec("sm_90a", "wgrad", torch.bfloat16, torch.bfloat16, 128, 256)
+    with pytest.raises(ValueError, match="MX kernels"):
+        KernelSpec("sm_90a", "fprop", torch.float8_e4m3fn, torch.bfloat16, 128, 128, mx=True)
 
 
 def test_backend_names_what_its_kernels_do_not_cover():
@@ -75,3 +80,16 @@ def test_backend_names_what_its_kernels_do_not_cover():
     assert "B strides" in unsupported_reason(
         a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16
     )
+
+
+def test_backend_names_what_the_block_scaled_kernel_does_not_cover():
+    from cutlass_kernels import quantize_mx
+    from cutlass_kernels.cute_backend import mx_unsupported_reason
+
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    a, b = quantize_mx(torch.randn(8, 256)), quantize_mx(torch.randn(2, 128, 256))
+    assert "CUDA" in mx_unsupported_reason(a, b, offs, torch.bfloat16)
+    a96, b96 = quantize_mx(torch.randn(8, 96)), quantize_mx(torch.randn(2, 128, 96))
+    assert "multiples of 128" in mx_unsupported_reason(a96, b96, offs, torch.bfloat16)
+    b_n64 = quantize_mx(torch.randn(2, 64, 256))
+    assert "N=64" in mx_unsupported_reason(a, b_n64, offs, torch.bfloat16)
