@@ -22,12 +22,14 @@ from pathlib import Path
 import torch
 
 from cutlass_kernels import api, quantize_mx
+from cutlass_kernels.mxfp8 import MXTensor
 
 SEED_003 = {"experts": 256, "top_k": 8, "hidden": 8192, "inter": 2048, "tokens": 4096}
 REPORT = {"experts": 384, "top_k": 6, "hidden": 7168, "tokens": 2048, "inter": (1536, 3072, 6144)}
 REPORT_EP = (8, 16, 32, 64)
 ROTATE_BYTES = 512 * 2**20  # rotate inputs until a call's operands have left a ~60 MB L2 several times
 WARMUP, ITERS = 5, 20
+ARCH = {"cute-sm90": "sm_90a", "cute-sm100": "sm_100a"}
 
 
 @dataclass
@@ -64,6 +66,10 @@ class Timing:
     dense_tflops: float
     frac_of_dense_peak: float
     speedup_vs_grouped_mm: float
+    mx_path: str
+    mx_ms: float
+    mx_tflops: float
+    mx_speedup_vs_bf16: float
 
 
 def timing_shapes() -> list[Shape]:
@@ -113,6 +119,22 @@ def _tol(out_dtype: torch.dtype) -> float:
     return 1e-2 if out_dtype == torch.bfloat16 else 1e-3
 
 
+def mx_path(backend: str, a: MXTensor, b: MXTensor, offs: torch.Tensor) -> str:
+    """Which MXFP8 path the dispatch takes for these operands."""
+    from cutlass_kernels import registry
+    from cutlass_kernels.cute_backend import mx_unsupported_reason
+
+    arch = ARCH[backend]
+    scaled = registry.has_mx_kernel(arch) and not mx_unsupported_reason(a, b, offs, torch.float32)
+    return "block-scaled" if scaled else "dequant-bf16"
+
+
+def quantize_chunked(x: torch.Tensor, chunk: int = 4) -> MXTensor:
+    """quantize_mx along the first dimension in chunks (bounds the FP32 temporaries of big weights)."""
+    parts = [quantize_mx(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)]
+    return MXTensor(torch.cat([p.data for p in parts]), torch.cat([p.scale for p in parts]))
+
+
 def correctness(backend: str, device: torch.device, gen: torch.Generator) -> list[Correctness]:
     """Every kernel on edge-case routings; the seed-003 and one per-rank shape on random routings."""
     from cutlass_kernels.cute_backend import unsupported_reason
@@ -140,7 +162,9 @@ def correctness(backend: str, device: torch.device, gen: torch.Generator) -> lis
         a_mx, b_mx = quantize_mx(a), quantize_mx(b)
         out = api.grouped_gemm_mx(a_mx, b_mx, offs, out_dtype=torch.float32, backend=backend)
         ref_mx = reference(a_mx.dequantize(), b_mx.dequantize(), sizes)
-        results.append(_record(case, "mxfp8", torch.float32, out, ref_mx))
+        results.append(
+            _record(case, f"mxfp8 {mx_path(backend, a_mx, b_mx, offs)}", torch.float32, out, ref_mx)
+        )
     results.append(_graph_replay(backend, device, gen))
     return results
 
@@ -207,7 +231,11 @@ def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Gene
     ]
     cute_ms = median_ms(lambda a, b, o: api.grouped_gemm(a, b, o, backend=backend), sets)
     grouped_ms = median_ms(lambda a, b, o: torch._grouped_mm(a, b.transpose(1, 2), offs=o), sets)
+    mx_sets = [(quantize_chunked(a), quantize_chunked(b), o) for a, b, o in sets]
     del sets
+    path = mx_path(backend, *mx_sets[0])
+    mx_ms = median_ms(lambda a, b, o: api.grouped_gemm_mx(a, b, o, backend=backend), mx_sets)
+    del mx_sets
     dense_sets = [
         (
             torch.randn(shape.rows, shape.k, device=device).bfloat16(),
@@ -218,6 +246,7 @@ def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Gene
     dense_ms = median_ms(torch.matmul, dense_sets)
     flop = 2 * shape.rows * shape.n * shape.k
     tflops = [flop / ms / 1e9 for ms in (cute_ms, grouped_ms, dense_ms)]
+    mx_tflops = flop / mx_ms / 1e9
     return Timing(
         shape.name,
         shape.groups,
@@ -230,6 +259,10 @@ def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Gene
         *tflops,
         frac_of_dense_peak=tflops[0] / peak,
         speedup_vs_grouped_mm=grouped_ms / cute_ms,
+        mx_path=path,
+        mx_ms=mx_ms,
+        mx_tflops=mx_tflops,
+        mx_speedup_vs_bf16=cute_ms / mx_ms,
     )
 
 
@@ -270,13 +303,15 @@ def run_check(out: Path | None, quick: bool) -> int:
         timings = [time_shape(s, backend, device, gen, peak) for s in timing_shapes()]
         report["timings"] = [asdict(t) for t in timings]
         print(f"\ndense BF16 peak (8192^3 torch.matmul): {peak:.0f} TFLOP/s")
-        head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup")
-        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8}".format(*head))
+        head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup", "MX TF/s", "MX/BF16")
+        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8}".format(*head))
         for t in timings:
             print(
                 f"{t.shape:<24} {t.groups:>4} {t.cute_tflops:10.0f} {t.grouped_mm_tflops:12.0f} "
-                f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x"
+                f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x "
+                f"{t.mx_tflops:8.0f} {t.mx_speedup_vs_bf16:7.2f}x"
             )
+        print(f"MXFP8 path: {', '.join(sorted({t.mx_path for t in timings}))}")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2))

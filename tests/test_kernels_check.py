@@ -42,3 +42,18 @@ def test_reference_is_the_per_group_product():
 def test_check_without_gpu_exits_nonzero_with_a_message(capsys: pytest.CaptureFixture[str]):
     assert main(["check"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_chunked_quantization_equals_whole_tensor_quantization():
+    x = torch.randn(9, 8, 64, generator=torch.Generator().manual_seed(5))
+    whole, chunked = check.quantize_mx(x), check.quantize_chunked(x, chunk=4)
+    assert torch.equal(whole.data.view(torch.uint8), chunked.data.view(torch.uint8))
+    assert torch.equal(whole.scale, chunked.scale)
+
+
+def test_mx_path_off_gpu_is_the_dequantizing_one():
+    a = check.quantize_mx(torch.randn(8, 256))
+    b = check.quantize_mx(torch.randn(2, 128, 256))
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    assert check.mx_path("cute-sm100", a, b, offs) == "dequant-bf16"
+    assert check.mx_path("cute-sm90", a, b, offs) == "dequant-bf16"
