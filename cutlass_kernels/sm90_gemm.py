@@ -188,7 +188,6 @@ class Sm90GroupedGemm:
             tCcC = thr_c.partition_C(cute.make_identity_tensor(tile_mn))
             acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
             out = cute.make_rmem_tensor(tCcC.shape, self.c_dtype)
-            k_blocks = cute.size(tCrA, mode=[2])
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             group = cutlass.Int32(0)
@@ -201,30 +200,22 @@ class Sm90GroupedGemm:
                 if group > 0:
                     row = row + offs[group - 1]
 
+                # the first K tile's wgmma batch is peeled so that every later wait is unconditional:
+                # one batch stays in flight and the stage read before it is released
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                 warpgroup.fence()
-                for k in cutlass.range(k_tiles):
-                    ring.consumer_wait(read)
-                    for kb in cutlass.range_constexpr(k_blocks):
-                        cute.gemm(
-                            tiled_mma,
-                            acc,
-                            tCrA[(None, None, kb, read.index)],
-                            tCrB[(None, None, kb, read.index)],
-                            acc,
-                        )
-                    warpgroup.commit_group()
+                self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, ring, read)
+                read.advance()
+                for _k in cutlass.range(1, k_tiles):
+                    self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, ring, read)
                     read.advance()
-                    if k > 0:
-                        # keep one wgmma batch in flight; the stage before it is free
-                        warpgroup.wait_group(1)
-                        ring.consumer_release(release)
-                        release.advance()
-                warpgroup.wait_group(0)
-                if k_tiles > 0:
+                    warpgroup.wait_group(1)
                     ring.consumer_release(release)
                     release.advance()
+                warpgroup.wait_group(0)
+                ring.consumer_release(release)
+                release.advance()
 
                 out.store(acc.load().to(self.c_dtype))
                 gC = cute.local_tile(cute.domain_offset((row, 0), mC), tile_mn, (0, n_tile))
@@ -237,5 +228,15 @@ class Sm90GroupedGemm:
                     for i in cutlass.range_constexpr(cute.size(out)):
                         r, col = tCcC[i]
                         if (r < rows_left) & (col < cols_left):
-                            tCgC[i] = out[i]
+                            tCgC[i] = self.c_dtype(acc[i])
                 tile = tile + grid
+
+    @cute.jit
+    def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read) -> None:
+        """Wait for one K tile in shared memory and issue its wgmma batch (not waited for)."""
+        ring.consumer_wait(read)
+        for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            cute.gemm(
+                tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc
+            )
+        warpgroup.commit_group()
