@@ -56,8 +56,9 @@ def _layout_reason(
     vec = ALIGN_BYTES // a.element_size()
     if out_dtype not in registry.OUT_DTYPES:
         return f"output dtype {out_dtype} is not bfloat16/float32"
-    if not 1 <= offs.shape[0] <= MAX_GROUPS or a.shape[0] == 0:
-        return f"{offs.shape[0]} groups / {a.shape[0]} rows (kernels take 1..{MAX_GROUPS} groups, >= 1 row)"
+    if not 1 <= offs.shape[0] <= MAX_GROUPS or 0 in a.shape:
+        limits = f"1..{MAX_GROUPS} groups, >= 1 row, K >= 1"
+        return f"{offs.shape[0]} groups, A {tuple(a.shape)} (kernels take {limits})"
     if a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec:
         return f"A {tuple(a.shape)} strides {a.stride()} are not row-major with 16-byte aligned rows"
     if 1 not in b_kernel.stride()[:2] or any(s % vec for s in b_kernel.stride() if s != 1):

@@ -76,6 +76,7 @@ def test_backend_names_what_its_kernels_do_not_cover():
     assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16)
     assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16)
     assert "groups" in unsupported_reason(a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16)
+    assert "K >= 1" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16)
     assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16)
     assert "B strides" in unsupported_reason(
         a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16
