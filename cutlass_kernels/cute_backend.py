@@ -19,7 +19,7 @@ import torch
 from cuda.bindings import driver
 
 from cutlass_kernels import mx_layout, registry, torch_backend
-from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, KernelSpec, sm_count, to_cute
+from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, OFFS_ALIGN, KernelSpec, sm_count, to_cute
 from cutlass_kernels.mxfp8 import MXTensor
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
@@ -78,7 +78,9 @@ def launch(
     out = torch.empty(a.shape[0], b_kernel.shape[0], dtype=spec.out_dtype, device=a.device)
     stream = driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     registry.compiled(spec)(
-        *(to_cute(t) for t in (a, b_kernel, out, offs, *scales)),
+        *(to_cute(t) for t in (a, b_kernel, out)),
+        to_cute(offs, OFFS_ALIGN),
+        *(to_cute(t) for t in scales),
         cutlass.Int32(_sm_count(a.device.index or 0)),
         stream,
     )

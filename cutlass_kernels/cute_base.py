@@ -23,6 +23,7 @@ ARCHES = ("sm_90a", "sm_100a")
 OPS = ("fprop", "dgrad")
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
 ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
+OFFS_ALIGN = 4
 
 _CUTE_DTYPES = {
     torch.bfloat16: cutlass.BFloat16,
@@ -81,7 +82,7 @@ def fake_operands(spec: KernelSpec) -> dict[str, Any]:
         "a": make_fake_tensor(in_t, (m, k), stride=(ld_a, 1), assumed_align=16),
         "b": make_fake_tensor(in_t, (n, k, g), stride=b_stride, assumed_align=16),
         "c": make_fake_tensor(out_t, (m, n), stride=(ld_c, 1), assumed_align=16),
-        "offs": make_fake_compact_tensor(cutlass.Int32, (g,), assumed_align=4),
+        "offs": make_fake_compact_tensor(cutlass.Int32, (g,), assumed_align=OFFS_ALIGN),
     }
     if spec.mx:
         for name in ("sfa", "sfb"):
@@ -121,9 +122,9 @@ def _move_artifacts(compiled: Any, scratch: Path, stem: Path) -> None:
     scratch.rmdir()
 
 
-def to_cute(t: torch.Tensor) -> cute.Tensor:
+def to_cute(t: torch.Tensor, assumed_align: int = ALIGN_BYTES) -> cute.Tensor:
     """A runtime CuTe view of a torch tensor, with dynamic extents and strides like the fake ones."""
-    ct = from_dlpack(t.detach(), assumed_align=ALIGN_BYTES if t.dim() > 1 else 4)
+    ct = from_dlpack(t.detach(), assumed_align=assumed_align)
     return ct.mark_layout_dynamic(leading_dim=_leading_dim(t))
 
 
