@@ -37,8 +37,9 @@ MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
 
 
 def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Generator) -> Path:
-    device = "cpu" if execution.execution_id == GPU_FREE else "NVIDIA H200"
-    return write_table(dataset, shard_table(execution, attempt, rng, ranks=4, device=device))
+    if execution.execution_id == GPU_FREE:  # scale=ci: d_model and d_ff shrink, rows keep the nominal d_ff
+        return write_table(dataset, shard_table(execution, attempt, rng, ranks=2, scale="ci", device="cpu"))
+    return write_table(dataset, shard_table(execution, attempt, rng, ranks=4, device="NVIDIA H200"))
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
@@ -106,6 +107,7 @@ def _close(cell: str, value: float | None) -> bool:
 def test_execution_rows_match_naive_recomputation(published: Path) -> None:
     rows = _rows(published / CSV_NAME)
     assert [r["execution_id"] for r in rows] == sorted(set(BY_ID) - {INCOMPLETE})
+    fed_more_tokens = 0
     for row in rows:
         shard = (
             published / "shards" / f"execution={row['execution_id']}" / f"attempt-{row['attempt']}.parquet"
@@ -117,11 +119,13 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         assert _close(row["iterationMS"], ms) and _close(row["forwardMS"], times["forward"])
         assert _close(row["backwardMS"], times.get("backward"))
         assert (row["backwardMS"] == "") == (e.workload.kind == "inference")
-        flops = 6 * shape["tokens"] * (shape["top_k"] + 1) * shape["d_model"] * shape["d_ff"]
+        tokens = shape["nominal_tokens"]  # T per GPU of the EP-wide cluster, not the T' of fewer ranks
+        fed_more_tokens += tokens < shape["tokens"]
+        flops = 6 * tokens * (shape["top_k"] + 1) * shape["d_model"] * shape["d_ff"]
         assert _close(row["usefulTFLOPsPerGPU"], flops * MULTIPLIER[e.workload.kind] / (ms / 1e3) / 1e12)
         layer = dict(
             kind=e.workload.kind,
-            tokens=shape["tokens"],
+            tokens=tokens,
             d_model=shape["d_model"],
             d_ff=shape["d_ff"],
             num_experts=shape["num_experts"],
@@ -136,6 +140,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         peak = meta["memory"]["peak_allocated_bytes"]
         assert _close(row["peakAllocatedGiB"], peak and peak / 2**30)
         if row["execution_id"] == GPU_FREE:
+            assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
         else:
             dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
@@ -143,13 +148,15 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
             )
-        identity = (e.workload_id, e.workload.kind, str(e.workload.ep), "4", str(e.workload.d_ff))
+        ranks = "2" if row["execution_id"] == GPU_FREE else "4"
+        identity = (e.workload_id, e.workload.kind, str(e.workload.ep), ranks, str(e.workload.d_ff))
         assert (row["workload_id"], row["kind"], row["ep"], row["ranks"], row["d_ff"]) == identity
         assert (row["implementation"], row["pipeline"], row["precision"]) == (
             e.variant.implementation,
             e.variant.pipeline,
             e.variant.precision,
         )
+    assert fed_more_tokens >= 5  # imbalanced and packing cases on 4 of 32 ranks: T' > T
 
 
 def test_newest_complete_attempt_wins(published: Path) -> None:
@@ -227,7 +234,10 @@ def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
         assert len(state["layers"]) == len(recorded) == 10
         for published_layer, layer in zip(state["layers"], recorded, strict=True):
             assert published_layer == pytest.approx(layer, rel=6e-6)  # six significant digits
-        assert state["balanced_rows"] == 2048 * 6 and state["capacity_overflow"] is False
+        assert state["balanced_rows"] == 2048 * 6
+        # profile A exceeds MoK's per-layer budget in two layers; Dist-MoE's shared slot never overflows
+        assert state["capacity_overflow"] is (state["implementation"] == "mok")
+        assert any(layer["overflow"] for layer in recorded) is state["capacity_overflow"]
 
 
 def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:

@@ -170,6 +170,9 @@ def _metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
         value = shape.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ShardError(path, f"metadata shape.{key} must be a positive integer, got {value!r}")
+    nominal = shape.get("nominal_tokens", 1)
+    if not isinstance(nominal, int) or isinstance(nominal, bool) or nominal < 1:
+        raise ShardError(path, f"metadata shape.nominal_tokens must be a positive integer, got {nominal!r}")
     loads = shape.get("layer_loads")
     if not isinstance(loads, list) or not loads or not all(_positive_number(x) for x in loads):
         raise ShardError(
@@ -267,7 +270,7 @@ def _check_names(path: Path, meta: dict[str, Any], identity: dict[str, Any]) -> 
             raise ShardError(
                 path, f"file name says {key}={named[key]!r} but the shard says {identity[key]!r}"
             )
-    for key in ("iterations", "ranks", "ep", "d_ff"):
+    for key in ("iterations", "ranks", "ep"):  # d_ff differs at reduced scales: rows name the nominal one
         if meta["shape"][key] != identity[key]:
             raise ShardError(
                 path, f"metadata shape.{key}={meta['shape'][key]!r} but rows say {identity[key]!r}"

@@ -13,13 +13,23 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from pipeline.data.reader import REQUIRED_PHASES
 from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION, shard_path
 from pipeline.matrix import Execution
+from pipeline.matrix.scale import Scale, scale_from_config, shape_for
 
-# Full-scale shape of the matrix (DESIGN.md): tokens per GPU, model width, routed experts, top-k.
-FULL_SHAPE = {"tokens": 2048, "d_model": 7168, "num_experts": 384, "top_k": 6, "num_shared": 1}
+SCALE_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "scale"
+
+
+def scale_preset(name: str, max_ranks: int | None) -> Scale:
+    """A ``conf/scale`` preset by name, with ``max_ranks`` set."""
+    path = SCALE_PRESETS / f"{name}.yaml"
+    if not path.is_file():
+        allowed = ", ".join(sorted(p.stem for p in SCALE_PRESETS.glob("*.yaml")))
+        raise ValueError(f"unknown scale {name!r}; allowed: {allowed}")
+    return scale_from_config(yaml.safe_load(path.read_text()), max_ranks)
 
 
 def shard_table(
@@ -28,14 +38,15 @@ def shard_table(
     rng: np.random.Generator,
     *,
     ranks: int | None = None,
-    windows: int = 5,
-    iterations: int = 30,
+    scale: str = "full",
     device: str = "cpu",
     job_id: str | None = None,
 ) -> pa.Table:
-    """One complete attempt of ``execution``: a row per rank x phase x window, times drawn from ``rng``."""
+    """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times."""
     w, v = execution.workload, execution.variant
-    ranks = w.ep if ranks is None else ranks
+    shape = shape_for(w, scale_preset(scale, ranks)).metadata()
+    ranks, windows, iterations = shape["ranks"], shape["windows"], shape["iterations"]
     job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
     phases = REQUIRED_PHASES[w.kind]
     n = len(phases) * ranks * windows
@@ -68,7 +79,7 @@ def shard_table(
         "device": [device] * n,
     }
     table = pa.table(columns, schema=SCHEMA)
-    meta = shard_metadata(execution, attempt, job_id, ranks, windows, iterations, device, rng)
+    meta = shard_metadata(execution, attempt, job_id, shape, device, rng)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
 
 
@@ -76,16 +87,13 @@ def shard_metadata(
     execution: Execution,
     attempt: int,
     job_id: str,
-    ranks: int,
-    windows: int,
-    iterations: int,
+    shape: dict[str, Any],
     device: str,
     rng: np.random.Generator,
 ) -> dict[str, Any]:
     """The ``execution`` metadata object of the schema contract, with random diagnostics."""
     w = execution.workload
-    shape = {**FULL_SHAPE, "d_ff": w.d_ff, "ep": w.ep, "ranks": ranks, "windows": windows}
-    shape |= {"iterations": iterations, "layer_loads": list(w.layer_loads)}
+    ranks = shape["ranks"]
     on_gpu = device != "cpu"
     return {
         "schema_version": SCHEMA_VERSION,
@@ -114,30 +122,32 @@ def shard_metadata(
             "sample_seconds": 1.0,
             "reason": None if on_gpu else "no GPU",
         },
-        "saved_state": saved_state(execution, shape["tokens"], shape["top_k"]),
+        "saved_state": saved_state(execution, shape),
     }
 
 
-def saved_state(execution: Execution, tokens: int, top_k: int) -> list[dict[str, Any]]:
-    """Per timed layer: MoK keeps a power-of-two row budget per layer and recomputes the excess;
-    Dist-MoE keeps everything (its shared slot absorbs the profile)."""
-    balanced = tokens * top_k
+def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per timed layer, rows on the tracked GPU: MoK keeps a power-of-two budget per layer and
+    recomputes the excess; Dist-MoE keeps everything in one slot shared by all layers (2.5 x T x K
+    per layer), recorded as that whole slot on every layer."""
+    balanced = shape["nominal_tokens"] * shape["top_k"]
     mok = execution.variant.implementation == "mok"
-    budget = 1 << int(np.ceil(np.log2(2.5 * balanced))) if mok else int(2.5 * balanced)
+    budget = (
+        1 << int(np.ceil(np.log2(2.5 * balanced))) if mok else int(2.5 * balanced) * len(shape["layer_loads"])
+    )
     out = []
-    for layer, load in enumerate(execution.workload.layer_loads):
-        routed = int(round(load * balanced))
+    for layer, (load, routed) in enumerate(zip(shape["layer_loads"], shape["tracked_rows"], strict=True)):
         retained = min(routed, budget) if mok else routed
         out.append(
             {
                 "layer": layer,
                 "load_factor": load,
-                "factor": budget / balanced,
+                "factor": budget / balanced if mok else 2.5,
                 "budget_rows": budget,
                 "routed_rows": routed,
                 "retained_rows": retained,
                 "recomputed_rows": routed - retained,
-                "overflow": False,
+                "overflow": routed > retained,
             }
         )
     return out

@@ -89,12 +89,12 @@ def _counts(executions_: int, workloads: int, pairs_: int) -> dict[str, int]:
 
 def _saved_state(row: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """Saved-state evidence of one packing execution, per layer, as its shard recorded it;
-    ``balanced_rows`` (T x K) is the per-layer routed rows at load 1."""
+    ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1."""
     keys = ("execution_id", "workload_id", "implementation", "pipeline", "precision", "ep", "profile")
     layers = meta["saved_state"]
     return {
         **{k: row[k] for k in keys},
-        "balanced_rows": meta["shape"]["tokens"] * meta["shape"]["top_k"],
+        "balanced_rows": executions.report_tokens(meta["shape"]) * meta["shape"]["top_k"],
         "capacity_overflow": any(layer["overflow"] for layer in layers),
         "layers": sorted(layers, key=lambda layer: layer["layer"]),
     }

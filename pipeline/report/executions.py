@@ -1,8 +1,9 @@
 """One published row per execution: identity, reduced times, rates and the model's prediction.
 
-Rates use the slowest-GPU combined iteration time (``iterationMS``). The HBM rate is the analytical
-logical byte model over that time, not measured traffic; the prediction is empty when no hardware
-preset matches the recorded device (e.g. CPU runs).
+Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shape the execution ran
+(``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
+rate is the analytical logical byte model over that time, not measured traffic; the prediction is
+empty when no hardware preset matches the recorded device (e.g. CPU runs).
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     ident, shape = shard.identity, shard.meta["shape"]
     times = phase_ms(shard.phase, shard.rank, shard.window_ms, shard.iterations)
     ms = times["combined"]
+    tokens = report_tokens(shape)
     layer = {
         "kind": ident["kind"],
-        "tokens": shape["tokens"],
+        "tokens": tokens,
         "d_model": shape["d_model"],
         "d_ff": shape["d_ff"],
         "num_experts": shape["num_experts"],
@@ -63,7 +65,7 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     if hardware is not None:
         dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
         predicted = model.predicted_ms(**layer, hardware=hardware, dispatch=dispatch)
-    flops = (ident["kind"], shape["tokens"], shape["d_model"], shape["d_ff"], shape["top_k"])
+    flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
     nvlink = shard.meta.get("nvlink") or {}
     peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
     return {
@@ -79,6 +81,12 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
     }
+
+
+def report_tokens(shape: dict[str, Any]) -> int:
+    """T of the report's formulas: tokens per GPU of the nominal EP-wide cluster. Runs on fewer ranks
+    than EP record it as ``nominal_tokens``, beside the larger T' fed to each launched rank."""
+    return shape.get("nominal_tokens", shape["tokens"])
 
 
 def _scaled(value: float | None, unit: float) -> float | None:

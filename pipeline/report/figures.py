@@ -18,7 +18,7 @@ from pipeline.matrix import KINDS, PRECISIONS, WORKLOADS
 from pipeline.report.publish import write_atomic
 
 MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
-MOK_BUDGET, DIST_BUDGET = "black", "#0b3d66"
+MOK_BUDGET, DIST_TEXT = "black", "#0b3d66"
 PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 PNG_METADATA = {"Software": None}
 _MATRIX_ORDER = {w.shape_id: i for i, w in enumerate(WORKLOADS)}
@@ -88,8 +88,9 @@ def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]
 
 
 def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> Figure:
-    """Per packing case and layer, in units of the balanced routed rows (T x K): each
-    implementation's row budget (tick), retained rows (solid) and recomputed rows (pale)."""
+    """Per packing case and layer, in units of the balanced routed rows (T x K): retained rows (solid),
+    recomputed rows (pale), MoK's per-layer budget (tick); Dist-MoE's one slot shared by all layers
+    is stated in the panel, as it is no per-layer bound."""
     chosen = {p["dist_execution_id"] for p in pairs if p["selected"]}
     shown = [s for s in states if s["implementation"] == "mok" or s["execution_id"] in chosen]
     cases = sorted({(s["ep"], s["precision"]) for s in shown})
@@ -99,50 +100,67 @@ def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]
     for row, (ep, precision) in enumerate(cases):
         for col, profile in enumerate(profiles):
             ax = axes[row][col]
-            title = f"EP{ep} {precision.upper()} profile {profile}"
+            ax.set_title(f"EP{ep} {precision.upper()} profile {profile}", fontsize=9)
             for state in shown:
                 if (state["ep"], state["precision"], state["profile"]) == (ep, precision, profile):
                     _saved_state_bars(ax, state)
-                    if state["implementation"] != "mok":
-                        title += f" (Dist-MoE {state['pipeline']})"
-            ax.set_title(title, fontsize=9)
             ax.set_xlabel("layer", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
         axes[row][0].set_ylabel("rows / (T x K)", fontsize=8)
     top = max(max(_heights(s), default=0.0) for s in shown) if shown else 1.0
-    axes[0][0].set_ylim(0, 1.1 * top)
+    axes[0][0].set_ylim(0, 1.25 * top)
     legend = [
         Patch(color=MOK_COLOR, label="MoK retained"),
         Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed"),
-        Line2D([], [], color=MOK_BUDGET, marker="_", markersize=12, linestyle="none", label="MoK budget"),
-        Patch(color=DIST_COLOR, label="Dist-MoE retained"),
-        Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed"),
         Line2D(
-            [], [], color=DIST_BUDGET, marker="_", markersize=12, linestyle="none", label="Dist-MoE budget"
+            [],
+            [],
+            color=MOK_BUDGET,
+            marker="_",
+            markersize=12,
+            linestyle="none",
+            label="MoK budget per layer",
         ),
+        Patch(color=DIST_COLOR, label="Dist-MoE retained (selected pipeline)"),
+        Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed"),
     ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=6 if len(profiles) > 1 else 3, fontsize=8)
+    fig.legend(handles=legend, loc="outside lower center", ncols=5 if len(profiles) > 1 else 3, fontsize=8)
     fig.suptitle("Saved state per layer of the packing cases: budget, retained, recomputed")
     return fig
 
 
 def _heights(state: dict[str, Any]) -> list[float]:
-    """Bar tops and budget ticks of one packing execution, in units of T x K rows."""
-    rows = [max(x["budget_rows"], x["retained_rows"] + x["recomputed_rows"]) for x in state["layers"]]
+    """Bar tops (and MoK's budget ticks) of one packing execution, in units of T x K rows."""
+    mok = state["implementation"] == "mok"
+    rows = [x["retained_rows"] + x["recomputed_rows"] for x in state["layers"]]
+    rows += [x["budget_rows"] for x in state["layers"] if mok]
     return [r / state["balanced_rows"] for r in rows]
 
 
 def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
     mok = state["implementation"] == "mok"
-    offset, color, budget_color = (-0.2, MOK_COLOR, MOK_BUDGET) if mok else (0.2, DIST_COLOR, DIST_BUDGET)
+    offset, color = (-0.2, MOK_COLOR) if mok else (0.2, DIST_COLOR)
     layers, unit = state["layers"], state["balanced_rows"]
     x = [layer["layer"] + offset for layer in layers]
     retained = [layer["retained_rows"] / unit for layer in layers]
     recomputed = [layer["recomputed_rows"] / unit for layer in layers]
     ax.bar(x, retained, 0.38, color=color)
     ax.bar(x, recomputed, 0.38, bottom=retained, color=color, alpha=PALE)
-    ax.scatter(
-        x, [layer["budget_rows"] / unit for layer in layers], marker="_", s=120, color=budget_color, zorder=3
+    if mok:
+        budget = [layer["budget_rows"] / unit for layer in layers]
+        ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
+        return
+    slot = max((layer["budget_rows"] for layer in layers), default=0) / unit
+    overflow = "overflow" if any(layer["overflow"] for layer in layers) else "no overflow"
+    ax.text(
+        0.98,
+        0.96,
+        f"Dist-MoE {state['pipeline']}: one slot of {slot:.3g} x T x K\nshared by all layers, {overflow}",
+        transform=ax.transAxes,
+        ha="right",
+        va="top",
+        fontsize=7,
+        color=DIST_TEXT,
     )
 
 

@@ -1,0 +1,60 @@
+"""Aggregate shards that the execution stage really wrote (scale=ci, two gloo ranks), then check the
+published files with the standalone checker: the shard contract holds between the two stages."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME
+
+CHECKER = Path(__file__).resolve().parents[1] / "jobs" / "check-aggregate.py"
+MOK = "packing-ep32-f3072-profile-a-bf16-mok-native"
+DIST = "packing-ep32-f3072-profile-a-bf16-dist-moe-bf16"
+
+
+def _python(*arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
+    sweep = _python(
+        "-m",
+        "pipeline.run",
+        "--multirun",
+        "workload=packing-ep32-profile-a",
+        "variant=mok-bf16,dist-moe-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+    )
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    published = _python("-m", "pipeline.aggregate", str(tmp_path))
+    assert published.returncode == 0 and "skipped" not in published.stderr, published.stderr
+    assert "2 executions, 1 matched workloads, 1 pairs" in published.stdout
+    check = _python(str(CHECKER), str(tmp_path))
+    assert check.returncode == 0, check.stderr
+
+    meta = json.loads((tmp_path / JSON_NAME).read_text())["meta"]
+    assert meta["missing"] == [] and meta["launched"]["source"] == "ledger"
+    with (tmp_path / CSV_NAME).open() as f:
+        rows = {r["execution_id"]: r for r in csv.DictReader(f)}
+    assert sorted(rows) == [DIST, MOK]
+    for row in rows.values():
+        assert row["device"] == "cpu" and row["ranks"] == "2" and row["d_ff"] == "3072"
+        assert float(row["usefulTFLOPsPerGPU"]) > 0 and float(row["hbmModelTBs"]) > 0
+        assert row["predictedMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
+    with (tmp_path / PAIRS_NAME).open() as f:
+        (pair,) = list(csv.DictReader(f))
+    assert (pair["dist_execution_id"], pair["mok_execution_id"], pair["selected"]) == (DIST, MOK, "true")
+
+    states = {s["execution_id"]: s for s in json.loads((tmp_path / JSON_NAME).read_text())["saved_state"]}
+    recomputing = [layer["layer"] for layer in states[MOK]["layers"] if layer["recomputed_rows"] > 0]
+    assert recomputing == [0, 2]  # profile A: two layers exceed MoK's per-layer budget
+    assert states[DIST]["capacity_overflow"] is False
+    assert (tmp_path / "mok-comparison-saved-state.png").stat().st_size > 10_000
