@@ -9,7 +9,7 @@ from pipeline.bench.work import routing_plans
 from pipeline.matrix import WORKLOAD_BY_NAME, WORKLOADS
 from pipeline.matrix.scale import Scale, shape_for
 
-CPU = Scale("cpu", 128, 448, 16, 384, 6, 1, 2, "float32", 2, 5, 5)
+CPU = Scale("cpu", 64, 224, 48, 384, 6, 1, 2, "float32", 1, 5, 2)
 CI = Scale("ci", 16, 64, 48, 384, 6, 1, 2, "float32", 1, 5, 2)
 
 
@@ -61,13 +61,13 @@ def test_full_rank_count_feeds_the_nominal_tokens():
 
 def test_cpu_scale_shrinks_dims_and_keeps_local_experts():
     shape = shape_for(WORKLOAD_BY_NAME["training-ep32-f6144"], CPU)
-    assert (shape.d_model, shape.d_ff, shape.ranks, shape.ep) == (448, 384, 2, 32)
+    assert (shape.d_model, shape.d_ff, shape.ranks, shape.ep) == (224, 128, 2, 32)
     assert shape.layer_experts == 2 * 384 // 32
 
 
 def test_single_rank_mode_sends_every_row_to_rank_0():
     shape = shape_for(WORKLOAD_BY_NAME["training-ep32-f3072-imb2"], Scale(**{**vars(CPU), "max_ranks": 1}))
-    assert (shape.ranks, shape.tokens, shape.tracked_rows) == (1, 256, (256 * 6,))
+    assert (shape.ranks, shape.tokens, shape.tracked_rows) == (1, 128, (128 * 6,))
     assert math.isclose(shape.budget_scale, 0.5)
 
 
@@ -84,7 +84,11 @@ def test_single_rank_mode_sends_every_row_to_rank_0():
             {"num_experts": 128},
             r"cannot hold EP64 on 2 rank\(s\): 4 experts < top_k 6",
         ),
-        ("packing-ep64-profile-a", {"num_experts": 256}, r"load 7.5 .* would need 5760 rows of 6456; allowed: 2152\.\.4304$"),
+        (
+            "packing-ep64-profile-a",
+            {"num_experts": 256},
+            r"load 7.5 .* would need 2880 rows of 3228; allowed: 1076\.\.2152$",
+        ),
         ("packing-ep32-profile-a", {"max_ranks": 1}, "unequal layer loads need max_ranks >= 2"),
         ("inference-ep8-f1536", {"d_model": 100}, "d_model 100 must be a multiple of 32"),
         ("inference-ep8-f1536", {"d_ff_divisor": 7}, "d_ff_divisor 7 does not divide d_ff 1536"),
