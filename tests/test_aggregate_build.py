@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -268,6 +269,22 @@ def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, ca
     assert f"skipped shards/execution={FUTURE}/attempt-3.parquet: unknown schema_version 99" in err
     assert f"missing 3 execution(s): {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CSV_NAME, PAIRS_NAME, JSON_NAME])
+
+
+def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> None:
+    e = SUBSET[0]
+    table = shard_table(e, 1, np.random.default_rng(), ranks=4)
+    column = table.schema.get_field_index("precision")
+    table = table.set_column(column, table.schema.field(column), pa.array(["fp4"] * table.num_rows))
+    write_table(tmp_path, table)
+    result = aggregate(tmp_path, figures=False)
+    assert [(s.path, s.reason) for s in result.skipped] == [
+        (
+            f"shards/execution={e.execution_id}/attempt-1.parquet",
+            "metrics cannot be computed (precision must be one of bf16, mxfp8; got 'fp4')",
+        )
+    ]
+    assert e.execution_id in result.missing and result.document["executions"] == []
 
 
 def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
