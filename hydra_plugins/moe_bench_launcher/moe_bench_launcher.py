@@ -11,7 +11,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.launch.sweep import plan, run
+from pipeline.launch.sweep import Outcome, plan, run
 
 
 def job_config(cfg: DictConfig) -> dict[str, Any]:
@@ -36,22 +36,25 @@ class MoEBenchLauncher(Launcher):
         loader = self.hydra_context.config_loader
         configs = [loader.load_sweep_config(self.config, list(o)) for o in job_overrides]
         planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
-        returns = []
-        for outcome, cfg in zip(run(planned, self.launcher), configs, strict=True):
-            failed = outcome.error is not None
-            error = RuntimeError(
-                f"{outcome.planned.execution.execution_id} failed ({outcome.error}); "
-                f"log: {outcome.planned.log_dir}"
-            )
-            returns.append(
-                JobReturn(
-                    overrides=outcome.planned.overrides,
-                    cfg=cfg,
-                    hydra_cfg=cfg,
-                    working_dir=str(outcome.planned.log_dir),
-                    task_name=cfg.hydra.job.name,
-                    status=JobStatus.FAILED if failed else JobStatus.COMPLETED,
-                    _return_value=error if failed else outcome.summary,
-                )
-            )
-        return returns
+        return [job_return(o, c) for o, c in zip(run(planned, self.launcher), configs, strict=True)]
+
+
+def job_return(outcome: Outcome, cfg: DictConfig) -> JobReturn:
+    """Hydra's record of one job; a failed one carries the error the sweeper raises at the end."""
+    planned = outcome.planned
+    if outcome.error is None:
+        status, value = JobStatus.COMPLETED, outcome.summary
+    else:
+        status = JobStatus.FAILED
+        value = RuntimeError(
+            f"{planned.execution.execution_id} failed ({outcome.error}); log: {planned.log_dir}"
+        )
+    return JobReturn(
+        overrides=planned.overrides,
+        cfg=cfg,
+        hydra_cfg=cfg,
+        working_dir=str(planned.log_dir),
+        task_name=cfg.hydra.job.name,
+        status=status,
+        _return_value=value,
+    )

@@ -146,7 +146,9 @@ def collect(p: Planned, job: submitit.Job) -> Outcome:
     try:
         summary = job.results()[0]
     except Exception as err:  # submitit re-raises the task's error (or reports the job's death)
-        reason = f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
+        # submitit puts the task's whole traceback in the message; its last line names the error
+        lines = str(err).strip().splitlines() or [""]
+        reason = f"{type(err).__name__}: {lines[-1]}"
         if not _ended(p):
             ledger.append(p.dataset, {"event": "failed", **record, "at": ledger.now(), "reason": reason})
         print(f"{p.execution.execution_id}: {reason}", file=sys.stderr, flush=True)
