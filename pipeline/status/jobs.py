@@ -44,8 +44,6 @@ def job_states(jobs: list[Job]) -> dict[str, JobState]:
     for job in jobs:
         if job.launcher == "local":
             states[job.job_id] = _local_state(job)
-        else:
-            states[job.job_id] = _with_error(states[job.job_id], job)
     return states
 
 
@@ -112,16 +110,6 @@ def _process_runs_job(job: Job) -> bool:
         return False
     zombie = "\nState:\tZ" in status
     return not zombie and str(job.log_dir) in cmdline and "submitit" in cmdline
-
-
-def _with_error(state: JobState, job: Job) -> JobState:
-    """Add the Python error (from submitit's result file) to a Slurm failure reason."""
-    if state.state != FAILED:
-        return state
-    outcome = _result(job)
-    if outcome is None or outcome.state != FAILED:
-        return state
-    return JobState(FAILED, f"{state.reason}: {outcome.reason}")
 
 
 def _result(job: Job) -> JobState | None:

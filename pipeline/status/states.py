@@ -62,7 +62,9 @@ def dataset_status(dataset: Path) -> list[ExecutionStatus]:
         if state.state == COMPLETED:
             kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
         elif state.state == FAILED:
-            kind, detail = FAILED, failures.get((execution_id, attempt), state.reason or "")
+            # The scheduler's verdict first (CANCELLED, NODE_FAIL, ...), then the error the job recorded.
+            error = failures.get((execution_id, attempt), "").strip().split("\n")[0]
+            kind, detail = FAILED, "; ".join(part for part in (state.reason, error) if part)
         else:
             kind, detail = state.state, state.reason or ""
         out.append(ExecutionStatus(execution_id, kind, attempt, job.job_id, detail, log, record))
