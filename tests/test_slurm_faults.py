@@ -1,0 +1,112 @@
+"""Faults on the local Slurm cluster: a cancelled job, a dead node, an exception and a requeue each
+end in an honest state, and resubmission (or the requeue itself) completes the execution with exactly
+one shard per attempt."""
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.slurm_support import (
+    CLUSTER_SCRIPT,
+    needs_cluster,
+    python_module,
+    records,
+    sacct_state,
+    shards,
+    started,
+    submit,
+    wait_for,
+    wait_for_state,
+)
+
+pytestmark = needs_cluster
+
+MOK = "inference-ep8-f1536-bf16-mok-native"
+LONGER = "scale.iterations=6"  # long enough to act on while it runs, short enough for CI
+STATE_DIR = Path(os.environ.get("MOE_SLURM_DIR", "/var/tmp/moe-slurm"))
+
+
+def job_of(dataset: Path, attempt: int) -> str:
+    return next(r["job_id"] for r in records(dataset, "submitted", MOK) if r["attempt"] == attempt)
+
+
+def submit_and_wait_until_running(dataset: Path, *overrides: str) -> str:
+    submit(dataset, "mok-bf16", LONGER, *overrides)
+    wait_for("the execution to start", lambda: started(dataset, MOK, 1))
+    return job_of(dataset, 1)
+
+
+def crash_node(node: str) -> None:
+    """What a node crash does to a job: its slurmd and every process of the job on it die at once."""
+    victims = {int((STATE_DIR / "run" / f"slurmd-{node}.pid").read_text())}
+    for proc in Path("/proc").iterdir():
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if f"SLURMD_NODENAME={node}".encode() in environ:
+            victims |= {int(proc.name), parent}  # a task and its slurmstepd
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+
+
+def resubmit_and_finish(dataset: Path) -> None:
+    done = python_module("pipeline.resubmit", str(dataset), "--only", "failed")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "1 execution(s) resubmitted"
+    wait_for_state(dataset, MOK, "done", timeout=180)
+    assert shards(dataset, MOK) == ["attempt-2.parquet"]
+
+
+def test_cancelled_job_is_failed_and_resubmit_completes_it(tmp_path):
+    job_id = submit_and_wait_until_running(tmp_path)
+    subprocess.run(["scancel", job_id], check=True)
+    line = wait_for_state(tmp_path, MOK, "failed")
+    assert "CANCELLED" in " ".join(line)
+    assert sacct_state(job_id).startswith("CANCELLED")
+    resubmit_and_finish(tmp_path)
+
+
+def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_back(tmp_path):
+    job_id = submit_and_wait_until_running(tmp_path)
+    nodes = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True)
+    assert nodes.stdout.strip() == "n[1-2]", nodes.stdout
+    crash_node("n2")
+    line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
+    assert "NODE_FAIL" in line or "FAILED" in line, line
+    subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], check=True, capture_output=True, timeout=120)
+    resubmit_and_finish(tmp_path)
+
+
+def test_exception_in_an_execution_is_failed_in_sacct(tmp_path):
+    # A file where rank 0 must create the shard folder: writing the shard raises inside the job.
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
+    submit(tmp_path, "mok-bf16")
+    line = wait_for_state(tmp_path, MOK, "failed")
+    assert "FileExistsError" in " ".join(line)
+    wait_for("sacct to record the failure", lambda: sacct_state(job_of(tmp_path, 1)).startswith("FAILED|1:0"))
+
+
+def test_requeue_on_preemption_is_a_new_attempt_with_exactly_one_shard(tmp_path):
+    job_id = submit_and_wait_until_running(tmp_path)
+    # What Slurm sends before preemption or the time limit; submitit checkpoints and requeues.
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    wait_for("the requeued attempt in the ledger", lambda: len(records(tmp_path, "submitted", MOK)) == 2)
+    assert job_of(tmp_path, 2) == job_id
+    # Slurm holds a requeued job for two minutes; let it start now.
+    wait_for(
+        "the job to be pending again",
+        lambda: (
+            subprocess.run(
+                ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+            ).stdout.strip()
+            == "PENDING"
+        ),
+    )
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+    wait_for_state(tmp_path, MOK, "done", timeout=180)
+    assert shards(tmp_path, MOK) == ["attempt-2.parquet"]
+    assert [r["attempt"] for r in records(tmp_path, "failed", MOK)] == [1]

@@ -1,0 +1,65 @@
+"""The Slurm launcher end to end: a two-execution sweep spanning nodes, then status and resubmission
+of exactly the execution whose shard was deleted, after the launching process is gone."""
+
+import json
+
+import pyarrow.parquet as pq
+
+from pipeline.data.schema import METADATA_KEY, shard_path
+from tests.slurm_support import (
+    needs_cluster,
+    python_module,
+    records,
+    sacct_state,
+    states,
+    wait_for,
+)
+
+pytestmark = needs_cluster
+
+MOK = "inference-ep8-f1536-bf16-mok-native"
+DIST = "inference-ep8-f1536-bf16-dist-moe-bf16"
+
+
+def all_done(dataset) -> bool:
+    code, seen = states(dataset)
+    return code == 0 and sorted(seen) == sorted([MOK, DIST]) and all(v[0] == "done" for v in seen.values())
+
+
+def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
+    done = python_module(
+        "pipeline.run",
+        "--multirun",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16,dist-moe-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+        "hydra/launcher=slurm",
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "2 executions: 2 done, 0 failed"
+    for execution_id in (MOK, DIST):
+        (submitted,) = records(tmp_path, "submitted", execution_id)
+        meta = json.loads(pq.read_schema(shard_path(tmp_path, execution_id, 1)).metadata[METADATA_KEY])
+        assert meta["job_id"] == submitted["job_id"]
+        assert meta["provenance"]["job_ids"] == [submitted["job_id"]]
+        assert len(meta["provenance"]["hosts"]) >= 2, meta["provenance"]["hosts"]
+        assert set(meta["provenance"]["hosts"]) <= {"n1", "n2", "n3", "n4"}
+        assert sacct_state(submitted["job_id"]).startswith("COMPLETED|0:0|")
+    assert all_done(tmp_path)
+
+    shard_path(tmp_path, DIST, 1).unlink()
+    code, seen = states(tmp_path)
+    assert code == 1
+    assert seen[MOK][0] == "done"
+    assert seen[DIST][:3] == ["missing", DIST, "attempt"]
+
+    again = python_module("pipeline.resubmit", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"resubmitted {DIST} (was missing, attempt 1)"
+    assert again.stdout.splitlines()[-1] == "1 execution(s) resubmitted"
+    assert [r["attempt"] for r in records(tmp_path, "submitted", DIST)] == [1, 2]
+    assert [r["attempt"] for r in records(tmp_path, "submitted", MOK)] == [1]
+    wait_for("the resubmitted execution to finish", lambda: all_done(tmp_path))
+    assert shard_path(tmp_path, DIST, 2).exists()
+    assert not shard_path(tmp_path, MOK, 2).exists()
