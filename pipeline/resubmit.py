@@ -1,9 +1,9 @@
 """``python -m pipeline.resubmit DATASET_DIR [--only failed|missing]``: run again what has no shard.
 
 Only executions that are failed or missing (see ``pipeline.status``) go out, each as a new attempt
-through ``pipeline.run`` with the overrides the ledger recorded for it, on the launcher it used, and
-without waiting. Done, pending and running executions are never touched, so running it twice, or
-while a sweep is still going, never duplicates work. It needs only the dataset folder: the process
+through ``pipeline.run`` with the overrides the ledger recorded for it, on the launcher it used (on
+Slurm without waiting). Done, pending and running executions are never touched, so running it twice,
+or while a sweep is still going, never duplicates work. It needs only the dataset folder: the process
 that launched the sweep may be long gone.
 """
 
@@ -21,20 +21,18 @@ CHOICES = (FAILED, MISSING)
 
 
 def run_command(status: ExecutionStatus) -> list[str]:
-    """The ``pipeline.run`` command line that submits this execution again, fire and forget."""
+    """The ``pipeline.run`` command line that submits this execution again.
+
+    Slurm jobs go out fire and forget; local ones run here, one after another, like any local sweep.
+    """
     record = status.submitted
     if record is None:
         raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to reproduce it from")
     overrides = [o for o in record["overrides"] if not o.startswith("hydra/launcher=")]
-    return [
-        sys.executable,
-        "-m",
-        "pipeline.run",
-        "--multirun",
-        *overrides,
-        f"hydra/launcher={record['launcher']}",
-        "hydra.launcher.wait=false",
-    ]
+    launcher = [f"hydra/launcher={record['launcher']}"]
+    if record["launcher"] == "slurm":
+        launcher.append("hydra.launcher.wait=false")
+    return [sys.executable, "-m", "pipeline.run", "--multirun", *overrides, *launcher]
 
 
 def resubmit(dataset: Path, only: str | None = None) -> list[ExecutionStatus]:

@@ -1,0 +1,90 @@
+"""``pipeline.status`` and ``pipeline.resubmit`` on the local launcher, and their answers to bad input."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.data.schema import shard_path
+
+MOK = "inference-ep8-f1536-bf16-mok-native"
+ONE_EXECUTION = ("workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci")
+
+
+def cli(module: str, *arguments: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *arguments], capture_output=True, text=True, timeout=600
+    )
+
+
+def status_words(dataset) -> tuple[int, list[str]]:
+    done = cli("pipeline.status", str(dataset))
+    assert done.returncode in (0, 1), done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if MOK in ln]
+    return done.returncode, line.split()
+
+
+def test_status_of_a_folder_that_does_not_exist(tmp_path):
+    done = cli("pipeline.status", str(tmp_path / "nowhere"))
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip() == f"pipeline.status: dataset directory '{tmp_path / 'nowhere'}' does not exist"
+    )
+
+
+def test_status_of_a_folder_where_nothing_was_launched(tmp_path):
+    done = cli("pipeline.status", str(tmp_path))
+    assert done.returncode == 2
+    assert "holds no ledger.jsonl records and no shards" in done.stderr
+
+
+def test_resubmit_names_the_allowed_choices(tmp_path):
+    done = cli("pipeline.resubmit", str(tmp_path), "--only", "done")
+    assert done.returncode == 2
+    assert "invalid choice: 'done' (choose from 'failed', 'missing')" in done.stderr
+
+
+@pytest.mark.slow
+def test_local_execution_done_missing_then_resubmitted(tmp_path):
+    run = cli(
+        "pipeline.run",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    code, words = status_words(tmp_path)
+    assert (code, words[0], words[3]) == (0, "done", "1")
+
+    shard_path(tmp_path, MOK, 1).unlink()
+    code, words = status_words(tmp_path)
+    assert (code, words[0]) == (1, "missing")
+
+    again = cli("pipeline.resubmit", str(tmp_path), "--only", "failed")
+    assert again.stdout.splitlines() == ["0 execution(s) resubmitted"]
+    again = cli("pipeline.resubmit", str(tmp_path))
+    assert again.returncode == 0, again.stderr[-3000:]
+    code, words = status_words(tmp_path)
+    assert (code, words[0], words[3]) == (0, "done", "2")
+    assert sorted(p.name for p in shard_path(tmp_path, MOK, 2).parent.iterdir()) == ["attempt-2.parquet"]
+
+
+@pytest.mark.slow
+def test_local_failure_shows_the_error_and_the_log(tmp_path):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
+    run = cli(
+        "pipeline.run",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+    )
+    assert run.returncode == 1
+    code, words = status_words(tmp_path)
+    assert (code, words[0]) == (1, "failed")
+    line = " ".join(words)
+    assert "FileExistsError" in line
+    log = words[-1]
+    assert log.startswith(str(tmp_path / "logs" / MOK / "attempt-1")) and log.endswith("_0_log.err")
