@@ -70,6 +70,10 @@ class Timing:
     mx_ms: float
     mx_tflops: float
     mx_speedup_vs_bf16: float
+    wgrad_ms: float
+    wgrad_grouped_mm_ms: float
+    wgrad_tflops: float
+    wgrad_speedup_vs_grouped_mm: float
 
 
 def timing_shapes() -> list[Shape]:
@@ -111,6 +115,16 @@ def reference(a: torch.Tensor, b: torch.Tensor, sizes: list[int]) -> torch.Tenso
     return out
 
 
+def wgrad_reference(dy: torch.Tensor, x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """FP32 per-group dY_g^T X_g -> [G, N, K]; empty groups give zeros."""
+    out = torch.zeros(len(sizes), dy.shape[1], x.shape[1], device=dy.device)
+    start = 0
+    for g, size in enumerate(sizes):
+        out[g] = dy[start : start + size].float().T @ x[start : start + size].float()
+        start += size
+    return out
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
 
@@ -137,7 +151,7 @@ def quantize_chunked(x: torch.Tensor, chunk: int = 4) -> MXTensor:
 
 def correctness(backend: str, device: torch.device, gen: torch.Generator) -> list[Correctness]:
     """Every kernel on edge-case routings; the seed-003 and one per-rank shape on random routings."""
-    from cutlass_kernels.cute_backend import unsupported_reason
+    from cutlass_kernels.cute_backend import unsupported_reason, wgrad_unsupported_reason
 
     results = []
     cases = [
@@ -159,6 +173,10 @@ def correctness(backend: str, device: torch.device, gen: torch.Generator) -> lis
         dy = torch.randn(sum(sizes), n, device=device).bfloat16()
         dx = api.grouped_gemm_dgrad(dy, b, offs, out_dtype=torch.bfloat16, backend=backend)
         results.append(_record(case, "dgrad", torch.bfloat16, dx, reference(dy, b.transpose(1, 2), sizes)))
+        if wgrad_unsupported_reason(dy, a, offs, torch.float32):
+            raise RuntimeError(f"case {case} would not reach the CuTe wgrad kernel")
+        dw = api.grouped_gemm_wgrad(dy, a, offs, out_dtype=torch.float32, backend=backend)
+        results.append(_record(case, "wgrad", torch.float32, dw, wgrad_reference(dy, a, sizes)))
         a_mx, b_mx = quantize_mx(a), quantize_mx(b)
         out = api.grouped_gemm_mx(a_mx, b_mx, offs, out_dtype=torch.float32, backend=backend)
         ref_mx = reference(a_mx.dequantize(), b_mx.dequantize(), sizes)
@@ -231,6 +249,10 @@ def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Gene
     ]
     cute_ms = median_ms(lambda a, b, o: api.grouped_gemm(a, b, o, backend=backend), sets)
     grouped_ms = median_ms(lambda a, b, o: torch._grouped_mm(a, b.transpose(1, 2), offs=o), sets)
+    wgrad_sets = [(torch.randn(shape.rows, shape.n, device=device).bfloat16(), a, o) for a, _, o in sets]
+    wgrad_ms = median_ms(lambda dy, x, o: api.grouped_gemm_wgrad(dy, x, o, backend=backend), wgrad_sets)
+    wgrad_grouped_ms = median_ms(lambda dy, x, o: torch._grouped_mm(dy.T, x, offs=o), wgrad_sets)
+    del wgrad_sets
     mx_sets = [(quantize_chunked(a), quantize_chunked(b), o) for a, b, o in sets]
     del sets
     path = mx_path(backend, *mx_sets[0])
@@ -263,6 +285,10 @@ def time_shape(shape: Shape, backend: str, device: torch.device, gen: torch.Gene
         mx_ms=mx_ms,
         mx_tflops=mx_tflops,
         mx_speedup_vs_bf16=cute_ms / mx_ms,
+        wgrad_ms=wgrad_ms,
+        wgrad_grouped_mm_ms=wgrad_grouped_ms,
+        wgrad_tflops=flop / wgrad_ms / 1e9,
+        wgrad_speedup_vs_grouped_mm=wgrad_grouped_ms / wgrad_ms,
     )
 
 
@@ -304,12 +330,14 @@ def run_check(out: Path | None, quick: bool) -> int:
         report["timings"] = [asdict(t) for t in timings]
         print(f"\ndense BF16 peak (8192^3 torch.matmul): {peak:.0f} TFLOP/s")
         head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup", "MX TF/s", "MX/BF16")
-        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8}".format(*head))
+        head += ("wgrad TF/s", "vs _gmm")
+        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}".format(*head))
         for t in timings:
             print(
                 f"{t.shape:<24} {t.groups:>4} {t.cute_tflops:10.0f} {t.grouped_mm_tflops:12.0f} "
                 f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x "
-                f"{t.mx_tflops:8.0f} {t.mx_speedup_vs_bf16:7.2f}x"
+                f"{t.mx_tflops:8.0f} {t.mx_speedup_vs_bf16:7.2f}x "
+                f"{t.wgrad_tflops:10.0f} {t.wgrad_speedup_vs_grouped_mm:7.2f}x"
             )
         print(f"MXFP8 path: {', '.join(sorted({t.mx_path for t in timings}))}")
     if out is not None:

@@ -2,10 +2,12 @@
 for what those kernels do not cover.
 
 Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY and contiguous-K B, 1 to
-``MAX_GROUPS`` groups, for the forward GEMM and dgrad (B read transposed in place). The MXFP8 form runs
-the block-scaled kernel where the arch has one (sm100a; K and N multiples of 128), else dequantizes both
-operands to BF16 (exact for E4M3 values times E8M0 scales within BF16's exponent range) and runs the
-BF16 kernel. wgrad, FP32 operands and anything else go to :mod:`cutlass_kernels.torch_backend`.
+``MAX_GROUPS`` groups, for the forward GEMM and dgrad (B read transposed in place). wgrad copies dY and
+X into per-group zero-padded row chunks of the kernel's K tile (device ops, no sync) and runs the
+K-grouped kernel on them. The MXFP8 form runs the block-scaled kernel where the arch has one (sm100a; K
+and N multiples of 128), else dequantizes both operands to BF16 (exact for E4M3 values times E8M0
+scales within BF16's exponent range) and runs the BF16 kernel. FP32 operands and anything else go to
+:mod:`cutlass_kernels.torch_backend`.
 Launches read ``offs`` on the device and never synchronize the host. Output rows at or past
 ``offs[-1]`` are left unwritten, as with ``torch._grouped_mm``.
 """
@@ -18,8 +20,16 @@ import cutlass
 import torch
 from cuda.bindings import driver
 
-from cutlass_kernels import mx_layout, registry, torch_backend
-from cutlass_kernels.cute_base import ALIGN_BYTES, MAX_GROUPS, OFFS_ALIGN, KernelSpec, sm_count, to_cute
+from cutlass_kernels import mx_layout, registry, tile_schedule, torch_backend
+from cutlass_kernels.cute_base import (
+    ALIGN_BYTES,
+    MAX_GROUPS,
+    OFFS_ALIGN,
+    WGRAD_CHUNK,
+    KernelSpec,
+    sm_count,
+    to_cute,
+)
 from cutlass_kernels.mxfp8 import MXTensor
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
@@ -40,6 +50,19 @@ def unsupported_reason(
     return _layout_reason(a, b_kernel, offs, out_dtype)
 
 
+def wgrad_unsupported_reason(
+    dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+) -> str:
+    """Why the K-grouped kernel cannot take these operands (``""`` when it can); they are copied into
+    padded row chunks first, so their strides do not matter."""
+    if dy.dtype != torch.bfloat16 or x.dtype != torch.bfloat16:
+        return f"operands are {dy.dtype}, the kernels take bfloat16"
+    vec = ALIGN_BYTES // dy.element_size()
+    if dy.shape[1] % vec or x.shape[1] % vec:
+        return f"dY width {dy.shape[1]} and X width {x.shape[1]} must be multiples of {vec}"
+    return _problem_reason(offs, (*dy.shape, x.shape[1]), out_dtype) or _device_reason(dy)
+
+
 def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> str:
     """Why the block-scaled kernel cannot take these MX operands (``""`` when it can)."""
     k, n = a.shape[1], b.shape[1]
@@ -53,29 +76,40 @@ def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtyp
 def _layout_reason(
     a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> str:
+    reason = _problem_reason(offs, (*a.shape, b_kernel.shape[0]), out_dtype)
     vec = ALIGN_BYTES // a.element_size()
+    if not reason and (a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec):
+        reason = f"A {tuple(a.shape)} strides {a.stride()} are not row-major with 16-byte aligned rows"
+    if not reason and (1 not in b_kernel.stride()[:2] or any(s % vec for s in b_kernel.stride() if s != 1)):
+        reason = f"B strides {b_kernel.stride()} are not contiguous with 16-byte aligned rows"
+    if not reason and any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
+        reason = "operand base addresses are not 16-byte aligned"
+    return reason or _device_reason(a)
+
+
+def _problem_reason(offs: torch.Tensor, extents: tuple[int, ...], out_dtype: torch.dtype) -> str:
     if out_dtype not in registry.OUT_DTYPES:
         return f"output dtype {out_dtype} is not bfloat16/float32"
-    if not 1 <= offs.shape[0] <= MAX_GROUPS or 0 in a.shape:
-        limits = f"1..{MAX_GROUPS} groups, >= 1 row, K >= 1"
-        return f"{offs.shape[0]} groups, A {tuple(a.shape)} (kernels take {limits})"
-    if a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec:
-        return f"A {tuple(a.shape)} strides {a.stride()} are not row-major with 16-byte aligned rows"
-    if 1 not in b_kernel.stride()[:2] or any(s % vec for s in b_kernel.stride() if s != 1):
-        return f"B strides {b_kernel.stride()} are not contiguous with 16-byte aligned rows"
-    if any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
-        return "operand base addresses are not 16-byte aligned"
-    if not a.is_cuda:
-        return "operands are not on a CUDA device"
+    if not 1 <= offs.shape[0] <= MAX_GROUPS or 0 in extents:
+        limits = f"1..{MAX_GROUPS} groups and non-empty extents"
+        return f"{offs.shape[0]} groups, extents {extents} (kernels take {limits})"
     return ""
 
 
+def _device_reason(t: torch.Tensor) -> str:
+    return "" if t.is_cuda else "operands are not on a CUDA device"
+
+
 def launch(
-    spec: KernelSpec, a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, *scales: torch.Tensor
+    spec: KernelSpec,
+    out: torch.Tensor,
+    a: torch.Tensor,
+    b_kernel: torch.Tensor,
+    offs: torch.Tensor,
+    *scales: torch.Tensor,
 ) -> torch.Tensor:
-    """Run the kernel of ``spec``: out[rows of g] = a[rows of g] @ b_kernel[:, :, g]^T (``scales``: the
-    MX kernel's flat atom-layout SFA and SFB)."""
-    out = torch.empty(a.shape[0], b_kernel.shape[0], dtype=spec.out_dtype, device=a.device)
+    """Run the kernel of ``spec`` into ``out`` (see :class:`~cutlass_kernels.cute_base.KernelSpec` for
+    the operand views; ``scales``: the MX kernel's flat atom-layout SFA and SFB)."""
     stream = driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     registry.compiled(spec)(
         *(to_cute(t) for t in (a, b_kernel, out)),
@@ -85,6 +119,11 @@ def launch(
         stream,
     )
     return out
+
+
+def _rows_out(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    """The uninitialized [M, N] output of a row-grouped GEMM of a [M, K] by b [G, N, K]."""
+    return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
 
 
 class CuteBackend:
@@ -97,7 +136,8 @@ class CuteBackend:
         b_kernel = b.permute(1, 2, 0)  # [G, N, K] -> (N, K, G), K-major
         if unsupported_reason(a, b_kernel, offs, out_dtype):
             return torch_backend.grouped_gemm(a, b, offs, out_dtype)
-        return launch(registry.spec_for(self.arch, "fprop", a.dtype, out_dtype), a, b_kernel, offs)
+        spec = registry.spec_for(self.arch, "fprop", a.dtype, out_dtype)
+        return launch(spec, _rows_out(a, b, out_dtype), a, b_kernel, offs)
 
     def grouped_gemm_dgrad(
         self, dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
@@ -105,17 +145,27 @@ class CuteBackend:
         b_kernel = b.permute(2, 1, 0)  # [G, N, K] -> (K, N, G): the reduction runs over N, N-major
         if unsupported_reason(dy, b_kernel, offs, out_dtype):
             return torch_backend.grouped_gemm_dgrad(dy, b, offs, out_dtype)
-        return launch(registry.spec_for(self.arch, "dgrad", dy.dtype, out_dtype), dy, b_kernel, offs)
+        spec = registry.spec_for(self.arch, "dgrad", dy.dtype, out_dtype)
+        return launch(spec, _rows_out(dy, b.transpose(1, 2), out_dtype), dy, b_kernel, offs)
 
     def grouped_gemm_wgrad(
         self, dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
     ):
-        return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
+        if wgrad_unsupported_reason(dy, x, offs, out_dtype):
+            return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
+        dy_rows = tile_schedule.pad_rows_per_tile(dy, offs, WGRAD_CHUNK)
+        x_rows = tile_schedule.pad_rows_per_tile(x, offs, WGRAD_CHUNK)
+        groups, n, k = offs.shape[0], dy.shape[1], x.shape[1]
+        out = torch.empty(groups, n, k, dtype=out_dtype, device=dy.device)
+        spec = registry.spec_for(self.arch, "wgrad", dy.dtype, out_dtype)
+        launch(spec, out.view(groups * n, k), dy_rows.T, x_rows.T, offs)
+        return out
 
     def grouped_gemm_mx(self, a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype):
         if registry.has_mx_kernel(self.arch) and not mx_unsupported_reason(a, b, offs, out_dtype):
             sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a.scale, offs))
             sfb = mx_layout.atom_layout(b.scale)
             spec = registry.mx_spec_for(self.arch, out_dtype)
-            return launch(spec, a.data, b.data.permute(1, 2, 0), offs, sfa, sfb)
+            out = _rows_out(a.data, b.data, out_dtype)
+            return launch(spec, out, a.data, b.data.permute(1, 2, 0), offs, sfa, sfb)
         return self.grouped_gemm(a.dequantize(torch.bfloat16), b.dequantize(torch.bfloat16), offs, out_dtype)

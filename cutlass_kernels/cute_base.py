@@ -20,10 +20,11 @@ from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fak
 from cutlass_kernels import tile_schedule
 
 ARCHES = ("sm_90a", "sm_100a")
-OPS = ("fprop", "dgrad")
+OPS = ("fprop", "dgrad", "wgrad")
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
 ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
 OFFS_ALIGN = 4
+WGRAD_CHUNK = 64  # rows per reduction step of the K-grouped (wgrad) kernels: their BF16 K tile
 
 _CUTE_DTYPES = {
     torch.bfloat16: cutlass.BFloat16,
@@ -37,9 +38,10 @@ MX_ATOM_BYTES = 512  # one 128-row x 4-column scale atom of the block-scaled MMA
 class KernelSpec:
     """The compile key: one compiled kernel per arch, operation, dtypes and tile configuration.
 
-    ``op`` is ``fprop`` (B stored [G, N, K], K-major) or ``dgrad`` (the same GEMM against B^T: B
-    stored [G, K_out, N_red], so the kernel reads it N-major). ``mx``: E4M3 operands with E8M0 scales
-    per 32 elements of K (block-scaled MMA; sm100a fprop only).
+    ``op`` is ``fprop`` (B stored [G, N, K], K-major), ``dgrad`` (the same GEMM against B^T: B
+    stored [G, K_out, N_red], so the kernel reads it N-major) or ``wgrad`` (K-grouped: per group
+    dY^T X over the group's rows, both read N-major from row-padded copies). ``mx``: E4M3 operands with
+    E8M0 scales per 32 elements of K (block-scaled MMA; sm100a fprop only).
     """
 
     arch: str
@@ -77,11 +79,20 @@ def fake_operands(spec: KernelSpec) -> dict[str, Any]:
     k, n = cute.sym_int32(divisibility=vec_in), cute.sym_int32(divisibility=vec_in)
     ld_a, ld_b, stride_g = (cute.sym_int64(divisibility=vec_in) for _ in range(3))
     ld_c = cute.sym_int64(divisibility=vec_out)
-    b_stride = (ld_b, 1, stride_g) if spec.op == "fprop" else (1, ld_b, stride_g)
+    if spec.op == "wgrad":  # a = dY^T (N, R), b = X^T (K, R) over R padded rows; c = dW as (G * N, K)
+        rows, g_n = cute.sym_int32(), cute.sym_int32()
+        a = make_fake_tensor(in_t, (n, rows), stride=(1, ld_a), assumed_align=ALIGN_BYTES)
+        b = make_fake_tensor(in_t, (k, rows), stride=(1, ld_b), assumed_align=ALIGN_BYTES)
+        c = make_fake_tensor(out_t, (g_n, k), stride=(ld_c, 1), assumed_align=ALIGN_BYTES)
+    else:
+        b_stride = (ld_b, 1, stride_g) if spec.op == "fprop" else (1, ld_b, stride_g)
+        a = make_fake_tensor(in_t, (m, k), stride=(ld_a, 1), assumed_align=ALIGN_BYTES)
+        b = make_fake_tensor(in_t, (n, k, g), stride=b_stride, assumed_align=ALIGN_BYTES)
+        c = make_fake_tensor(out_t, (m, n), stride=(ld_c, 1), assumed_align=ALIGN_BYTES)
     args = {
-        "a": make_fake_tensor(in_t, (m, k), stride=(ld_a, 1), assumed_align=16),
-        "b": make_fake_tensor(in_t, (n, k, g), stride=b_stride, assumed_align=16),
-        "c": make_fake_tensor(out_t, (m, n), stride=(ld_c, 1), assumed_align=16),
+        "a": a,
+        "b": b,
+        "c": c,
         "offs": make_fake_compact_tensor(cutlass.Int32, (g,), assumed_align=OFFS_ALIGN),
     }
     if spec.mx:
@@ -168,3 +179,83 @@ def advance_group(prefix: cute.Tensor, group: cutlass.Int32, tile: cutlass.Int32
     while prefix[group + 1] * n_tiles <= tile:
         group = group + 1
     return group
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    """Trace-time description of one launch, shared by the warps that walk its tiles.
+
+    M-grouped (fprop / dgrad / MX): A's rows are grouped, every tile reduces over all of K, and the
+    tile order is that of :mod:`cutlass_kernels.tile_schedule` over the M-tile ``prefix``. K-grouped
+    (wgrad): every group owns a whole output tile grid and reduces over its own ``chunk``-row slices
+    ``prefix[g] .. prefix[g + 1]`` of the zero-padded operands.
+    """
+
+    k_grouped: bool
+    tile_m: int
+    tile_n: int
+    chunk: int  # rows per reduction step of the K-grouped form (the kernel's K tile)
+
+    def __post_init__(self) -> None:
+        if self.k_grouped and self.chunk != WGRAD_CHUNK:
+            raise ValueError(
+                f"K-grouped kernels reduce over {WGRAD_CHUNK}-row chunks, this one over {self.chunk}"
+            )
+
+    @property
+    def prefix_unit(self) -> int:
+        """Rows per prefix count: M tiles, or reduction chunks when K-grouped."""
+        return self.chunk if self.k_grouped else self.tile_m
+
+
+@cute.jit
+def total_tiles(
+    problem: cutlass.Constexpr, prefix: cute.Tensor, groups: cutlass.Int32, tiles_m: cutlass.Int32, tiles_n
+):
+    """Output tiles of the launch (``tiles_m``: M tiles per group, K-grouped only)."""
+    total = prefix[groups] * tiles_n
+    if cutlass.const_expr(problem.k_grouped):
+        total = groups * tiles_m * tiles_n
+    return total
+
+
+@cute.jit
+def tile_work(
+    problem: cutlass.Constexpr,
+    prefix: cute.Tensor,
+    offs: cute.Tensor,
+    group: cutlass.Int32,
+    tile: cutlass.Int32,
+    tiles_m: cutlass.Int32,
+    tiles_n: cutlass.Int32,
+    k_tiles: cutlass.Int32,
+    rows_out: cutlass.Int32,
+):
+    """What linear ``tile`` computes: (group, A row, N tile, first and end K tile, output row, output
+    row end, M tile index over all groups). ``group`` is the previous tile's (M-grouped walks on);
+    ``rows_out`` is C's row count, or each group's output rows when K-grouped."""
+    if cutlass.const_expr(problem.k_grouped):
+        per_group = tiles_m * tiles_n
+        group = tile // per_group
+        m_local, n_tile = tile_schedule.decode(tile - group * per_group, tiles_m)
+        a_row = m_local * problem.tile_m
+        work = (
+            group,
+            a_row,
+            n_tile,
+            prefix[group],
+            prefix[group + 1],
+            group * rows_out + a_row,
+            (group + 1) * rows_out,
+            m_local,
+        )
+    else:
+        group = advance_group(prefix, group, tile, tiles_n)
+        first = prefix[group]
+        m_local, n_tile = tile_schedule.decode(tile - first * tiles_n, prefix[group + 1] - first)
+        row = m_local * problem.tile_m
+        if group > 0:
+            row = row + offs[group - 1]
+        end = cutlass.min(offs[group], rows_out)
+        work = (group, row, n_tile, cutlass.Int32(0), k_tiles, row, end, first + m_local)
+    return work

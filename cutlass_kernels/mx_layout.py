@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from cutlass_kernels import tile_schedule
+
 ATOM_ROWS = 128
 ATOM_COLS = 4
 
@@ -28,25 +30,6 @@ def atom_layout(scale: torch.Tensor) -> torch.Tensor:
     return blocks.permute(order).contiguous().reshape(-1)
 
 
-def padded_rows(rows: int, groups: int) -> int:
-    """Rows of the per-tile padded scale matrix: enough for every routing of ``rows`` rows."""
-    return -(-(rows + groups * (ATOM_ROWS - 1)) // ATOM_ROWS) * ATOM_ROWS
-
-
 def pad_per_tile(scale: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """Row ``i`` of ``scale`` [M, C], local row ``l`` of its group ``g``, moves to row
-    ``128 * (tiles before g + l // 128) + l % 128``; rows no tile owns stay zero. No host sync."""
-    rows = scale.shape[0]
-    ends = offs.to(torch.int64)
-    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
-    tiles = (ends - starts).clamp_min(0).add(ATOM_ROWS - 1).div(ATOM_ROWS, rounding_mode="floor")
-    tiles_before = tiles.cumsum(0) - tiles
-    row = torch.arange(rows, device=scale.device)
-    group = torch.searchsorted(ends, row, right=True).clamp_max(ends.shape[0] - 1)
-    local = row - starts[group]
-    dest = (tiles_before[group] + local.div(ATOM_ROWS, rounding_mode="floor")) * ATOM_ROWS + local % ATOM_ROWS
-    padded = padded_rows(rows, ends.shape[0])
-    dest = torch.where(row < ends[-1], dest, padded)  # rows past offs[-1]: one discarded row
-    out = scale.new_zeros(padded + 1, scale.shape[1])
-    out[dest] = scale
-    return out[:padded]
+    """A's scale rows moved to their 128-row M tiles (:func:`tile_schedule.pad_rows_per_tile`)."""
+    return tile_schedule.pad_rows_per_tile(scale, offs, ATOM_ROWS)

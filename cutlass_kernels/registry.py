@@ -34,18 +34,22 @@ def has_mx_kernel(arch: str) -> bool:
 
 
 def all_specs(arch: str) -> list[KernelSpec]:
-    """Every kernel the ``arch`` backend launches: BF16 fprop and dgrad, BF16 or FP32 out, and the
-    MXFP8 fprop where the arch has block-scaled MMA."""
+    """Every kernel the ``arch`` backend launches: BF16 fprop, dgrad and wgrad, BF16 or FP32 out, and
+    the MXFP8 fprop where the arch has block-scaled MMA."""
     if arch not in ARCHES:
         raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    specs = [spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad") for out in OUT_DTYPES]
+    specs = [
+        spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad", "wgrad") for out in OUT_DTYPES
+    ]
     if has_mx_kernel(arch):
         specs += [mx_spec_for(arch, out) for out in OUT_DTYPES]
     return specs
 
 
 def kernel_for(spec: KernelSpec) -> Any:
-    return _KERNELS[spec.arch, spec.mx](spec.tile_m, spec.tile_n)
+    if spec.mx:
+        return _KERNELS[spec.arch, True](spec.tile_m, spec.tile_n)
+    return _KERNELS[spec.arch, False](spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
 
 
 def compiled(spec: KernelSpec) -> Any:

@@ -26,8 +26,7 @@ import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.utils import blockscaled_layout
 
-from cutlass_kernels import tile_schedule
-from cutlass_kernels.cute_base import MAX_GROUPS, advance_group, build_tile_prefix
+from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
 
 _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
@@ -42,11 +41,11 @@ class Sm100GroupedGemm:
 
     mx = False
 
-    def __init__(self, tile_m: int = 128, tile_n: int = 256) -> None:
+    def __init__(self, tile_m: int = 128, tile_n: int = 256, k_grouped: bool = False) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
             raise ValueError(f"sm100 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
         self.cta_tile_shape_mnk = (tile_m, tile_n, 0)
-        self.tile_m, self.tile_n = tile_m, tile_n
+        self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.acc_dtype = cutlass.Float32
         self.use_2cta_instrs = False
         self.threads = 32 * (len(_EPI_WARPS) + 2)
@@ -74,6 +73,7 @@ class Sm100GroupedGemm:
             )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
+        self.problem = GroupedProblem(self.k_grouped, self.tile_m, self.tile_n, tile_k)
         self.cta_tile_shape_mnk = self.mma_tiler
         self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
             self.cta_tile_shape_mnk, False, self.c_layout, self.c_dtype
@@ -130,6 +130,8 @@ class Sm100GroupedGemm:
 
     def _launch(self, a, b, c, offs, sfa, sfb, num_ctas, stream) -> None:
         """Trace-time body of ``__call__``: TMA atoms, shared storage, kernel launch."""
+        if cutlass.const_expr(self.k_grouped):
+            b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
         self._setup(a, b, c)
         a_stage = cute.slice_(self.a_smem, (None, None, None, 0))
         b_stage = cute.slice_(self.b_smem, (None, None, None, 0))
@@ -279,13 +281,18 @@ class Sm100GroupedGemm:
         prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
         pipeline.pipeline_init_wait(cluster_shape_mn=one_cta)
         if warp == _TMA_WARP:
-            build_tile_prefix(offs, prefix, self.tile_m)
+            build_tile_prefix(offs, prefix, self.problem.prefix_unit)
         cute.arch.sync_threads()
 
         m_total, n_total, _ = mC.shape
-        n_tiles = cute.ceil_div(n_total, self.tile_n)
+        # C rows per group when K-grouped (A's row count), else C's row count
+        rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else m_total
+        tiles_m = cute.ceil_div(rows_out, self.tile_m)
+        tiles_n = cute.ceil_div(n_total, self.tile_n)
         k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
-        total = prefix[cute.size(offs)] * n_tiles
+        total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
+        work_args = (prefix, offs)
+        work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
         thr_mma = tiled_mma.get_slice(0)
         acc_layout = self._acc_fragment(tiled_mma).layout
         tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
@@ -308,9 +315,11 @@ class Sm100GroupedGemm:
             group = cutlass.Int32(0)
             tile = cta
             while tile < total:
-                group = advance_group(prefix, group, tile, n_tiles)
-                row, _, n_tile, m_tile = self._tile_rows(prefix, offs, group, tile, n_tiles)
-                gA = cute.local_tile(cute.domain_offset((row, 0), mA), tile_mk, (0, None))
+                group, a_row, n_tile, k_begin, k_end, _, _, m_tile = tile_work(
+                    self.problem, *work_args, group, tile, *work_shape
+                )
+                b_group = 0 if cutlass.const_expr(self.k_grouped) else group
+                gA = cute.local_tile(cute.domain_offset((a_row, 0), mA), tile_mk, (0, None))
                 tAsA, tAgA = cpasync.tma_partition(
                     tma_a,
                     0,
@@ -319,12 +328,12 @@ class Sm100GroupedGemm:
                     cute.group_modes(thr_mma.partition_A(gA), 0, 3),
                 )
                 ab_producer.reset()
-                for k in cutlass.range(k_tiles, unroll=1):
+                for k in cutlass.range(k_begin, k_end, unroll=1):
                     handle = ab_producer.acquire_and_advance()
                     cute.copy(tma_a, tAgA[(None, k)], tAsA[(None, handle.index)], tma_bar_ptr=handle.barrier)
                     cute.copy(
                         tma_b,
-                        tBgB[(None, n_tile, k, group)],
+                        tBgB[(None, n_tile, k, b_group)],
                         tBsB[(None, handle.index)],
                         tma_bar_ptr=handle.barrier,
                     )
@@ -366,34 +375,41 @@ class Sm100GroupedGemm:
                     blockscaled_layout.make_tmem_layout_sfb,
                 )
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _ACC_STAGES)
+            group = cutlass.Int32(0)
             tile = cta
             while tile < total:
-                acc = acc_base[(None, None, None, acc_state.index)]
-                ab_consumer.reset()
-                acc_pipeline.producer_acquire(acc_state)
-                tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-                for k in cutlass.range(k_tiles, unroll=1):
-                    handle = ab_consumer.wait_and_advance()
-                    if cutlass.const_expr(self.mx):
-                        stage = (None, None, None, None, handle.index)
-                        cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
-                        cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
-                        tiled_mma.set(tcgen05.Field.ACCUMULATE, k != 0)
-                        ab = (None, None, None, handle.index)
-                        cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
-                    else:
-                        for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
-                            cute.gemm(
-                                tiled_mma,
-                                acc,
-                                tCrA[(None, None, kb, handle.index)],
-                                tCrB[(None, None, kb, handle.index)],
-                                acc,
-                            )
-                            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-                    handle.release()
-                acc_pipeline.producer_commit(acc_state)
-                acc_state.advance()
+                group, _, _, k_begin, k_end, _, _, _ = tile_work(
+                    self.problem, *work_args, group, tile, *work_shape
+                )
+                # a tile without K tiles (K-grouped, empty group) takes no accumulator stage: its
+                # epilogue stores zeros
+                if k_end > k_begin:
+                    acc = acc_base[(None, None, None, acc_state.index)]
+                    ab_consumer.reset()
+                    acc_pipeline.producer_acquire(acc_state)
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+                    for k in cutlass.range(k_begin, k_end, unroll=1):
+                        handle = ab_consumer.wait_and_advance()
+                        if cutlass.const_expr(self.mx):
+                            stage = (None, None, None, None, handle.index)
+                            cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
+                            cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
+                            tiled_mma.set(tcgen05.Field.ACCUMULATE, k != k_begin)
+                            ab = (None, None, None, handle.index)
+                            cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
+                        else:
+                            for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
+                                cute.gemm(
+                                    tiled_mma,
+                                    acc,
+                                    tCrA[(None, None, kb, handle.index)],
+                                    tCrB[(None, None, kb, handle.index)],
+                                    acc,
+                                )
+                                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                        handle.release()
+                    acc_pipeline.producer_commit(acc_state)
+                    acc_state.advance()
                 tile = tile + grid
             acc_pipeline.producer_tail(acc_state)
 
@@ -407,39 +423,43 @@ class Sm100GroupedGemm:
             group = cutlass.Int32(0)
             tile = cta
             while tile < total:
-                group = advance_group(prefix, group, tile, n_tiles)
-                row, row_end, n_tile, _ = self._tile_rows(prefix, offs, group, tile, n_tiles)
-                tile_coord = (0, n_tile, 0)
-                gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
-                cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
-                bounds = cute.make_identity_tensor((cutlass.min(row_end, m_total), n_total, 1))
-                acc_state = utils.gemm.sm100.epilogue(
-                    self,
-                    tidx,
-                    acc_base,
-                    thr_mma.partition_C(gC),
-                    epi_tile,
-                    lambda x: x,
-                    tile_coord,
-                    acc_state,
-                    acc_pipeline,
-                    tCcC_base=thr_mma.partition_C(cC),
-                    mC_mnl=bounds,
+                group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
+                    self.problem, *work_args, group, tile, *work_shape
                 )
+                gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
+                if k_end > k_begin:
+                    cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
+                    acc_state = utils.gemm.sm100.epilogue(
+                        self,
+                        tidx,
+                        acc_base,
+                        thr_mma.partition_C(gC),
+                        epi_tile,
+                        lambda x: x,
+                        (0, n_tile, 0),
+                        acc_state,
+                        acc_pipeline,
+                        tCcC_base=thr_mma.partition_C(cC),
+                        mC_mnl=cute.make_identity_tensor((row_end, n_total, 1)),
+                    )
+                else:
+                    self._store_zeros(
+                        gC[(None, None, 0, n_tile, 0)], tidx, row_end - row, n_total - n_tile * self.tile_n
+                    )
                 tile = tile + grid
             pipeline.NamedBarrier(barrier_id=3, num_threads=32 * len(_EPI_WARPS)).arrive_and_wait()
             tmem.relinquish_alloc_permit()
             tmem.free(acc_ptr)
 
     @cute.jit
-    def _tile_rows(self, prefix: cute.Tensor, offs: cute.Tensor, group, tile, n_tiles):
-        """(first row, group end row, N tile, M tile index over all groups) of linear ``tile``."""
-        first = prefix[group]
-        m_local, n_tile = tile_schedule.decode(tile - first * n_tiles, prefix[group + 1] - first)
-        row = m_local * self.tile_m
-        if group > 0:
-            row = row + offs[group - 1]
-        return row, offs[group], n_tile, first + m_local
+    def _store_zeros(
+        self, gC: cute.Tensor, tidx: cutlass.Int32, rows_left: cutlass.Int32, cols_left: cutlass.Int32
+    ):
+        """Zeros for the tile ``gC`` (tile_m x tile_n), one row per epilogue thread: the output of a
+        K-grouped tile whose group is empty."""
+        if tidx < rows_left:
+            for col in cutlass.range(cutlass.min(cols_left, self.tile_n)):
+                gC[(tidx, col)] = self.c_dtype(0)
 
     def _scale_partition(self, tma, s_scale, partition, m_scale, modes):
         """TMA source/destination views of one operand's scales: ((atom), stage) and

@@ -1,14 +1,16 @@
-"""Hopper (sm90a) contiguous M-grouped GEMM: TMA loads, wgmma, warp specialization, persistent CTAs.
+"""Hopper (sm90a) grouped GEMM: TMA loads, wgmma, warp specialization, persistent CTAs.
 
-One producer warp streams A (rows of the tile's group) and B[group] K-slices into a multi-stage shared
-memory ring with TMA; two consumer warpgroups run wgmma on a 128 x tile_n tile (64 rows each) with an
-FP32 accumulator and store it themselves. Every CTA walks the group-major tile order of
-:mod:`cutlass_kernels.tile_schedule` from an M-tile prefix it builds from the device ``offs``, so a
-new routing needs neither a recompile nor a host sync and the launch can be captured in a CUDA graph.
+One producer warp streams A and B K-slices into a multi-stage shared-memory ring with TMA; two
+consumer warpgroups run wgmma on a 128 x tile_n tile (64 rows each) with an FP32 accumulator and store
+it themselves. Every CTA walks the tile order of :func:`cutlass_kernels.cute_base.tile_work` from a
+prefix it builds from the device ``offs``, so a new routing needs neither a recompile nor a host sync
+and the launch can be captured in a CUDA graph.
 
-Group boundaries fall anywhere, so the stores are predicated per element on the group's last row (and
-on N): a tile's rows past its group belong to another group and are never written. A loads past the
-tensor end are zero-filled by TMA. B may be K-major (fprop) or N-major (dgrad reads B^T in place).
+M-grouped (fprop, dgrad): A's rows are grouped; group boundaries fall anywhere, so the stores are
+predicated per element on the group's last row (and on N): a tile's rows past its group belong to
+another group and are never written. A loads past the tensor end are zero-filled by TMA. B may be
+K-major (fprop) or N-major (dgrad reads B^T in place). K-grouped (wgrad): A = dY^T and B = X^T, both
+N-major views of row-padded copies, each group reducing over its own row chunks.
 """
 
 from __future__ import annotations
@@ -20,20 +22,20 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-from cutlass_kernels import tile_schedule
-from cutlass_kernels.cute_base import MAX_GROUPS, advance_group, build_tile_prefix
+from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
 
 _SMEM_BYTES = 232448  # sm90 dynamic shared memory per CTA
 _THREADS_PER_WG = 128
 
 
 class Sm90GroupedGemm:
-    """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` for one tile shape."""
+    """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
+    ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape."""
 
-    def __init__(self, tile_m: int = 128, tile_n: int = 256) -> None:
+    def __init__(self, tile_m: int = 128, tile_n: int = 256, k_grouped: bool = False) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
             raise ValueError(f"sm90 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
-        self.tile_m, self.tile_n = tile_m, tile_n
+        self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.acc_dtype = cutlass.Float32
         self.num_mma_wg = 2
         self.threads = (1 + self.num_mma_wg) * _THREADS_PER_WG
@@ -53,6 +55,7 @@ class Sm90GroupedGemm:
         )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.tile_mnk = (self.tile_m, self.tile_n, tile_k)
+        self.problem = GroupedProblem(self.k_grouped, self.tile_m, self.tile_n, tile_k)
         stage_bytes = (self.tile_m + self.tile_n) * tile_k * self.a_dtype.width // 8
         self.stages = (_SMEM_BYTES - 4 * (MAX_GROUPS + 1) - 1024) // stage_bytes
         self.a_smem = sm90_utils.make_smem_layout_a(self.a_layout, self.tile_mnk, self.a_dtype, self.stages)
@@ -68,8 +71,11 @@ class Sm90GroupedGemm:
         num_ctas: cutlass.Int32,
         stream,
     ) -> None:
-        """a (M, K); b (N, K, G) K- or N-major; c (M, N); offs (G,) int32 row ends; num_ctas persistent
-        CTAs (the SM count)."""
+        """M-grouped: a (M, K); b (N, K, G) K- or N-major; c (M, N). K-grouped: a (N, R) and b (K, R),
+        both N-major over the padded rows R; c (G * N, K). offs (G,) int32 row ends; num_ctas
+        persistent CTAs (the SM count)."""
+        if cutlass.const_expr(self.k_grouped):
+            b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
         self._setup(a, b, c)
         a_tile = cute.slice_(self.a_smem, (None, None, 0))
         b_tile = cute.slice_(self.b_smem, (None, None, 0))
@@ -127,17 +133,20 @@ class Sm90GroupedGemm:
         )
         prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
         if warp == 0:
-            build_tile_prefix(offs, prefix, self.tile_m)
+            build_tile_prefix(offs, prefix, self.problem.prefix_unit)
         cute.arch.sync_threads()
 
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         m_total, n_total = mC.shape
-        n_tiles = cute.ceil_div(n_total, self.tile_n)
+        # C rows per group when K-grouped (A's row count), else C's row count
+        rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else m_total
+        tiles_m = cute.ceil_div(rows_out, self.tile_m)
+        tiles_n = cute.ceil_div(n_total, self.tile_n)
         k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.tile_mnk[2])
-        total = prefix[cute.size(offs)] * n_tiles
+        total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
 
-        # B[g] K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G)
+        # B K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G)
         gB = cute.local_tile(mB, cute.select(self.tile_mnk, mode=[1, 2]), (None, None, None))
         tBsB, tBgB = cpasync.tma_partition(
             tma_b, 0, cute.make_layout(1), cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2)
@@ -151,25 +160,23 @@ class Sm90GroupedGemm:
                 group = cutlass.Int32(0)
                 tile = cta
                 while tile < total:
-                    group = advance_group(prefix, group, tile, n_tiles)
-                    first = prefix[group]
-                    m_local, n_tile = tile_schedule.decode(tile - first * n_tiles, prefix[group + 1] - first)
-                    row = m_local * self.tile_m
-                    if group > 0:
-                        row = row + offs[group - 1]
+                    group, a_row, n_tile, k_begin, k_end, _, _, _ = tile_work(
+                        self.problem, prefix, offs, group, tile, tiles_m, tiles_n, k_tiles, rows_out
+                    )
+                    b_group = 0 if cutlass.const_expr(self.k_grouped) else group
                     gA = cute.local_tile(
-                        cute.domain_offset((row, 0), mA), cute.select(self.tile_mnk, mode=[0, 2]), (0, None)
+                        cute.domain_offset((a_row, 0), mA), cute.select(self.tile_mnk, mode=[0, 2]), (0, None)
                     )
                     tAsA, tAgA = cpasync.tma_partition(
                         tma_a, 0, cute.make_layout(1), cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2)
                     )
-                    for k in cutlass.range(k_tiles):
+                    for k in cutlass.range(k_begin, k_end):
                         ring.producer_acquire(state)
                         barrier = ring.producer_get_barrier(state)
                         cute.copy(tma_a, tAgA[(None, k)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
                         cute.copy(
                             tma_b,
-                            tBgB[(None, n_tile, k, group)],
+                            tBgB[(None, n_tile, k, b_group)],
                             tBsB[(None, state.index)],
                             tma_bar_ptr=barrier,
                         )
@@ -193,34 +200,32 @@ class Sm90GroupedGemm:
             group = cutlass.Int32(0)
             tile = cta
             while tile < total:
-                group = advance_group(prefix, group, tile, n_tiles)
-                first = prefix[group]
-                m_local, n_tile = tile_schedule.decode(tile - first * n_tiles, prefix[group + 1] - first)
-                row = m_local * self.tile_m
-                if group > 0:
-                    row = row + offs[group - 1]
-
+                group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
+                    self.problem, prefix, offs, group, tile, tiles_m, tiles_n, k_tiles, rows_out
+                )
                 # the first K tile's wgmma batch is peeled so that every later wait is unconditional:
-                # one batch stays in flight and the stage read before it is released
+                # one batch stays in flight and the stage read before it is released. A K-grouped tile
+                # of an empty group has no K tiles and stores zeros.
                 acc.fill(0.0)
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
                 warpgroup.fence()
-                self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, ring, read)
-                read.advance()
-                for _k in cutlass.range(1, k_tiles):
+                if k_end > k_begin:
                     self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, ring, read)
                     read.advance()
-                    warpgroup.wait_group(1)
+                    for _k in cutlass.range(k_begin + 1, k_end):
+                        self._mma_k_tile(tiled_mma, acc, tCrA, tCrB, ring, read)
+                        read.advance()
+                        warpgroup.wait_group(1)
+                        ring.consumer_release(release)
+                        release.advance()
+                    warpgroup.wait_group(0)
                     ring.consumer_release(release)
                     release.advance()
-                warpgroup.wait_group(0)
-                ring.consumer_release(release)
-                release.advance()
 
                 out.store(acc.load().to(self.c_dtype))
                 gC = cute.local_tile(cute.domain_offset((row, 0), mC), tile_mn, (0, n_tile))
                 tCgC = thr_c.partition_C(gC)
-                rows_left = cutlass.min(offs[group], m_total) - row
+                rows_left = row_end - row
                 cols_left = n_total - n_tile * self.tile_n
                 if (rows_left >= self.tile_m) & (cols_left >= self.tile_n):
                     cute.autovec_copy(out, tCgC)

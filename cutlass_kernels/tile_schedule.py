@@ -5,13 +5,16 @@ consecutive tile indices, M tiles fastest (CTAs running side by side share one B
 A persistent CTA walks indices ``cta, cta + grid, ...`` and finds each one's group by advancing a
 cursor over the per-group prefix of M-tile counts, which the kernel builds on the device from
 ``offs``: routing never reaches the host. The arithmetic below is written once and runs both on
-Python ints (tests) and on the DSL's device integers (kernels).
+Python ints (tests) and on the DSL's device integers (kernels). :func:`pad_rows_per_tile` is the
+same order applied to tensors with torch on the device (wgrad operands, MX scales).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+import torch
 
 
 def m_tiles(rows: Any, tile_m: int) -> Any:
@@ -49,3 +52,28 @@ def cta_tiles(
         start = offs[group - 1] if group > 0 else 0
         yield group, start + m_local * tile_m, offs[group], n_tile
         tile += grid
+
+
+def padded_rows(rows: int, groups: int, tile_rows: int) -> int:
+    """Rows of a per-tile padded copy: enough for every routing of ``rows`` rows over ``groups``."""
+    return -(-(rows + groups * (tile_rows - 1)) // tile_rows) * tile_rows
+
+
+def pad_rows_per_tile(x: torch.Tensor, offs: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """Row ``i`` of ``x``, local row ``l`` of its group ``g``, moves to row
+    ``tile_rows * (tiles of groups before g + l // tile_rows) + l % tile_rows``; rows no tile owns are
+    zero. Device ops only: no host sync."""
+    rows = x.shape[0]
+    ends = offs.to(torch.int64)
+    starts = torch.cat([ends.new_zeros(1), ends[:-1]])
+    tiles = (ends - starts).clamp_min(0).add(tile_rows - 1).div(tile_rows, rounding_mode="floor")
+    tiles_before = tiles.cumsum(0) - tiles
+    row = torch.arange(rows, device=x.device)
+    group = torch.searchsorted(ends, row, right=True).clamp_max(ends.shape[0] - 1)
+    local = row - starts[group]
+    dest = (tiles_before[group] + local.div(tile_rows, rounding_mode="floor")) * tile_rows + local % tile_rows
+    padded = padded_rows(rows, ends.shape[0], tile_rows)
+    dest = torch.where(row < ends[-1], dest, padded)  # rows past offs[-1]: one discarded row
+    out = x.new_zeros(padded + 1, *x.shape[1:])
+    out[dest] = x
+    return out[:padded]

@@ -57,3 +57,13 @@ def test_mx_path_off_gpu_is_the_dequantizing_one():
     offs = torch.tensor([3, 8], dtype=torch.int32)
     assert check.mx_path("cute-sm100", a, b, offs) == "dequant-bf16"
     assert check.mx_path("cute-sm90", a, b, offs) == "dequant-bf16"
+
+
+def test_wgrad_reference_is_the_per_group_product_with_zero_empty_groups():
+    gen = torch.Generator().manual_seed(4)
+    sizes = [3, 0, 4]
+    dy, x = torch.randn(7, 5, generator=gen), torch.randn(7, 6, generator=gen)
+    ref = check.wgrad_reference(dy, x, sizes)
+    torch.testing.assert_close(ref[0].double(), dy[:3].double().T @ x[:3].double())
+    torch.testing.assert_close(ref[2].double(), dy[3:].double().T @ x[3:].double())
+    assert not ref[1].any()

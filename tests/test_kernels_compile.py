@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
 
 MMA = {"sm_90a": "wgmma.mma_async", "sm_100a": "tcgen05.mma"}
 OUTS = ("bfloat16", "float32")
-BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad") for out in OUTS]
+BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
 
@@ -59,8 +59,8 @@ def test_kernel_spec_rejects_unknown_arch_and_op():
 
     with pytest.raises(ValueError, match="sm_89"):
         KernelSpec("sm_89", "fprop", torch.bfloat16, torch.bfloat16, 128, 256)
-    with pytest.raises(ValueError, match="wgrad"):
-        KernelSpec("sm_90a", "wgrad", torch.bfloat16, torch.bfloat16, 128, 256)
+    with pytest.raises(ValueError, match="bprop"):
+        KernelSpec("sm_90a", "bprop", torch.bfloat16, torch.bfloat16, 128, 256)
     with pytest.raises(ValueError, match="MX kernels"):
         KernelSpec("sm_90a", "fprop", torch.float8_e4m3fn, torch.bfloat16, 128, 128, mx=True)
 
@@ -76,7 +76,7 @@ def test_backend_names_what_its_kernels_do_not_cover():
     assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16)
     assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16)
     assert "groups" in unsupported_reason(a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16)
-    assert "K >= 1" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16)
+    assert "non-empty" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16)
     assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16)
     assert "B strides" in unsupported_reason(
         a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16
@@ -94,3 +94,14 @@ def test_backend_names_what_the_block_scaled_kernel_does_not_cover():
     assert "multiples of 128" in mx_unsupported_reason(a96, b96, offs, torch.bfloat16)
     b_n64 = quantize_mx(torch.randn(2, 64, 256))
     assert "N=64" in mx_unsupported_reason(a, b_n64, offs, torch.bfloat16)
+
+
+def test_backend_names_what_the_wgrad_kernel_does_not_cover():
+    from cutlass_kernels.cute_backend import wgrad_unsupported_reason
+
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    dy, x = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
+    assert "CUDA" in wgrad_unsupported_reason(dy, x, offs, torch.float32)
+    assert "bfloat16" in wgrad_unsupported_reason(dy.float(), x.float(), offs, torch.float32)
+    assert "multiples of 8" in wgrad_unsupported_reason(dy[:, :12], x, offs, torch.float32)
+    assert "non-empty" in wgrad_unsupported_reason(dy[:0], x[:0], offs, torch.float32)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from cutlass_kernels import tile_schedule
 
@@ -57,3 +58,23 @@ def test_prefix_counts_m_tiles_and_ignores_negative_sizes():
 
 def test_empty_problem_has_no_tiles():
     assert list(tile_schedule.cta_tiles([0, 0, 0], 128, 4, 0, 1)) == []
+
+
+@pytest.mark.parametrize("tile_rows", [64, 128])
+@pytest.mark.parametrize("sizes", [[0, 1, 127, 128, 129, 0, 300], [5], [0, 0, 40], [200, 0]])
+def test_pad_rows_per_tile_puts_each_tile_at_its_prefix_index(sizes: list[int], tile_rows: int):
+    rows = sum(sizes) + 3  # three rows past offs[-1], owned by no group
+    x = torch.arange(rows * 4, dtype=torch.int32).reshape(rows, 4) + 1
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
+
+    padded = tile_schedule.pad_rows_per_tile(x, offs, tile_rows)
+
+    assert padded.shape == (tile_schedule.padded_rows(rows, len(sizes), tile_rows), 4)
+    prefix = tile_schedule.m_tile_prefix(offs.tolist(), tile_rows)
+    expected = torch.zeros_like(padded)
+    start = 0
+    for g, size in enumerate(sizes):
+        for local in range(size):
+            expected[(prefix[g] + local // tile_rows) * tile_rows + local % tile_rows] = x[start + local]
+        start += size
+    torch.testing.assert_close(padded, expected)
