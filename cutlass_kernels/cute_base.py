@@ -235,9 +235,7 @@ def tile_work(
     row end, M tile index over all groups). ``group`` is the previous tile's (M-grouped walks on);
     ``rows_out`` is C's row count, or each group's output rows when K-grouped."""
     if cutlass.const_expr(problem.k_grouped):
-        per_group = tiles_m * tiles_n
-        group = tile // per_group
-        m_local, n_tile = tile_schedule.decode(tile - group * per_group, tiles_m)
+        group, m_local, n_tile = tile_schedule.decode_k_grouped(tile, tiles_m, tiles_n)
         a_row = m_local * problem.tile_m
         work = (
             group,

@@ -27,6 +27,15 @@ def decode(local: Any, group_m_tiles: Any) -> tuple[Any, Any]:
     return local % group_m_tiles, local // group_m_tiles
 
 
+def decode_k_grouped(tile: Any, tiles_m: Any, tiles_n: Any) -> tuple[Any, Any, Any]:
+    """(group, M tile, N tile) of linear ``tile`` when every group owns a whole ``tiles_m x tiles_n``
+    output grid (wgrad): group-major, M tiles fastest."""
+    per_group = tiles_m * tiles_n
+    group = tile // per_group
+    m_local, n_tile = decode(tile - group * per_group, tiles_m)
+    return group, m_local, n_tile
+
+
 def m_tile_prefix(offs: list[int], tile_m: int) -> list[int]:
     """Cumulative M-tile counts, ``[0, t_0, t_0 + t_1, ...]`` (what the kernel keeps in shared memory)."""
     prefix = [0]

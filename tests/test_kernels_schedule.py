@@ -78,3 +78,10 @@ def test_pad_rows_per_tile_puts_each_tile_at_its_prefix_index(sizes: list[int], 
             expected[(prefix[g] + local // tile_rows) * tile_rows + local % tile_rows] = x[start + local]
         start += size
     torch.testing.assert_close(padded, expected)
+
+
+def test_k_grouped_order_covers_every_group_grid_once():
+    groups, tiles_m, tiles_n = 5, 3, 4
+    seen = [tile_schedule.decode_k_grouped(t, tiles_m, tiles_n) for t in range(groups * tiles_m * tiles_n)]
+    assert sorted(seen) == [(g, m, n) for g in range(groups) for m in range(tiles_m) for n in range(tiles_n)]
+    assert seen[:4] == [(0, 0, 0), (0, 1, 0), (0, 2, 0), (0, 0, 1)]
