@@ -105,24 +105,30 @@ def offsets(sizes: list[int], device: torch.device) -> torch.Tensor:
     return torch.tensor(sizes, device=device).cumsum(0).to(torch.int32)
 
 
-def reference(a: torch.Tensor, b: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """FP32 per-group products of the same (rounded) operands; b is [G, N, K]."""
-    out = torch.zeros(a.shape[0], b.shape[1], device=a.device)
+def reference(a: torch.Tensor | MXTensor, b: torch.Tensor | MXTensor, sizes: list[int]) -> torch.Tensor:
+    """FP32 per-group products of the same (rounded) operands; b is [G, N, K]. MX operands are
+    dequantized (exactly, to FP32) one group at a time, which bounds the memory of large weights."""
+    out = torch.zeros(a.shape[0], b.shape[1], device=a.data.device)
     start = 0
     for g, size in enumerate(sizes):
-        out[start : start + size] = a[start : start + size].float() @ b[g].float().T
+        rows = slice(start, start + size)
+        a_g = a.index_rows(rows).dequantize() if isinstance(a, MXTensor) else a[rows].float()
+        b_g = MXTensor(b.data[g], b.scale[g]).dequantize() if isinstance(b, MXTensor) else b[g].float()
+        out[rows] = a_g @ b_g.T
         start += size
     return out
 
 
-def wgrad_reference(dy: torch.Tensor, x: torch.Tensor, sizes: list[int]) -> torch.Tensor:
-    """FP32 per-group dY_g^T X_g -> [G, N, K]; empty groups give zeros."""
-    out = torch.zeros(len(sizes), dy.shape[1], x.shape[1], device=dy.device)
-    start = 0
+def wgrad_rel_err(dw: torch.Tensor, dy: torch.Tensor, x: torch.Tensor, sizes: list[int]) -> float:
+    """:func:`rel_err` of ``dw`` [G, N, K] against FP32 per-group dY_g^T X_g (zeros for empty groups),
+    one group at a time: the whole reference of the seed-003 shape would take 34 GB."""
+    worst, scale, start = 0.0, 0.0, 0
     for g, size in enumerate(sizes):
-        out[g] = dy[start : start + size].float().T @ x[start : start + size].float()
+        ref = dy[start : start + size].float().T @ x[start : start + size].float()
+        worst = max(worst, float((dw[g].float() - ref).abs().max()))
+        scale = max(scale, float(ref.abs().max()))
         start += size
-    return out
+    return worst / max(scale, 1e-30)
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -176,10 +182,13 @@ def correctness(backend: str, device: torch.device, gen: torch.Generator) -> lis
         if wgrad_unsupported_reason(dy, a, offs, torch.float32):
             raise RuntimeError(f"case {case} would not reach the CuTe wgrad kernel")
         dw = api.grouped_gemm_wgrad(dy, a, offs, out_dtype=torch.float32, backend=backend)
-        results.append(_record(case, "wgrad", torch.float32, dw, wgrad_reference(dy, a, sizes)))
-        a_mx, b_mx = quantize_mx(a), quantize_mx(b)
+        err = wgrad_rel_err(dw, dy, a, sizes)
+        results.append(
+            Correctness(case, "wgrad", "float32", err, _tol(torch.float32), err <= _tol(torch.float32))
+        )
+        a_mx, b_mx = quantize_mx(a), quantize_chunked(b)
         out = api.grouped_gemm_mx(a_mx, b_mx, offs, out_dtype=torch.float32, backend=backend)
-        ref_mx = reference(a_mx.dequantize(), b_mx.dequantize(), sizes)
+        ref_mx = reference(a_mx, b_mx, sizes)
         results.append(
             _record(case, f"mxfp8 {mx_path(backend, a_mx, b_mx, offs)}", torch.float32, out, ref_mx)
         )
@@ -201,7 +210,7 @@ def _graph_replay(backend: str, device: torch.device, gen: torch.Generator) -> C
     offs = offsets(sizes, device)
     a = torch.randn(rows, k, device=device).bfloat16()
     b = torch.randn(groups, n, k, device=device).bfloat16()
-    api.grouped_gemm(a, b, offs, backend=backend)  # compile outside the capture
+    api.grouped_gemm(a, b, offs, out_dtype=torch.float32, backend=backend)  # compile and load outside
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = api.grouped_gemm(a, b, offs, out_dtype=torch.float32, backend=backend)
