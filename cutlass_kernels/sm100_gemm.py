@@ -1,15 +1,16 @@
-"""Blackwell (sm100a) contiguous M-grouped GEMM: TMA loads, tcgen05 MMA into tensor memory, persistent
+"""Blackwell (sm100a) grouped GEMM: TMA loads, tcgen05 MMA into tensor memory, persistent
 warp-specialized CTAs.
 
-Warp 5 loads A (the tile's group rows) and B[group] K-slices with TMA into a shared-memory ring,
-warp 4 issues tcgen05.mma into one of two tensor-memory accumulators, and warps 0-3 drain the other
-accumulator to global memory, so the epilogue of one tile overlaps the mainloop of the next. The
-group-major tile order and the shared-memory M-tile prefix are those of
-:mod:`cutlass_kernels.tile_schedule`, built on the device from ``offs`` (no recompile, no host sync,
-CUDA-graph capturable).
+Warp 5 loads A and B K-slices with TMA into a shared-memory ring, warp 4 issues tcgen05.mma into one
+of two tensor-memory accumulators, and warps 0-3 drain the other accumulator to global memory, so the
+epilogue of one tile overlaps the mainloop of the next. The tile order is that of
+:func:`cutlass_kernels.cute_base.tile_work`, over a prefix built on the device from ``offs`` (no
+recompile, no host sync, CUDA-graph capturable).
 
-The epilogue stores are predicated on the tile's group end (and N): rows of a tile past its group belong
-to the next group and are never written. B may be K-major (fprop) or N-major (dgrad, B^T in place).
+M-grouped (fprop, dgrad): the epilogue stores are predicated on the tile's group end (and N): rows of
+a tile past its group belong to the next group and are never written. B may be K-major (fprop) or
+N-major (dgrad, B^T in place). K-grouped (wgrad): A = dY^T and B = X^T, N-major views of row-padded
+copies, each group reducing over its own row chunks; an empty group's tiles store zeros.
 
 :class:`Sm100MxGroupedGemm` is the MXFP8 form: E4M3 operands and E8M0 scales per 32 elements of K, fed
 to the block-scaled tcgen05 MMA. The loader warp also brings each K slice's scales (in the MMA's atom
@@ -37,17 +38,17 @@ _SF_DTYPE = cutlass.Float8E8M0FNU
 
 
 class Sm100GroupedGemm:
-    """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` for one tile shape."""
+    """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
+    ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape."""
 
     mx = False
 
     def __init__(self, tile_m: int = 128, tile_n: int = 256, k_grouped: bool = False) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
             raise ValueError(f"sm100 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
-        self.cta_tile_shape_mnk = (tile_m, tile_n, 0)
         self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.acc_dtype = cutlass.Float32
-        self.use_2cta_instrs = False
+        self.use_2cta_instrs = False  # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
         self.threads = 32 * (len(_EPI_WARPS) + 2)
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
