@@ -49,6 +49,7 @@ class Correctness:
     max_rel_err: float
     tol: float
     ok: bool
+    error: str = ""
 
 
 @dataclass
@@ -155,54 +156,77 @@ def quantize_chunked(x: torch.Tensor, chunk: int = 4) -> MXTensor:
     return MXTensor(torch.cat([p.data for p in parts]), torch.cat([p.scale for p in parts]))
 
 
-def correctness(backend: str, device: torch.device, gen: torch.Generator) -> list[Correctness]:
-    """Every kernel on edge-case routings; the seed-003 and one per-rank shape on random routings."""
+def correctness(backend: str, device: torch.device, gen: torch.Generator, quick: bool) -> list[Correctness]:
+    """Every kernel on edge-case routings and (unless ``quick``) on the seed-003 and one per-rank shape
+    with random routings. A case that raises is recorded as failed with its error; the others run."""
+    cases = [("edges N/K tails", [0, 1, 127, 128, 129, 0, 300, 5], 384, 200)]
+    if not quick:
+        cases += [
+            ("seed003-up", random_sizes(256, 8 * 4096, gen, empty=8), 4096, 8192),
+            ("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536),
+        ]
+    results = [r for case in cases for r in _case_checks(*case, backend=backend, device=device)]
+    graph = _attempt(
+        "cuda-graph replay, new routing", "fprop", torch.float32, lambda: _graph_replay(backend, device, gen)
+    )
+    return [*results, graph]
+
+
+def _case_checks(
+    case: str, sizes: list[int], n: int, k: int, *, backend: str, device: torch.device
+) -> list[Correctness]:
+    """fprop (BF16 and FP32 out), dgrad, wgrad and MXFP8 on one routing and shape."""
     from cutlass_kernels.cute_backend import unsupported_reason, wgrad_unsupported_reason
 
-    results = []
-    cases = [
-        ("edges N/K tails", [0, 1, 127, 128, 129, 0, 300, 5], 384, 200),
-        ("seed003-up", random_sizes(256, 8 * 4096, gen, empty=8), 4096, 8192),
-        ("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536),
-    ]
-    for case, sizes, n, k in cases:
-        offs = offsets(sizes, device)
-        a = torch.randn(sum(sizes), k, device=device).bfloat16()
-        b = torch.randn(len(sizes), n, k, device=device).bfloat16() / k**0.5
-        reason = unsupported_reason(a, b.permute(1, 2, 0), offs, torch.bfloat16)
-        if reason:
-            raise RuntimeError(f"case {case} would not reach the CuTe kernel: {reason}")
-        ref = reference(a, b, sizes)
-        for out_dtype in (torch.bfloat16, torch.float32):
-            out = api.grouped_gemm(a, b, offs, out_dtype=out_dtype, backend=backend)
-            results.append(_record(case, "fprop", out_dtype, out, ref))
-        dy = torch.randn(sum(sizes), n, device=device).bfloat16()
+    offs = offsets(sizes, device)
+    a = torch.randn(sum(sizes), k, device=device).bfloat16()
+    b = torch.randn(len(sizes), n, k, device=device).bfloat16() / k**0.5
+    dy = torch.randn(sum(sizes), n, device=device).bfloat16()
+    a_mx, b_mx = quantize_mx(a), quantize_chunked(b)
+
+    def fprop(out_dtype: torch.dtype) -> float:
+        _require(unsupported_reason(a, b.permute(1, 2, 0), offs, out_dtype))
+        out = api.grouped_gemm(a, b, offs, out_dtype=out_dtype, backend=backend)
+        return rel_err(out, reference(a, b, sizes))
+
+    def dgrad() -> float:
+        _require(unsupported_reason(dy, b.permute(2, 1, 0), offs, torch.bfloat16))
         dx = api.grouped_gemm_dgrad(dy, b, offs, out_dtype=torch.bfloat16, backend=backend)
-        results.append(_record(case, "dgrad", torch.bfloat16, dx, reference(dy, b.transpose(1, 2), sizes)))
-        if wgrad_unsupported_reason(dy, a, offs, torch.float32):
-            raise RuntimeError(f"case {case} would not reach the CuTe wgrad kernel")
+        return rel_err(dx, reference(dy, b.transpose(1, 2), sizes))
+
+    def wgrad() -> float:
+        _require(wgrad_unsupported_reason(dy, a, offs, torch.float32))
         dw = api.grouped_gemm_wgrad(dy, a, offs, out_dtype=torch.float32, backend=backend)
-        err = wgrad_rel_err(dw, dy, a, sizes)
-        results.append(
-            Correctness(case, "wgrad", "float32", err, _tol(torch.float32), err <= _tol(torch.float32))
-        )
-        a_mx, b_mx = quantize_mx(a), quantize_chunked(b)
+        return wgrad_rel_err(dw, dy, a, sizes)
+
+    def mxfp8() -> float:
         out = api.grouped_gemm_mx(a_mx, b_mx, offs, out_dtype=torch.float32, backend=backend)
-        ref_mx = reference(a_mx, b_mx, sizes)
-        results.append(
-            _record(case, f"mxfp8 {mx_path(backend, a_mx, b_mx, offs)}", torch.float32, out, ref_mx)
-        )
-    results.append(_graph_replay(backend, device, gen))
-    return results
+        return rel_err(out, reference(a_mx, b_mx, sizes))
+
+    return [
+        _attempt(case, "fprop", torch.bfloat16, lambda: fprop(torch.bfloat16)),
+        _attempt(case, "fprop", torch.float32, lambda: fprop(torch.float32)),
+        _attempt(case, "dgrad", torch.bfloat16, dgrad),
+        _attempt(case, "wgrad", torch.float32, wgrad),
+        _attempt(case, f"mxfp8 {mx_path(backend, a_mx, b_mx, offs)}", torch.float32, mxfp8),
+    ]
 
 
-def _record(case: str, op: str, out_dtype: torch.dtype, out: torch.Tensor, ref: torch.Tensor) -> Correctness:
-    err = rel_err(out, ref)
-    tol = _tol(out_dtype)
-    return Correctness(case, op, str(out_dtype).removeprefix("torch."), err, tol, err <= tol)
+def _require(reason: str) -> None:
+    if reason:
+        raise RuntimeError(f"the operands would not reach the CuTe kernel: {reason}")
 
 
-def _graph_replay(backend: str, device: torch.device, gen: torch.Generator) -> Correctness:
+def _attempt(case: str, op: str, out_dtype: torch.dtype, measure: Callable[[], float]) -> Correctness:
+    tol, dtype = _tol(out_dtype), str(out_dtype).removeprefix("torch.")
+    try:
+        err = measure()
+    except Exception as e:  # a failing kernel is a result: record it, keep checking the others
+        return Correctness(case, op, dtype, float("nan"), tol, False, f"{type(e).__name__}: {e}"[:500])
+    return Correctness(case, op, dtype, err, tol, err <= tol)
+
+
+def _graph_replay(backend: str, device: torch.device, gen: torch.Generator) -> float:
     """Capture one call in a CUDA graph, then replay it after rewriting ``offs`` in place: a kernel
     that read the routing on the host, or synced, would fail the capture or keep the old routing."""
     groups, rows, n, k = 16, 3000, 512, 256
@@ -218,7 +242,7 @@ def _graph_replay(backend: str, device: torch.device, gen: torch.Generator) -> C
     offs.copy_(offsets(new_sizes, device))
     graph.replay()
     torch.cuda.synchronize()
-    return _record("cuda-graph replay, new routing", "fprop", torch.float32, out, reference(a, b, new_sizes))
+    return rel_err(out, reference(a, b, new_sizes))
 
 
 def median_ms(fn: Callable[..., object], inputs: list[tuple]) -> float:
@@ -327,29 +351,44 @@ def run_check(out: Path | None, quick: bool) -> int:
         "torch": torch.__version__,
         "seed": seed,
     }
-    checks = correctness(backend, device, gen)
-    report["correctness"] = [asdict(c) for c in checks]
-    print(f"{'case':<32} {'op':<6} {'out':<9} {'rel err':>9} {'tol':>7}  ok")
-    for c in checks:
-        print(f"{c.case:<32} {c.op:<6} {c.out_dtype:<9} {c.max_rel_err:9.2e} {c.tol:7.0e}  {c.ok}")
-    if not quick:
-        peak = dense_peak_tflops(device)
-        report["dense_peak_tflops"] = peak
-        timings = [time_shape(s, backend, device, gen, peak) for s in timing_shapes()]
-        report["timings"] = [asdict(t) for t in timings]
-        print(f"\ndense BF16 peak (8192^3 torch.matmul): {peak:.0f} TFLOP/s")
-        head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup", "MX TF/s", "MX/BF16")
-        head += ("wgrad TF/s", "vs _gmm")
-        print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}".format(*head))
-        for t in timings:
-            print(
-                f"{t.shape:<24} {t.groups:>4} {t.cute_tflops:10.0f} {t.grouped_mm_tflops:12.0f} "
-                f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x "
-                f"{t.mx_tflops:8.0f} {t.mx_speedup_vs_bf16:7.2f}x "
-                f"{t.wgrad_tflops:10.0f} {t.wgrad_speedup_vs_grouped_mm:7.2f}x"
-            )
-        print(f"MXFP8 path: {', '.join(sorted({t.mx_path for t in timings}))}")
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(report, indent=2))
+    try:
+        checks = correctness(backend, device, gen, quick)
+        report["correctness"] = [asdict(c) for c in checks]
+        print(f"{'case':<32} {'op':<20} {'out':<9} {'rel err':>9} {'tol':>7}  ok")
+        for c in checks:
+            row = f"{c.case:<32} {c.op:<20} {c.out_dtype:<9} {c.max_rel_err:9.2e} {c.tol:7.0e}"
+            print(f"{row}  {c.ok} {c.error}")
+        if not quick:
+            _timings(report, backend, device, gen)
+    finally:
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=2))
     return 0 if all(c.ok for c in checks) else 1
+
+
+def _timings(report: dict, backend: str, device: torch.device, gen: torch.Generator) -> None:
+    """Time every shape into ``report["timings"]`` (a shape that raises is recorded with its error)
+    and print the table."""
+    peak = dense_peak_tflops(device)
+    report["dense_peak_tflops"] = peak
+    timings, report["timings"] = [], []
+    for shape in timing_shapes():
+        try:
+            timings.append(time_shape(shape, backend, device, gen, peak))
+            report["timings"].append(asdict(timings[-1]))
+        except Exception as e:  # recorded, the other shapes still run
+            report["timings"].append({"shape": shape.name, "error": f"{type(e).__name__}: {e}"[:500]})
+            print(f"{shape.name}: {report['timings'][-1]['error']}")
+    print(f"\ndense BF16 peak (8192^3 torch.matmul): {peak:.0f} TFLOP/s")
+    head = ("shape", "G", "cute TF/s", "_grouped_mm", "dense", "of peak", "speedup", "MX TF/s", "MX/BF16")
+    head += ("wgrad TF/s", "vs _gmm")
+    print("{:<24} {:>4} {:>10} {:>12} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>8}".format(*head))
+    for t in timings:
+        print(
+            f"{t.shape:<24} {t.groups:>4} {t.cute_tflops:10.0f} {t.grouped_mm_tflops:12.0f} "
+            f"{t.dense_tflops:8.0f} {t.frac_of_dense_peak:8.1%} {t.speedup_vs_grouped_mm:7.2f}x "
+            f"{t.mx_tflops:8.0f} {t.mx_speedup_vs_bf16:7.2f}x "
+            f"{t.wgrad_tflops:10.0f} {t.wgrad_speedup_vs_grouped_mm:7.2f}x"
+        )
+    print(f"MXFP8 path: {', '.join(sorted({t.mx_path for t in timings}))}")

@@ -78,3 +78,13 @@ def test_reference_of_mx_operands_is_that_of_their_dequantized_values():
     torch.testing.assert_close(
         check.reference(a, b, sizes), check.reference(a.dequantize(), b.dequantize(), sizes), rtol=0, atol=0
     )
+
+
+def test_a_raising_case_is_recorded_as_failed_with_its_error():
+    def broken() -> float:
+        raise RuntimeError("illegal memory access")
+
+    failed = check._attempt("case", "fprop", torch.bfloat16, broken)
+    passed = check._attempt("case", "fprop", torch.float32, lambda: 1e-6)
+    assert not failed.ok and "illegal memory access" in failed.error
+    assert passed.ok and passed.error == "" and passed.tol == 1e-3
