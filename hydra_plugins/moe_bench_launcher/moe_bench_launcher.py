@@ -11,6 +11,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.moe_bench_launcher.job_configs import compose_jobs
 from pipeline.launch.sweep import Outcome, plan, run
 
 
@@ -34,7 +35,7 @@ class MoEBenchLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None, "setup() was not called"
         setup_globals()
         loader = self.hydra_context.config_loader
-        configs = [loader.load_sweep_config(self.config, list(o)) for o in job_overrides]
+        configs = compose_jobs(loader, self.config, job_overrides)
         planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
         return [job_return(o, c) for o, c in zip(run(planned, self.launcher), configs, strict=True)]
 
