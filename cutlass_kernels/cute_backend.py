@@ -30,7 +30,7 @@ from cutlass_kernels.cute_base import (
     sm_count,
     to_cute,
 )
-from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.mxfp8 import BLOCK, MXTensor, scale_values
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
 
@@ -121,6 +121,13 @@ def launch(
     return out
 
 
+def dequantize_bf16(t: MXTensor) -> torch.Tensor:
+    """E4M3 values times their E8M0 scales computed in BF16: exact while the products stay in BF16's
+    range (scale exponents in [-124, 119]), with half the traffic of going through FP32."""
+    values = t.data.to(torch.bfloat16).unflatten(-1, (-1, BLOCK))
+    return (values * scale_values(t.scale).to(torch.bfloat16).unsqueeze(-1)).flatten(-2)
+
+
 def _rows_out(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """The uninitialized [M, N] output of a row-grouped GEMM of a [M, K] by b [G, N, K]."""
     return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
@@ -168,4 +175,4 @@ class CuteBackend:
             spec = registry.mx_spec_for(self.arch, out_dtype)
             out = _rows_out(a.data, b.data, out_dtype)
             return launch(spec, out, a.data, b.data.permute(1, 2, 0), offs, sfa, sfb)
-        return self.grouped_gemm(a.dequantize(torch.bfloat16), b.dequantize(torch.bfloat16), offs, out_dtype)
+        return self.grouped_gemm(dequantize_bf16(a), dequantize_bf16(b), offs, out_dtype)

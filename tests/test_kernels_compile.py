@@ -105,3 +105,13 @@ def test_backend_names_what_the_wgrad_kernel_does_not_cover():
     assert "bfloat16" in wgrad_unsupported_reason(dy.float(), x.float(), offs, torch.float32)
     assert "multiples of 8" in wgrad_unsupported_reason(dy[:, :12], x, offs, torch.float32)
     assert "non-empty" in wgrad_unsupported_reason(dy[:0], x[:0], offs, torch.float32)
+
+
+def test_bf16_dequantization_of_the_sm90_mx_path_is_exact():
+    from cutlass_kernels import quantize_mx
+    from cutlass_kernels.cute_backend import dequantize_bf16
+
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(64, 256, generator=gen) * torch.logspace(-30, 30, 64).unsqueeze(1)  # scales 2^-108..2^92
+    t = quantize_mx(x)
+    assert torch.equal(dequantize_bf16(t).double(), t.dequantize(torch.float64))
