@@ -335,10 +335,13 @@ def run_check(out: Path | None, quick: bool) -> int:
     if backend == "torch":
         cap = torch.cuda.get_device_capability(device)
         print(
-            f"no CuTe backend for {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]}), "
-            "or the CUTLASS DSL cannot be imported; nothing to check.",
+            f"no CuTe backend for {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]}).",
             file=sys.stderr,
         )
+        try:
+            import cutlass_kernels.cute_backend  # noqa: F401
+        except ImportError as e:
+            print(f"the CuTe backends cannot be imported: {e!r}", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
     seed = int(datetime.datetime.now().timestamp())
