@@ -5,8 +5,10 @@ against ``torch._grouped_mm`` and a dense ``torch.matmul`` of equal FLOPs.
 Shapes: the seed-003 reference workload (256 experts, top-8, hidden 8192, intermediate 2048) and the
 report's per-rank shapes (D = 7168, F in 1536/3072/6144, 384 experts over EP 8..64 -> 48..6 local
 experts, 2048 tokens per GPU, top-6). Each expert GEMM is timed as the up projection (N = 2F gate+up,
-K = D) and the down projection (N = D, K = F). Timings: CUDA events around each call, median of the
-timed calls after warm-up, inputs rotated across copies so no call finds its operands in L2.
+K = D) and the down projection (N = D, K = F), forward (BF16 and MXFP8) and wgrad. Timings: CUDA
+events around each dispatch call, median of the timed calls after warm-up, inputs rotated across
+copies so no call finds its operands in L2. The seed-003 tokens per GPU (4096) is this check's choice:
+the workload's cases vary it.
 """
 
 from __future__ import annotations
