@@ -1,11 +1,19 @@
 """The Slurm launcher end to end: a two-execution sweep spanning nodes, then status and resubmission
-of exactly the execution whose shard was deleted, after the launching process is gone."""
+of exactly the execution whose shard was deleted, after the launching process is gone; and one job
+array per resource shape."""
 
 import json
+import subprocess
 
 import pyarrow.parquet as pq
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
+from hydra_plugins.moe_bench_launcher.moe_bench_launcher import job_config
 from pipeline.data.schema import METADATA_KEY, shard_path
+from pipeline.launch.slurm import submit as submit_arrays
+from pipeline.launch.sweep import plan
+from pipeline.matrix.select import CONFIG_DIR, CONFIG_NAME
 from tests.slurm_support import (
     needs_cluster,
     python_module,
@@ -63,3 +71,33 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
     wait_for("the resubmitted execution to finish", lambda: all_done(tmp_path))
     assert shard_path(tmp_path, DIST, 2).exists()
     assert not shard_path(tmp_path, MOK, 2).exists()
+
+
+def composed(*overrides: str) -> tuple[dict, dict]:
+    """(launcher config, job config) that ``pipeline.run`` would hand the launcher for these overrides."""
+    cfg = compose(CONFIG_NAME, overrides=[*overrides, "hydra/launcher=slurm"], return_hydra_config=True)
+    return OmegaConf.to_container(cfg.hydra.launcher, resolve=True), job_config(cfg)
+
+
+def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
+    jobs = []
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        for workload, max_ranks in (("inference-ep8-f1536", 2), ("inference-ep16-f1536", 4)):
+            for variant in ("mok-bf16", "dist-moe-bf16"):
+                overrides = [
+                    f"workload={workload}",
+                    f"variant={variant}",
+                    "scale=ci",
+                    f"max_ranks={max_ranks}",
+                ]
+                launcher, config = composed(*overrides, f"dataset_dir={tmp_path}")
+                jobs.append((overrides, config))
+    arrays = sorted({job.job_id.split("_")[0] for job in submit_arrays(plan(jobs), launcher)}, key=int)
+    try:
+        listing = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i %D"]
+        tasks = subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split()
+    finally:
+        subprocess.run(["scancel", *arrays], check=True)
+    first, second = arrays
+    nodes = dict(zip(tasks[::2], tasks[1::2], strict=True))
+    assert nodes == {f"{first}_0": "2", f"{first}_1": "2", f"{second}_0": "4", f"{second}_1": "4"}
