@@ -49,6 +49,13 @@ install_missing() {
   ((${#missing[@]} == 0)) && return 0
   [[ $EUID -eq 0 ]] || die "installing ${missing[*]} needs root"
   echo "local-slurm: installing ${missing[*]}"
+  # Keep the packages from starting system-wide daemons (MariaDB on 3306, munged): this cluster runs
+  # its own. A policy-rc.d already in place (as in most containers) is left as it is.
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
@@ -176,17 +183,23 @@ nodes_ready() {
   [[ -n $states ]] && ! grep -qvE '^(idle|mixed|allocated)$' <<<"$states"
 }
 
-stop_pid() {
-  local pidfile=$1
-  pid_alive "$pidfile" || return 0
-  local pid
-  pid=$(cat "$pidfile")
-  kill "$pid"
+# Stop the daemons of these pid files together (SIGTERM, then SIGKILL after ten seconds).
+stop_pids() {
+  local pids=()
+  for pidfile in "$@"; do
+    pid_alive "$pidfile" && pids+=("$(cat "$pidfile")")
+  done
+  ((${#pids[@]} == 0)) && return 0
+  kill "${pids[@]}" 2>/dev/null || true
   for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || return 0
+    local alive=()
+    for pid in "${pids[@]}"; do
+      if kill -0 "$pid" 2>/dev/null; then alive+=("$pid"); fi
+    done
+    ((${#alive[@]} == 0)) && return 0
     sleep 0.1
   done
-  kill -9 "$pid" 2>/dev/null || true
+  kill -9 "${alive[@]}" 2>/dev/null || true
 }
 
 cmd_up() {
@@ -212,11 +225,12 @@ cmd_down() {
       done
     fi
   fi
-  for n in "${NODES[@]}"; do stop_pid "$STATE/run/slurmd-$n.pid"; done
-  stop_pid "$STATE/run/slurmctld.pid"
-  stop_pid "$STATE/run/slurmdbd.pid"
-  stop_pid "$STATE/run/mysqld.pid"
-  stop_pid /run/munge/munged.pid
+  local slurmds=("${NODES[@]/#/$STATE/run/slurmd-}")
+  stop_pids "${slurmds[@]/%/.pid}"
+  stop_pids "$STATE/run/slurmctld.pid"
+  stop_pids "$STATE/run/slurmdbd.pid"
+  stop_pids "$STATE/run/mysqld.pid"
+  stop_pids /run/munge/munged.pid
   echo "local-slurm: down"
 }
 
