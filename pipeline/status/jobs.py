@@ -9,6 +9,7 @@ reused pid is never mistaken for the job.
 from __future__ import annotations
 
 import pickle
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,16 +59,30 @@ def _slurm_states(job_ids: list[str]) -> dict[str, JobState]:
             states[job_id] = JobState(RUNNING)
         elif job_id in wanted and state in _SLURM_PENDING:
             states[job_id] = JobState(PENDING, None if reason == "None" else reason)
-    rest = sorted(wanted - states.keys())
+    rest = wanted - states.keys()
     if rest:
-        out = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", ",".join(rest)])
-        for line in out.splitlines():
-            job_id, state, exit_code = line.split("|")
-            if job_id in wanted:
-                states[job_id] = _finished(state, exit_code)
+        # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
+        jobs = ",".join(sorted({job_id.split("_")[0] for job_id in rest}))
+        for line in _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", jobs]).splitlines():
+            record, state, exit_code = line.split("|")
+            for job_id in _array_tasks(record):
+                if job_id in rest:
+                    states[job_id] = _finished(state, exit_code)
     for job_id in wanted - states.keys():
         states[job_id] = JobState(FAILED, f"job {job_id} is unknown to squeue and sacct")
     return states
+
+
+def _array_tasks(record: str) -> list[str]:
+    """Job ids a sacct JobID stands for: ``123``, ``123_4``, or ``123_[4-6,9%8]`` -> 123_4 ... 123_9."""
+    match = re.fullmatch(r"(\d+)_\[([\d,-]+)(?:%\d+)?\]", record)
+    if match is None:
+        return [record]
+    tasks = []
+    for part in match.group(2).split(","):
+        first, _, last = part.partition("-")
+        tasks += [f"{match.group(1)}_{t}" for t in range(int(first), int(last or first) + 1)]
+    return tasks
 
 
 def _finished(state: str, exit_code: str) -> JobState:
