@@ -14,25 +14,49 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.status import MISSING, ExecutionStatus, dataset_status
 from pipeline.status.jobs import FAILED
 
 CHOICES = (FAILED, MISSING)
+_EXECUTIONS = {e.execution_id: e for e in EXECUTIONS}
+# Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
+_SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
 
 
-def run_command(status: ExecutionStatus) -> list[str]:
-    """The ``pipeline.run`` command line that submits this execution again.
+def run_commands(
+    dataset: Path, chosen: list[ExecutionStatus]
+) -> list[tuple[list[ExecutionStatus], list[str]]]:
+    """``pipeline.run`` command lines that submit these executions again, each with those it covers.
 
-    Slurm jobs go out fire and forget; local ones run here, one after another, like any local sweep.
+    Every command names its workloads and its variant explicitly (taken from the execution ids), so a
+    sweep selects exactly the chosen executions and never falls back to the default sweep of the whole
+    matrix, and writes to ``dataset`` even if the folder has moved since. Executions recorded with the
+    same launcher, variant and other overrides share one command.
+    Slurm jobs go out fire and forget; local ones run here, one after another.
     """
-    record = status.submitted
-    if record is None:
-        raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to reproduce it from")
-    overrides = [o for o in record["overrides"] if not o.startswith("hydra/launcher=")]
-    launcher = [f"hydra/launcher={record['launcher']}"]
-    if record["launcher"] == "slurm":
-        launcher.append("hydra.launcher.wait=false")
-    return [sys.executable, "-m", "pipeline.run", "--multirun", *overrides, *launcher]
+    groups: dict[tuple[str, ...], list[tuple[ExecutionStatus, Execution]]] = {}
+    for status in chosen:
+        record = status.submitted
+        if record is None:
+            raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to rerun it from")
+        if status.execution_id not in _EXECUTIONS:
+            raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
+        execution = _EXECUTIONS[status.execution_id]
+        others = [o for o in record["overrides"] if not o.startswith(_SET_HERE)]
+        others += [f"dataset_dir={dataset.resolve()}", f"variant={execution.variant.name}"]
+        others.append(f"hydra/launcher={record['launcher']}")
+        if record["launcher"] == "slurm":
+            others.append("hydra.launcher.wait=false")
+        groups.setdefault(tuple(others), []).append((status, execution))
+    return [
+        (
+            [status for status, _ in members],
+            [sys.executable, "-m", "pipeline.run", "--multirun", *others]
+            + ["workload=" + ",".join(e.workload.name for _, e in members)],
+        )
+        for others, members in groups.items()
+    ]
 
 
 def resubmit(dataset: Path, only: str | None = None) -> list[ExecutionStatus]:
@@ -41,12 +65,15 @@ def resubmit(dataset: Path, only: str | None = None) -> list[ExecutionStatus]:
         raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
     wanted = {only} if only else set(CHOICES)
     chosen = [s for s in dataset_status(dataset) if s.state in wanted]
-    commands = [run_command(s) for s in chosen]  # all reproducible before anything is submitted
-    for status, command in zip(chosen, commands, strict=True):
+    commands = run_commands(dataset, chosen)  # all reproducible before anything is submitted
+    for members, command in commands:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-            raise RuntimeError(f"resubmitting {status.execution_id} failed:\n{tail}")
+            names = ", ".join(s.execution_id for s in members)
+            raise RuntimeError(
+                f"resubmitting {names} failed (pipeline.run exited {done.returncode}):\n{tail}"
+            )
     return chosen
 
 

@@ -6,8 +6,12 @@ import sys
 import pytest
 
 from pipeline.data.schema import shard_path
+from pipeline.resubmit import run_commands
+from pipeline.status import ExecutionStatus
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
+EP8 = "inference-ep8-f1536"
+WORKLOADS = f"{EP8},inference-ep16-f1536"
 ONE_EXECUTION = ("workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci")
 
 
@@ -88,3 +92,22 @@ def test_local_failure_shows_the_error_and_the_log(tmp_path):
     assert "FileExistsError" in line
     log = words[-1]
     assert log.startswith(str(tmp_path / "logs" / MOK / "attempt-1")) and log.endswith("_0_log.err")
+
+
+def test_resubmission_groups_executions_into_exact_sweeps(tmp_path):
+    def failed(workload: str, variant: str, execution_id: str) -> ExecutionStatus:
+        overrides = [f"workload={workload}", f"variant={variant}", "scale=ci", "dataset_dir=/moved/away"]
+        record = {"overrides": overrides, "launcher": "slurm", "attempt": 1}
+        return ExecutionStatus(execution_id, "failed", 1, "7_0", "", None, record)
+
+    chosen = [
+        failed("inference-ep8-f1536", "mok-bf16", MOK),
+        failed("inference-ep16-f1536", "mok-bf16", "inference-ep16-f1536-bf16-mok-native"),
+        failed("inference-ep8-f1536", "dist-moe-bf16", "inference-ep8-f1536-bf16-dist-moe-bf16"),
+    ]
+    commands = [(len(members), command[3:]) for members, command in run_commands(tmp_path, chosen)]
+    tail = [f"dataset_dir={tmp_path}", "hydra/launcher=slurm", "hydra.launcher.wait=false"]
+    assert commands == [
+        (2, ["--multirun", "scale=ci", tail[0], "variant=mok-bf16", *tail[1:], f"workload={WORKLOADS}"]),
+        (1, ["--multirun", "scale=ci", tail[0], "variant=dist-moe-bf16", *tail[1:], f"workload={EP8}"]),
+    ]
