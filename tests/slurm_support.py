@@ -97,14 +97,15 @@ def started(dataset: Path, execution_id: str, attempt: int) -> bool:
     return any(r["attempt"] == attempt for r in records(dataset, "started", execution_id))
 
 
+def output(*command: str) -> str:
+    """Standard output of a command that must succeed, stripped."""
+    return subprocess.run(command, capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+
+
 def sacct_state(job_id: str) -> str:
-    out = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-o", "State,ExitCode,NodeList", "-j", job_id],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().splitlines()[-1] if out.strip() else ""
+    """``State|ExitCode|NodeList`` of the job's newest run in accounting ("" until it is recorded)."""
+    out = output("sacct", "-X", "-n", "-P", "-o", "State,ExitCode,NodeList", "-j", job_id)
+    return out.splitlines()[-1] if out else ""
 
 
 def shards(dataset: Path, execution_id: str) -> list[str]:

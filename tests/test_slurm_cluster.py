@@ -2,7 +2,7 @@
 
 import subprocess
 
-from tests.slurm_support import needs_cluster, sacct_state, wait_for
+from tests.slurm_support import needs_cluster, output, sacct_state, wait_for
 
 pytestmark = needs_cluster
 
@@ -15,17 +15,22 @@ def test_srun_spreads_tasks_over_two_nodes():
         timeout=120,
         check=True,
     )
-    assert sorted(set(done.stdout.split("\n")) - {""}) == ["n1 0", "n2 1"]
+    placements = {tuple(line.split()) for line in done.stdout.splitlines()}  # (node name, node id)
+    assert len(placements) == 2
+    assert {node_id for _, node_id in placements} == {"0", "1"}
 
 
 def test_a_failing_batch_job_is_failed_in_sacct(tmp_path):
-    job_id = subprocess.run(
-        ["sbatch", "--parsable", "-N", "2", "-n", "2", f"--output={tmp_path}/%j.out"]
-        + ["--wrap", "srun true; exit 3"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    # The accounting record settles in steps (state first, then the node list).
-    expected = "FAILED|3:0|n[1-2]"
-    wait_for(f"sacct to say {expected} for job {job_id}", lambda: sacct_state(job_id) == expected, 60)
+    job_id = output(
+        "sbatch", "--parsable", "-N", "2", "-n", "2", f"--output={tmp_path}/%j.out", "--wrap", "exit 3"
+    )
+
+    def recorded_on_two_nodes() -> bool:
+        # The accounting record settles in steps: the state first, then the node list.
+        state, code, nodes = (sacct_state(job_id) or "||").split("|")
+        hosts = output("scontrol", "show", "hostnames", nodes).split() if nodes and nodes != "None" else []
+        return (state, code, len(hosts)) == ("FAILED", "3:0", 2)
+
+    wait_for(
+        lambda: f"FAILED 3:0 on two nodes, sacct says {sacct_state(job_id)!r}", recorded_on_two_nodes, 60
+    )

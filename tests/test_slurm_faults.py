@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.slurm_support import (
     CLUSTER_SCRIPT,
     needs_cluster,
+    output,
     python_module,
     records,
     sacct_state,
@@ -71,9 +72,9 @@ def test_cancelled_job_is_failed_and_resubmit_completes_it(tmp_path):
 
 def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_back(tmp_path):
     job_id = submit_and_wait_until_running(tmp_path)
-    nodes = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%N"], capture_output=True, text=True)
-    assert nodes.stdout.strip() == "n[1-2]", nodes.stdout
-    crash_node("n2")
+    nodes = output("scontrol", "show", "hostnames", output("squeue", "-h", "-j", job_id, "-o", "%N")).split()
+    assert len(nodes) == 2, nodes
+    crash_node(nodes[-1])  # not the first node, where the batch script runs
     line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
     assert "NODE_FAIL" in line or "FAILED" in line, line
     subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], check=True, capture_output=True, timeout=120)
@@ -98,13 +99,7 @@ def test_requeue_on_preemption_is_a_new_attempt_with_exactly_one_shard(tmp_path)
     assert job_of(tmp_path, 2) == job_id
     # Slurm holds a requeued job for two minutes; let it start now.
     wait_for(
-        "the job to be pending again",
-        lambda: (
-            subprocess.run(
-                ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
-            ).stdout.strip()
-            == "PENDING"
-        ),
+        "the job to be pending again", lambda: output("squeue", "-h", "-j", job_id, "-o", "%T") == "PENDING"
     )
     subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
     wait_for_state(tmp_path, MOK, "done", timeout=180)
