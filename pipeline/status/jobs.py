@@ -49,16 +49,22 @@ def job_states(jobs: list[Job]) -> dict[str, JobState]:
 
 
 def _slurm_states(job_ids: list[str]) -> dict[str, JobState]:
-    """squeue knows live (and recently ended) jobs; sacct knows the rest."""
+    """squeue knows live and recently ended jobs; sacct knows how jobs ended, with their exit codes.
+    A job that just ended may not have reached accounting yet: squeue's word stands for it then."""
     wanted = set(job_ids)
     states: dict[str, JobState] = {}
+    ended: dict[str, JobState] = {}
     live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"])
     for line in live.splitlines():
         job_id, state, reason = line.split("|", 2)
-        if job_id in wanted and state in _SLURM_RUNNING:
+        if job_id not in wanted:
+            continue
+        if state in _SLURM_RUNNING:
             states[job_id] = JobState(RUNNING)
-        elif job_id in wanted and state in _SLURM_PENDING:
+        elif state in _SLURM_PENDING:
             states[job_id] = JobState(PENDING, None if reason == "None" else reason)
+        else:
+            ended[job_id] = _finished(state, "not in accounting yet")
     rest = wanted - states.keys()
     if rest:
         # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
@@ -69,7 +75,7 @@ def _slurm_states(job_ids: list[str]) -> dict[str, JobState]:
                 if job_id in rest:
                     states[job_id] = _finished(state, exit_code)
     for job_id in wanted - states.keys():
-        states[job_id] = JobState(FAILED, f"job {job_id} is unknown to squeue and sacct")
+        states[job_id] = ended.get(job_id, JobState(FAILED, f"job {job_id} is unknown to squeue and sacct"))
     return states
 
 
