@@ -1,6 +1,7 @@
 """``python -m pipeline.run``: the ci sweep end to end, bad overrides, and a failing execution."""
 
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -76,15 +77,21 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
         balanced = shape["nominal_tokens"] * shape["top_k"]
         evidence = meta["saved_state"]
         assert [s["routed_rows"] for s in evidence] == [round(f * balanced) for f in workload.layer_loads]
+        mok = meta["config"]["variant"]["implementation"] == "mok"
+        # budgets in units of the nominal T x K: MoK rounds 2.5 up to a power of two of rows (256 / 96)
+        assert [s["factor"] for s in evidence] == pytest.approx([256 / 96 if mok else 2.5] * len(evidence))
         if workload.kind == "packing":
             recomputing = [s["layer"] for s in evidence if s["recomputed_rows"] > 0]
-            if meta["config"]["variant"]["implementation"] == "mok":
+            if mok:
                 assert recomputing == [0, 2]  # profile A's 7.5x and 4.5x layers exceed MoK's budget
             else:
                 assert recomputing == [] and not any(s["overflow"] for s in evidence)
         assert meta["nvlink"]["tx_bytes_per_s"] is None and "no CUDA device" in meta["nvlink"]["reason"]
         assert meta["memory"]["peak_rss_bytes"] > 0 and meta["memory"]["peak_allocated_bytes"] is None
-        assert meta["provenance"]["launcher"] == "local" and meta["provenance"]["versions"]["torch"]
+        provenance = meta["provenance"]
+        assert provenance["launcher"] == "local" and provenance["versions"]["torch"]
+        assert re.fullmatch(r"[0-9a-f]{40}", provenance["git_sha"]) and len(provenance["hosts"]) == 1
+        assert provenance["job_ids"] == [rows[0]["job_id"]]
         # the progress line: id, the slowest-rank median iteration time, the shard
         line = progress[execution_id]
         assert float(line[2]) == pytest.approx(slowest_rank_median(rows, "combined"), abs=5e-4)
