@@ -16,6 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
+from hydra_plugins.moe_bench_launcher.job_configs import compose_jobs
 from pipeline.matrix import (
     VARIANT_BY_NAME,
     VARIANTS,
@@ -65,11 +66,10 @@ def expand(arguments: list[str], sweeper_params: Mapping[str, str]) -> list[list
 def select(arguments: list[str]) -> list[tuple[list[str], DictConfig]]:
     """(overrides, composed config) of every job ``--multirun arguments`` would launch, each checked."""
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        defaults = compose(CONFIG_NAME, return_hydra_config=True)
-        jobs = expand(arguments, defaults.hydra.sweeper.params or {})
-        out = []
-        for overrides in jobs:
-            cfg = compose(CONFIG_NAME, overrides=overrides)
-            shape_of(cfg)
-            out.append((overrides, cfg))
-    return out
+        master = compose(CONFIG_NAME, return_hydra_config=True)
+        jobs = expand(arguments, master.hydra.sweeper.params or {})
+        # composed the way the launcher composes a sweep (see its job_configs module)
+        configs = compose_jobs(GlobalHydra.instance().config_loader(), master, jobs)
+    for cfg in configs:
+        shape_of(cfg)
+    return list(zip(jobs, configs, strict=True))
