@@ -10,14 +10,8 @@ import numpy as np
 import torch.distributed as dist
 
 from pipeline.bench import distributed
-from pipeline.bench.diagnostics import (
-    device_name,
-    git_sha,
-    nvlink_rates,
-    peak_allocated_bytes,
-    peak_rss_bytes,
-    versions,
-)
+from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
+from pipeline.bench.nvlink import nvlink_rates
 from pipeline.bench.timing import Clock, time_windows
 from pipeline.bench.work import build_work
 from pipeline.data.writer import write_shard

@@ -1,0 +1,79 @@
+"""NVLink TX/RX byte rates of this rank's GPU through NVML's GPM metrics, sampled while the workload
+repeats for at least a given time (a diagnostic pass, separate from timing).
+
+The workload holds collectives, so every rank must repeat it the same number of times: the ranks agree
+after each repetition whether all of them have run long enough, and they all run the loop whatever
+NVML could or could not read on their own GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+MIB = 1024 * 1024
+
+
+def repeat_for(work: Callable[[], None], min_seconds: float, device: torch.device) -> float:
+    """Repeat ``work`` on every rank until all ranks have run it for ``min_seconds``; seconds taken."""
+    started = time.perf_counter()
+    while True:
+        work()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        enough = torch.tensor([int(time.perf_counter() - started >= min_seconds)], device=device)
+        if dist.is_initialized():
+            dist.all_reduce(enough, op=dist.ReduceOp.MIN)
+        if enough.item():
+            return time.perf_counter() - started
+
+
+def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: float) -> dict[str, Any]:
+    """``tx_bytes_per_s``, ``rx_bytes_per_s``, ``sample_seconds`` and ``reason``: null rates with the
+    reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
+    unread: dict[str, Any] = {"tx_bytes_per_s": None, "rx_bytes_per_s": None, "sample_seconds": None}
+    if device.type != "cuda":  # the same on every rank of an execution: no loop to keep in step
+        return {**unread, "reason": "no CUDA device: NVLink counters need a GPU"}
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByUUID(_uuid(device))
+        if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+            raise RuntimeError("NVML GPM metrics are not supported on this GPU")
+        samples = (pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc())
+        pynvml.nvmlGpmSampleGet(handle, samples[0])
+    except Exception as err:  # NVML raises its own error types for every unsupported case
+        repeat_for(work, min_seconds, device)
+        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+    try:
+        seconds = repeat_for(work, min_seconds, device)
+        pynvml.nvmlGpmSampleGet(handle, samples[1])
+        query = pynvml.c_nvmlGpmMetricsGet_t()
+        query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        query.numMetrics = 2
+        query.sample1, query.sample2 = samples
+        query.metrics[0].metricId = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
+        query.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+        pynvml.nvmlGpmMetricsGet(query)
+    except Exception as err:
+        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+    finally:
+        for sample in samples:
+            pynvml.nvmlGpmSampleFree(sample)
+    # GPM reports NVLink throughput in MiB/s.
+    return {
+        "tx_bytes_per_s": query.metrics[0].value * MIB,
+        "rx_bytes_per_s": query.metrics[1].value * MIB,
+        "sample_seconds": seconds,
+        "reason": None,
+    }
+
+
+def _uuid(device: torch.device) -> str:
+    uuid = str(torch.cuda.get_device_properties(device).uuid)
+    return uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
