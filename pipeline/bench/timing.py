@@ -2,7 +2,7 @@
 
 A window is ``iterations`` repetitions. Its clock starts after a barrier (all ranks start together)
 and stops when this rank's own work is done, so ranks differ and the slowest one can be found. On
-CUDA the device is synchronized before reading the host clock, so the wall time covers the kernels.
+CUDA, events on the rank's stream bracket the window, so it covers the kernels, not only their launch.
 Backward cannot run without its forward: the backward window is the sum of the backward parts of
 ``iterations`` forward+backward repetitions, each started after a barrier.
 """
@@ -20,26 +20,32 @@ from pipeline.data.schema import PHASES
 
 
 class Clock:
-    """Wall clock of one rank, aligned with the other ranks at ``start``."""
+    """Window clock of one rank, aligned with the other ranks at ``start``: CUDA events recorded on
+    the rank's stream on GPUs, ``perf_counter`` on CPUs."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.name = "barrier + cuda synchronize + perf_counter" if self.cuda else "barrier + perf_counter"
+        self.name = "barrier + cuda events" if self.cuda else "barrier + perf_counter"
 
-    def sync(self) -> None:
+    def start(self) -> float | torch.cuda.Event:
         if self.cuda:
             torch.cuda.synchronize()
-
-    def start(self) -> float:
-        self.sync()
         if dist.is_initialized():
             dist.barrier()
-        return time.perf_counter()
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
-    def stop(self, started: float) -> float:
+    def stop(self, started: float | torch.cuda.Event) -> float:
         """Milliseconds since ``started``."""
-        self.sync()
-        return (time.perf_counter() - started) * 1e3
+        if not self.cuda:
+            return (time.perf_counter() - started) * 1e3
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        end.synchronize()
+        return started.elapsed_time(end)
 
 
 def phases_of(backward: bool) -> tuple[str, ...]:
