@@ -33,6 +33,9 @@ def test_packing_iteration_order():
     assert log == forwards + (forwards + backwards) * 2
     # gradients are cleared after every backward, as a fresh training step would start
     assert all(p.grad is None for p in work.stack.parameters())
+    log.clear()
+    work.iteration()  # the diagnostic pass repeats whole iterations in the same order
+    assert log == forwards + backwards
 
 
 def test_inference_builds_no_autograd_graph():

@@ -46,12 +46,6 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
         clock = Clock(ctx.device)
         times = time_windows(work.forward, backward, clock, shape.warmup, shape.windows, shape.iterations)
         ended_at = ledger.now()
-
-        def iteration() -> None:
-            ys = work.forward()
-            if backward is not None:
-                backward(ys)
-
         mine = {
             "rank": ctx.rank,
             "host": ctx.hostname,
@@ -59,7 +53,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
             "device": device_name(ctx.device),
             "times": times,
             "saved_state": work.saved_state(),
-            "nvlink": nvlink_rates(ctx.device, iteration, NVLINK_SAMPLE_S),
+            "nvlink": nvlink_rates(ctx.device, work.iteration, NVLINK_SAMPLE_S),
             "peak_allocated_bytes": peak_allocated_bytes(ctx.device),
             "peak_rss_bytes": peak_rss_bytes(),
         }

@@ -75,6 +75,12 @@ class Work:
         for p in self.stack.parameters():
             p.grad = None  # every iteration computes fresh gradients, as one training step would
 
+    def iteration(self) -> None:
+        """One whole iteration: the forward(s), then the backward(s) when training."""
+        ys = self.forward()
+        if self.grads is not None:
+            self.backward(ys)
+
     def saved_state(self) -> list[dict]:
         """Evidence of one forward (the backward follows, releasing what the forward reserved)."""
         ys = self.forward()
