@@ -13,7 +13,9 @@ W < ep launched ranks we keep those per-rank loads and feed every rank
 
 tokens, the fewest whose W*T'*K rows cover them; T' = T when W = ep. Packing uses one T' for all ten
 layers, the largest over its factors, so that rank 0 receives exactly ``round(f_l*T*K)`` rows in every
-layer (``tracked_rows``) and the other ranks share the rest. With one rank (the single-GPU mode)
+layer (``tracked_rows``) and the other ranks share the rest, which in the cooler layers is more than
+their full-scale share (per-layer T' would need budgets counted in nominal tokens: the layers count
+them in local tokens, and a stack has one budget factor). With one rank (the single-GPU mode)
 every row is rank 0's: T' = round(f*T), so a packing profile with unequal factors needs two ranks.
 
 The layers measure their activation budgets in units of local tokens x K; ``budget_scale`` = T / T'
