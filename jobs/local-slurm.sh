@@ -20,6 +20,7 @@ DB_PORT=17030
 PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
 ETC_LINK=/etc/slurm/slurm.conf
 export SLURM_CONF=$STATE/etc/slurm.conf
+CONFIG_CHANGED=0
 
 die() {
   echo "local-slurm: $*" >&2
@@ -87,7 +88,7 @@ ReturnToService=2
 SlurmdTimeout=10
 SlurmctldTimeout=30
 InactiveLimit=0
-KillWait=5
+KillWait=2
 MinJobAge=300
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
@@ -97,7 +98,12 @@ AccountingStoragePort=$DBD_PORT
 NodeName=n[1-4] NodeHostname=$host NodeAddr=127.0.0.1 Port=17001-17004 CPUs=$NODE_CPUS RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
 EOF
-  mv "$STATE/etc/slurm.conf.new" "$STATE/etc/slurm.conf"
+  if cmp -s "$STATE/etc/slurm.conf.new" "$STATE/etc/slurm.conf"; then
+    rm "$STATE/etc/slurm.conf.new"
+  else
+    mv "$STATE/etc/slurm.conf.new" "$STATE/etc/slurm.conf"
+    CONFIG_CHANGED=1
+  fi
   (
     umask 077
     cat >"$STATE/etc/slurmdbd.conf" <<EOF
@@ -209,6 +215,8 @@ cmd_up() {
   start_mariadb
   start_slurmdbd
   start_slurm
+  # Daemons that were already running read a changed slurm.conf only when told to.
+  if ((CONFIG_CHANGED)); then scontrol reconfigure; fi
   echo "local-slurm: up ($STATE)"
 }
 

@@ -73,7 +73,7 @@ def wait_for(what: str | Callable[[], str], check: Callable[[], bool], timeout: 
         if time.monotonic() > deadline:
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {said}")
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def wait_for_state(dataset: Path, execution_id: str, state: str, timeout: float = 120.0) -> list[str]:
