@@ -117,8 +117,8 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
             "cannot hold EP64: num_experts 96 is not a multiple of 64",
         ),
         (
-            ["workload=packing-ep32-profile-a", "variant=mok-bf16", "max_ranks=1"],
-            "unequal layer loads need max_ranks >= 2",
+            ["workload=packing-ep64-profile-a", "variant=mok-bf16", "scale.num_experts=256"],
+            "cannot realize load 7.5 of packing-ep64-profile-a on 2 rank(s)",
         ),
     ],
 )

@@ -47,14 +47,15 @@ def rows(n: int, seed: int = 0) -> list[dict]:
 
 def test_round_trip_rows_and_metadata(tmp_path):
     data = rows(30, seed=7)
-    path = write_shard(tmp_path, EXECUTION, 1, data, {"shape": {"tokens": 128}})
+    shape = {"nominal_tokens": 128, "layer_tokens": [128]}
+    path = write_shard(tmp_path, EXECUTION, 1, data, {"shape": shape})
     assert path == shard_path(tmp_path, EXECUTION, 1)
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA
     assert table.to_pylist() == data
     meta = json.loads(table.schema.metadata[METADATA_KEY])
     assert meta == {
-        "shape": {"tokens": 128},
+        "shape": shape,
         "schema_version": SCHEMA_VERSION,
         "execution_id": EXECUTION,
         "attempt": 1,

@@ -141,9 +141,9 @@ def iteration_ms(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def saved_state_evidence(shape: Shape, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rank 0's (the tracked GPU's) state per timed layer; factors back in units of T x K rows."""
+    """Rank 0's (the tracked GPU's) state per timed layer; factors in units of the nominal T x K rows."""
     return [
-        {**s, "layer": i, "load_factor": load, "factor": s["factor"] / shape.budget_scale}
+        {**s, "layer": i, "load_factor": load}
         for i, (s, load) in enumerate(zip(states, shape.layer_loads, strict=True))
     ]
 

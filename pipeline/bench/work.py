@@ -8,7 +8,7 @@ execution runs the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -17,11 +17,10 @@ from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
 
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-_DEFAULTS = {f.name: f.default for f in fields(MoEConfig)}
 
 
 def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
-    """Layer config of the launched ranks; budgets converted to units of local tokens (see scale)."""
+    """Layer config of the launched ranks; budgets sized for the nominal T whatever T'_l a layer gets."""
     v = execution.variant
     return MoEConfig(
         d_model=shape.d_model,
@@ -33,25 +32,24 @@ def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
         pipeline=v.pipeline,
         precision=v.precision,
         dtype=DTYPES[shape.dtype],
-        activation_factor=_DEFAULTS["activation_factor"] * shape.budget_scale,
-        scratch_factor=_DEFAULTS["scratch_factor"] * shape.budget_scale,
+        budget_tokens=shape.nominal_tokens,
     )
 
 
 def routing_plans(shape: Shape, seed: int) -> list[RoutingPlan]:
-    """One plan per timed layer; rank 0 receives ``shape.tracked_rows[l]`` rows in layer l.
-    Building them checks feasibility, so the launcher calls this before submitting anything."""
-    balanced = shape.tokens * shape.top_k
+    """One plan per timed layer of ``shape.layer_tokens[l]`` tokens per rank; rank 0 receives
+    ``shape.tracked_rows[l]`` rows in layer l. Building them checks feasibility, so the launcher calls
+    this before submitting anything."""
     return [
         routing_plan(
-            num_tokens=shape.tokens,
+            num_tokens=tokens,
             num_experts=shape.layer_experts,
             top_k=shape.top_k,
             world_size=shape.ranks,
-            load_factor=rows / balanced,
+            load_factor=rows / (tokens * shape.top_k),
             seed=seed * 1000 + layer,
         )
-        for layer, rows in enumerate(shape.tracked_rows)
+        for layer, (tokens, rows) in enumerate(zip(shape.layer_tokens, shape.tracked_rows, strict=True))
     ]
 
 
@@ -100,11 +98,11 @@ def build_work(execution: Execution, shape: Shape, rank: int, device: torch.devi
     gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     training = execution.workload.kind != "inference"
 
-    def tensor() -> torch.Tensor:
-        t = torch.randn(shape.tokens, shape.d_model, generator=gen)
+    def tensor(tokens: int) -> torch.Tensor:
+        t = torch.randn(tokens, shape.d_model, generator=gen)
         return t.to(device=device, dtype=cfg.dtype)
 
-    xs = [tensor().requires_grad_(training) for _ in plans]
+    xs = [tensor(tokens).requires_grad_(training) for tokens in shape.layer_tokens]
     routes = [tuple(t.to(device) for t in plan.for_rank(rank)) for plan in plans]
-    grads = [tensor() for _ in plans] if training else None
+    grads = [tensor(tokens) for tokens in shape.layer_tokens] if training else None
     return Work(stack, xs, routes, grads)

@@ -46,7 +46,7 @@ REQUIRED_PHASES = {
 }
 # Metadata ``shape`` entries that the published metrics need, all positive integers.
 _SHAPE_INTEGERS = (
-    "tokens",
+    "nominal_tokens",
     "d_model",
     "d_ff",
     "num_experts",
@@ -168,15 +168,23 @@ def _metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
         raise ShardError(path, "metadata has no 'shape' object")
     for key in _SHAPE_INTEGERS:
         value = shape.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _positive_int(value):
             raise ShardError(path, f"metadata shape.{key} must be a positive integer, got {value!r}")
-    nominal = shape.get("nominal_tokens", 1)
-    if not isinstance(nominal, int) or isinstance(nominal, bool) or nominal < 1:
-        raise ShardError(path, f"metadata shape.nominal_tokens must be a positive integer, got {nominal!r}")
     loads = shape.get("layer_loads")
     if not isinstance(loads, list) or not loads or not all(_positive_number(x) for x in loads):
         raise ShardError(
             path, f"metadata shape.layer_loads must be a list of positive numbers, got {loads!r}"
+        )
+    layer_tokens = shape.get("layer_tokens")
+    if (
+        not isinstance(layer_tokens, list)
+        or len(layer_tokens) != len(loads)
+        or not all(_positive_int(x) for x in layer_tokens)
+    ):
+        raise ShardError(
+            path,
+            f"metadata shape.layer_tokens must be a list of {len(loads)} positive integers (one per "
+            f"layer), got {layer_tokens!r}",
         )
     _check_diagnostics(path, meta)
     return meta
@@ -214,6 +222,10 @@ def _valid_layer(entry: Any) -> bool:
         and all(_non_negative(n) for n in numbers)
         and isinstance(entry["overflow"], bool)
     )
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def _positive_number(value: Any) -> bool:

@@ -5,12 +5,12 @@ The file's key-value metadata ``execution`` holds one JSON object:
 - ``schema_version`` (int), ``execution_id``, ``workload_id``, ``attempt`` (int), ``job_id``;
 - ``config``: the resolved Hydra config of the execution;
 - ``shape`` (:class:`pipeline.matrix.scale.Shape`): ``nominal_tokens`` (the scale's T per GPU, used by
-  the report's formulas), ``tokens`` (T' fed to each launched rank), ``tracked_rows`` (rows rank 0
-  receives per timed layer), ``d_model``, ``d_ff`` (width run; the ``d_ff`` column is the matrix's
-  nominal width), ``num_experts`` (nominal E), ``layer_experts`` (E of the launched layer),
-  ``top_k``, ``num_shared``, ``ep`` (nominal), ``ranks`` (launched), ``layer_loads`` (tracked-GPU load
-  factor per timed layer: one for inference/training, ten for packing), ``dtype``, ``warmup``,
-  ``windows``, ``iterations``;
+  the report's formulas), ``layer_tokens`` (T'_l fed to each launched rank, per timed layer; T when
+  all EP ranks run), ``tracked_rows`` (rows rank 0 receives per timed layer), ``d_model``, ``d_ff``
+  (width run; the ``d_ff`` column is the matrix's nominal width), ``num_experts`` (nominal E),
+  ``layer_experts`` (E of the launched layer), ``top_k``, ``num_shared``, ``ep`` (nominal), ``ranks``
+  (launched), ``layer_loads`` (tracked-GPU load factor per timed layer: one for inference/training,
+  ten for packing), ``dtype``, ``warmup``, ``windows``, ``iterations``;
 - ``timing``: ``clock`` (what timed the windows), ``cuda_graphs`` (bool) and why not, where not;
 - ``provenance``: ``git_sha``, ``hosts`` (list), ``job_ids`` (list), ``launcher``, ``versions``
   (torch, cuda, driver, nccl, cutlass_dsl, python; null where absent);

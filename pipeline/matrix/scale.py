@@ -11,16 +11,14 @@ W < ep launched ranks we keep those per-rank loads and feed every rank
 
     T' = ceil(T * (f + (W - 1) * (ep - f) / (ep - 1)) / W)
 
-tokens, the fewest whose W*T'*K rows cover them; T' = T when W = ep. Packing uses one T' for all ten
-layers, the largest over its factors, so that rank 0 receives exactly ``round(f_l*T*K)`` rows in every
-layer (``tracked_rows``) and the other ranks share the rest, which in the cooler layers is more than
-their full-scale share (per-layer T' would need budgets counted in nominal tokens: the layers count
-them in local tokens, and a stack has one budget factor). With one rank (the single-GPU mode)
-every row is rank 0's: T' = round(f*T), so a packing profile with unequal factors needs two ranks.
+tokens, the fewest whose W*T'*K rows cover them; T' = T when W = ep. Packing computes it per layer
+(``layer_tokens``: T'_l from f_l), so in every layer rank 0 receives exactly ``round(f_l*T*K)`` rows
+(``tracked_rows``) and each other rank its full-scale share, up to the rounding of T'_l. With one rank
+(the single-GPU mode) every row is rank 0's: T'_l = round(f_l*T), and rank 0 receives T'_l*K rows.
 
-The layers measure their activation budgets in units of local tokens x K; ``budget_scale`` = T / T'
-converts the nominal factors (MoK 2.5, Dist-MoE 2.5 and scratch 8, in units of T x K) so that the
-budgets on rank 0 keep their full-scale row counts.
+The layers size their activation budgets for the nominal T (``MoEConfig.budget_tokens``) whatever
+T'_l a forward carries, so the default factors (MoK 2.5, Dist-MoE 2.5 and scratch 8, in units of
+T x K) keep their full-scale row counts, and the saved-state factors they report are in the same units.
 """
 
 from __future__ import annotations
@@ -59,7 +57,7 @@ class Shape:
     """The resolved shape of one execution; ``metadata()`` is the shard's ``shape`` object."""
 
     nominal_tokens: int  # T of the scale
-    tokens: int  # T' actually fed to every launched rank
+    layer_tokens: tuple[int, ...]  # T'_l fed to every launched rank, per timed layer
     tracked_rows: tuple[int, ...]
     d_model: int
     d_ff: int
@@ -74,11 +72,6 @@ class Shape:
     warmup: int
     windows: int
     iterations: int
-
-    @property
-    def budget_scale(self) -> float:
-        """T / T': multiply factors given in units of T x K rows to get units of T' x K rows."""
-        return self.nominal_tokens / self.tokens
 
     def metadata(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -142,26 +135,24 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     for f in workload.layer_loads:
         if not 0 < f <= ep:
             raise ValueError(f"load factor {f} of {workload.name} must lie in (0, {ep}]")
-    t = max(tokens_per_rank(scale.tokens, f, ep, ranks) for f in workload.layer_loads)
-    tracked_rows = []
+    layer_tokens: list[int] = []
+    tracked_rows: list[int] = []
     for f in workload.layer_loads:
+        t = tokens_per_rank(scale.tokens, f, ep, ranks)
         rows = t * scale.top_k if ranks == 1 else round(f * scale.tokens * scale.top_k)
         # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
         most = ranks * t * min(scale.top_k, local)
         least = ranks * t * max(0, scale.top_k - (ranks - 1) * min(scale.top_k, local))
-        hint = ""
-        if ranks == 1 and len(set(workload.layer_loads)) > 1:
-            most = least = -1  # one rank receives every row: unequal layer loads cannot be realized
-            hint = "; unequal layer loads need max_ranks >= 2"
         if not least <= rows <= most:
             raise ValueError(
                 f"scale {scale.name} cannot realize load {f} of {workload.name} on {ranks} rank(s): rank 0 "
-                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most}{hint}"
+                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most}"
             )
+        layer_tokens.append(t)
         tracked_rows.append(rows)
     return Shape(
         nominal_tokens=scale.tokens,
-        tokens=t,
+        layer_tokens=tuple(layer_tokens),
         tracked_rows=tuple(tracked_rows),
         d_model=scale.d_model,
         d_ff=d_ff,

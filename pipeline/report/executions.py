@@ -84,9 +84,9 @@ def execution_row(shard: Shard) -> dict[str, Any]:
 
 
 def report_tokens(shape: dict[str, Any]) -> int:
-    """T of the report's formulas: tokens per GPU of the nominal EP-wide cluster. Runs on fewer ranks
-    than EP record it as ``nominal_tokens``, beside the larger T' fed to each launched rank."""
-    return shape.get("nominal_tokens", shape["tokens"])
+    """T of the report's formulas: tokens per GPU of the nominal EP-wide cluster (``nominal_tokens``;
+    runs on fewer ranks than EP feed each launched rank T'_l tokens in layer l, ``layer_tokens``)."""
+    return shape["nominal_tokens"]
 
 
 def _scaled(value: float | None, unit: float) -> float | None:
