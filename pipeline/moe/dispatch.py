@@ -64,27 +64,28 @@ def _take(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
 
 
 class _DispatchFP8(torch.autograd.Function):
-    """Rows leave as MXFP8 (fast-math scales) and arrive dequantized; gradients return unquantized."""
+    """Rows leave as MXFP8 (fast-math scales) and arrive dequantized, beside the E4M3 data and E8M0
+    scales that travelled (no gradient); gradients return unquantized."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, mx_out: list):  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group):  # type: ignore[override]
         q = quantize_mx(x, "fast")
         data = all_to_all_rows(q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
         scale = all_to_all_rows(q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
         received = MXTensor(data, scale)
         if plan.perm is not None:
             received = received.index_rows(plan.perm)
-        mx_out.append(received)
+        ctx.mark_non_differentiable(received.data, received.scale)
         ctx.plan, ctx.group, ctx.tokens = plan, group, x.shape[0]
-        return received.dequantize(x.dtype)
+        return received.dequantize(x.dtype), received.data, received.scale
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _data: None, _scale: None):  # type: ignore[override]
         plan = ctx.plan
         back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
         dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
         dx.index_add_(0, plan.token_of_row, back)
-        return dx, None, None, None
+        return dx, None, None
 
 
 def dispatch(
@@ -93,9 +94,8 @@ def dispatch(
     """Rows of ``x`` [T, D] for every (token, expert) pair, on the experts' ranks, grouped by local
     expert. Returns the rows in the layer dtype and, with ``fp8``, the MX tensor that travelled."""
     if fp8:
-        holder: list[MXTensor] = []
-        rows = _DispatchFP8.apply(x, plan, group, holder)
-        return rows, holder[0]
+        rows, data, scale = _DispatchFP8.apply(x, plan, group)
+        return rows, MXTensor(data, scale)
     rows = x.index_select(0, plan.token_of_row)
     if group.size == 1:
         return rows, None

@@ -63,11 +63,10 @@ class MoELayer(torch.nn.Module):
         self.saved_state = state
         release = Release(self.policy.release, state.retained_rows) if hold else None
         mx = self._mx_operands(rows, rows_mx)
-        w1, w2 = self.w1, self.w2
-        if mx is not None:  # the GEMMs multiply these values; autograd sees them (straight-through)
-            rows = rows if rows_mx is not None else _straight_through(rows, mx.rows.dequantize(cfg.dtype))
+        if mx is not None and rows_mx is None:  # the GEMMs multiply these values (straight-through)
+            rows = _straight_through(rows, mx.rows.dequantize(cfg.dtype))
         kept = state.retained_rows if hold else 0  # without autograd nothing is saved
-        out = grouped_swiglu(rows, w1, w2, plan.offs, kept, mx, cfg.backend, release)
+        out = grouped_swiglu(rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release)
 
         y = combine(out, topk_weight, plan, self.group, tokens).to(x.dtype)
         return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
