@@ -11,7 +11,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.moe_bench_launcher.job_configs import compose_jobs
+from pipeline.launch.job_configs import compose_jobs
 from pipeline.launch.sweep import Outcome, plan, run
 
 

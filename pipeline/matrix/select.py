@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf
 
-from hydra_plugins.moe_bench_launcher.job_configs import compose_jobs
+from pipeline.launch.job_configs import compose_jobs
 from pipeline.matrix import (
     VARIANT_BY_NAME,
     VARIANTS,
