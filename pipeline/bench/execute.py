@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch.distributed as dist
 
-from pipeline.bench import distributed
+from pipeline.bench import distributed, graphs
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
 from pipeline.bench.nvlink import nvlink_rates
 from pipeline.bench.timing import Clock, time_windows
@@ -23,9 +23,6 @@ from pipeline.metrics import phase_ms
 
 GROUP_TIMEOUT_S = 900.0
 NVLINK_SAMPLE_S = 1.0
-# Steady-state layer steps do no host synchronization (the dispatch plan of fixed routing is reused and
-# group offsets stay on the device), but capturing the timed steps has not been validated on a GPU yet.
-GRAPHS_REASON = "capture of the timed steps is not implemented yet; steps run eagerly"
 
 
 def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[str, Any] | None:
@@ -45,7 +42,10 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
         work = build_work(execution, shape, ctx.rank, ctx.device, config["seed"])
         backward = work.backward if work.grads is not None else None
         clock = Clock(ctx.device)
-        times = time_windows(work.forward, backward, clock, shape.warmup, shape.windows, shape.iterations)
+        steps = graphs.capture(work.forward, backward, ctx.device, shape.warmup)
+        times = time_windows(
+            steps.forward, steps.backward, clock, shape.warmup, shape.windows, shape.iterations
+        )
         ended_at = ledger.now()
         mine = {
             "rank": ctx.rank,
@@ -78,7 +78,11 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
                 },
                 "started_at": started_at,
                 "ended_at": ended_at,
-                "timing": {"clock": clock.name, "cuda_graphs": False, "cuda_graphs_reason": GRAPHS_REASON},
+                "timing": {
+                    "clock": clock.name,
+                    "cuda_graphs": steps.graphs,
+                    "cuda_graphs_reason": steps.reason,
+                },
                 "memory": {
                     "peak_allocated_bytes": _max(r["peak_allocated_bytes"] for r in ranks),
                     "peak_rss_bytes": _max(r["peak_rss_bytes"] for r in ranks),

@@ -1,0 +1,77 @@
+"""CUDA graphs of the timed steps: on a GPU, the forward and the backward are each captured once and
+replayed in the timing windows, as the report's implementations run.
+
+Capture needs steps without host synchronization, which the layers give once their routing is fixed
+(the dispatch plan is built in warm-up and reused; group offsets stay on the device). Both graphs share
+one memory pool and are captured in execution order, so replaying forward then backward reuses memory
+exactly as the eager steps did. If any rank cannot capture, every rank runs eagerly (a collective
+decision, so the ranks' collectives stay matched) and the shard records why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps the timing windows run, and whether they are graph replays."""
+
+    forward: Callable[[], Any]
+    backward: Callable[[Any], None] | None
+    graphs: bool
+    reason: str | None  # why not graphs, else None
+
+
+def capture(
+    forward: Callable[[], Any], backward: Callable[[Any], None] | None, device: torch.device, warmup: int
+) -> Steps:
+    """Graph-replaying steps on CUDA after ``warmup`` eager iterations on a side stream; the eager
+    steps elsewhere or when capture fails on any rank."""
+    if device.type != "cuda":
+        return Steps(forward, backward, False, f"no CUDA graphs on {device.type}")
+    reason = None
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(max(warmup, 2)):
+                out = forward()
+                if backward is not None:
+                    backward(out)
+        torch.cuda.current_stream(device).wait_stream(side)
+        pool = torch.cuda.graph_pool_handle()
+        forward_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(forward_graph, pool=pool):
+            captured_out = forward()
+        backward_graph = None
+        if backward is not None:
+            backward_graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(backward_graph, pool=pool):
+                backward(captured_out)
+    except Exception as err:  # noqa: BLE001 - recorded in the shard, then the steps run eagerly
+        reason = f"capture failed: {type(err).__name__}: {err}"
+    if not _everyone(reason is None, device):
+        return Steps(forward, backward, False, reason or "capture failed on another rank")
+
+    def replay_forward() -> Any:
+        forward_graph.replay()
+        return captured_out
+
+    def replay_backward(_: Any) -> None:
+        backward_graph.replay()
+
+    return Steps(replay_forward, replay_backward if backward_graph is not None else None, True, None)
+
+
+def _everyone(ok: bool, device: torch.device) -> bool:
+    if not dist.is_initialized():
+        return ok
+    flag = torch.tensor([int(ok)], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
