@@ -3,6 +3,7 @@ would launch (execution id, then its overrides) and count them, without launchin
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from hydra.errors import HydraException
@@ -28,4 +29,5 @@ def main(arguments: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends the listing quietly
     sys.exit(main(sys.argv[1:]))
