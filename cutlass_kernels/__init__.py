@@ -1,16 +1,37 @@
 """Grouped-GEMM kernels for MoE experts: CuTe DSL backends for sm90 / sm100 and a torch reference,
-behind one dispatch module (:mod:`cutlass_kernels.api`)."""
+behind one dispatch module (:mod:`cutlass_kernels.api`).
 
-from cutlass_kernels.api import (
-    BACKENDS,
-    grouped_gemm,
-    grouped_gemm_dgrad,
-    grouped_gemm_mx,
-    grouped_gemm_wgrad,
-    resolve_backend,
-)
-from cutlass_kernels.mxfp8 import MXTensor, fake_quantize, quantize_mx
+The names below load on first use, so that ``cutlass_kernels.formats`` (the MXFP8 constants) can be
+imported without torch.
+"""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cutlass_kernels.api import (
+        BACKENDS,
+        grouped_gemm,
+        grouped_gemm_dgrad,
+        grouped_gemm_mx,
+        grouped_gemm_wgrad,
+        resolve_backend,
+    )
+    from cutlass_kernels.mxfp8 import MXTensor, fake_quantize, quantize_mx
+
+_HOMES = {
+    "BACKENDS": "api",
+    "grouped_gemm": "api",
+    "grouped_gemm_dgrad": "api",
+    "grouped_gemm_mx": "api",
+    "grouped_gemm_wgrad": "api",
+    "resolve_backend": "api",
+    "MXTensor": "mxfp8",
+    "fake_quantize": "mxfp8",
+    "quantize_mx": "mxfp8",
+}
 __all__ = [
     "BACKENDS",
     "MXTensor",
@@ -22,3 +43,9 @@ __all__ = [
     "quantize_mx",
     "resolve_backend",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'cutlass_kernels' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"cutlass_kernels.{_HOMES[name]}"), name)

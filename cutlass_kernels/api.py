@@ -10,8 +10,8 @@ Backends: ``torch`` (reference; CPU and fallback), ``cute-sm90`` (Hopper), ``cut
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from functools import cache
+from typing import Any
 
 import torch
 
@@ -19,18 +19,19 @@ from cutlass_kernels import torch_backend
 from cutlass_kernels.mxfp8 import MXTensor
 
 BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
-_CUTE_MODULES = {
-    "cute-sm90": ("cutlass_kernels.cute_sm90", 9),
-    "cute-sm100": ("cutlass_kernels.cute_sm100", 10),
-}
+# CuTe backend -> (the arch its kernels are compiled for, the compute-capability major it runs on)
+_CUTE_ARCHES = {"cute-sm90": ("sm_90a", 9), "cute-sm100": ("sm_100a", 10)}
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _cute_module(name: str) -> ModuleType | None:
+@cache
+def _cute_backend(name: str) -> Any:
+    """The CuTe backend object of ``name``, or None where the CUTLASS DSL cannot be imported."""
     try:
-        return importlib.import_module(_CUTE_MODULES[name][0])
+        from cutlass_kernels.cute_backend import CuteBackend
     except ImportError:
         return None
+    return CuteBackend(_CUTE_ARCHES[name][0])
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -42,23 +43,24 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         return backend
     major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
     if backend == "auto":
-        for name, (_, arch_major) in _CUTE_MODULES.items():
-            if major == arch_major and _cute_module(name) is not None:
+        for name, (_, arch_major) in _CUTE_ARCHES.items():
+            if major == arch_major and _cute_backend(name) is not None:
                 return name
         return "torch"
-    if major != _CUTE_MODULES[backend][1]:
+    if major != _CUTE_ARCHES[backend][1]:
         raise ValueError(
-            f"backend {backend!r} needs a compute-capability {_CUTE_MODULES[backend][1]}.x GPU, "
+            f"backend {backend!r} needs a compute-capability {_CUTE_ARCHES[backend][1]}.x GPU, "
             f"got device {device}"
         )
-    if _cute_module(backend) is None:
+    if _cute_backend(backend) is None:
         raise ValueError(f"backend {backend!r} is unavailable: the CUTLASS DSL cannot be imported")
     return backend
 
 
-def _impl(backend: str, device: torch.device) -> ModuleType:
+def _impl(backend: str, device: torch.device) -> Any:
+    """The module or object with the four entry points of the resolved backend."""
     name = resolve_backend(backend, device)
-    return torch_backend if name == "torch" else _cute_module(name)  # type: ignore[return-value]
+    return torch_backend if name == "torch" else _cute_backend(name)
 
 
 def _check_offs(offs: torch.Tensor, groups: int, device: torch.device) -> None:

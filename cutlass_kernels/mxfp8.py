@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-BLOCK = 32
-E4M3_MAX = 448.0
-E8M0_BIAS = 127
-SCALE_MODES = ("exact", "fast")
+from cutlass_kernels.formats import E4M3_MAX, E8M0_BIAS, SCALE_MODES
+from cutlass_kernels.formats import MX_BLOCK as BLOCK
 
 
 @dataclass(frozen=True)
