@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.synthetic import shard_table, write_table
+from pipeline.data.scan import scan_shards
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import aggregate
-from pipeline.report.shards import scan_shards
+from tests.synthetic_shards import shard_table, write_table
 
 
 def generate(dataset: Path, shards: int, max_ranks: int | None) -> int:

@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.launch import ledger
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,8 +33,8 @@ def submit_once(scale: str) -> float:
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         seconds = time.perf_counter() - start
-        submitted = [r for r in ledger.read(Path(folder)) if r["event"] == "submitted"]
-        arrays = sorted({r["job_id"].split("_")[0] for r in submitted})
+        submitted = [r for r in ledger.read(Dataset(folder)) if isinstance(r, ledger.Submitted)]
+        arrays = sorted({r.job_id.split("_")[0] for r in submitted})
         if arrays:
             subprocess.run(["scancel", *arrays], check=True)
         if done.returncode != 0:

@@ -38,7 +38,7 @@ class MXTensor:
         values = self.data.to(torch.float32).unflatten(-1, (-1, BLOCK))
         return (values * scale_values(self.scale).unsqueeze(-1)).flatten(-2).to(dtype)
 
-    def index_rows(self, index: torch.Tensor) -> MXTensor:
+    def index_rows(self, index: torch.Tensor | slice) -> MXTensor:
         """Row gather along the first dimension (quantization is per row, so rows move whole)."""
         return MXTensor(self.data[index], self.scale[index])
 

@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.data.schema import PHASES
-from pipeline.matrix import KINDS
-
-# Multiple of the forward GEMM work per kind: training adds backward (2x forward), packing times ten layers.
-WORK_MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
+from pipeline.vocabulary import KINDS, PHASES, WORK_MULTIPLE
 
 
 def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
@@ -52,12 +48,12 @@ def phase_ms(
 def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int) -> float:
     """Useful GEMM FLOPs per GPU per iteration: 6*T*(K+1)*D*F forward (K routed + one shared expert,
     three GEMMs of 2 FLOPs per multiply-add), x3 for training, x30 for packing. No padding, no recompute."""
-    if kind not in WORK_MULTIPLIER:
+    if kind not in WORK_MULTIPLE:
         raise ValueError(f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     for name, value in (("tokens", tokens), ("d_model", d_model), ("d_ff", d_ff), ("top_k", top_k)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return 6.0 * tokens * (top_k + 1) * d_model * d_ff * WORK_MULTIPLIER[kind]
+    return 6.0 * tokens * (top_k + 1) * d_model * d_ff * WORK_MULTIPLE[kind]
 
 
 def tera_per_second(amount: float, iteration_ms: float) -> float:

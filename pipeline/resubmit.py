@@ -14,12 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.matrix import EXECUTIONS, Execution
+from pipeline.data.dataset import Dataset
+from pipeline.launch.backends import backend
+from pipeline.launch.jobs import FAILED
+from pipeline.matrix import EXECUTION_BY_ID, Execution
 from pipeline.status import MISSING, ExecutionStatus, dataset_status
-from pipeline.status.jobs import FAILED
 
 CHOICES = (FAILED, MISSING)
-_EXECUTIONS = {e.execution_id: e for e in EXECUTIONS}
 # Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
 _SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
 
@@ -33,21 +34,20 @@ def run_commands(
     sweep selects exactly the chosen executions and never falls back to the default sweep of the whole
     matrix, and writes to ``dataset`` even if the folder has moved since. Executions recorded with the
     same launcher, variant and other overrides share one command.
-    Slurm jobs go out fire and forget; local ones run here, one after another.
+    Scheduled jobs go out without waiting (the backend says how); local ones run here, one after another.
     """
     groups: dict[tuple[str, ...], list[tuple[ExecutionStatus, Execution]]] = {}
     for status in chosen:
         record = status.submitted
         if record is None:
             raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to rerun it from")
-        if status.execution_id not in _EXECUTIONS:
+        if status.execution_id not in EXECUTION_BY_ID:
             raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
-        execution = _EXECUTIONS[status.execution_id]
-        others = [o for o in record["overrides"] if not o.startswith(_SET_HERE)]
-        others += [f"dataset_dir={dataset.resolve()}", f"variant={execution.variant.name}"]
-        others.append(f"hydra/launcher={record['launcher']}")
-        if record["launcher"] == "slurm":
-            others.append("hydra.launcher.wait=false")
+        execution = EXECUTION_BY_ID[status.execution_id]
+        others = [o for o in record.overrides if not o.startswith(_SET_HERE)]
+        others += [f"dataset_dir={Dataset(dataset).root}", f"variant={execution.variant.name}"]
+        others.append(f"hydra/launcher={record.launcher}")
+        others += backend(record.launcher).resubmit_overrides
         groups.setdefault(tuple(others), []).append((status, execution))
     return [
         (

@@ -8,24 +8,26 @@ path (validate, record, submit, wait), so a single run also gets its ranks, ledg
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from pipeline.launch.sweep import plan, run
-from pipeline.matrix.select import CONFIG_DIR, CONFIG_NAME
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
+from pipeline.launch.plan import plan
+from pipeline.launch.sweep import run
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    launcher = OmegaConf.to_container(hydra_cfg.launcher, resolve=True)
-    config = OmegaConf.to_container(cfg, resolve=True)
-    (outcome,) = run(plan([(list(hydra_cfg.overrides.task), config)]), launcher)
+    launcher = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.launcher, resolve=True))
+    (outcome,) = run(plan([(list(hydra_cfg.overrides.task), job_config(cfg))]), launcher)
     if outcome.error is not None:
         sys.exit(1)
 
 
 if __name__ == "__main__":
+    register()
     main()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.launch import ledger
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER_SCRIPT = REPO / "jobs" / "local-slurm.sh"
@@ -90,7 +91,12 @@ def wait_for_state(dataset: Path, execution_id: str, state: str, timeout: float 
 
 
 def records(dataset: Path, event: str, execution_id: str) -> list[dict]:
-    return [r for r in ledger.read(dataset) if r["event"] == event and r["execution_id"] == execution_id]
+    """The ledger's records of one event of one execution, as their JSON objects."""
+    return [
+        r.to_json()
+        for r in ledger.read(Dataset(dataset))
+        if r.event == event and r.execution_id == execution_id
+    ]
 
 
 def started(dataset: Path, execution_id: str, attempt: int) -> bool:

@@ -20,12 +20,13 @@ import pytest
 
 from pipeline import model
 from pipeline.aggregate import main
-from pipeline.data.synthetic import shard_table, write_table
-from pipeline.launch import ledger
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
+from tests.synthetic_shards import shard_table, write_table
 
-SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2", "packing-ep32-profile-a")
+SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0", "packing-ep32-f3072-profile-a")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 15 executions, 6 matched workloads
 BY_ID = {e.execution_id: e for e in SUBSET}
 NEWER = "training-ep32-f3072-imb2.0-bf16-mok-native"  # attempts 1 and 2 complete: 2 wins
@@ -44,20 +45,10 @@ def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Gen
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
-    ledger.append(
-        dataset,
-        {
-            "event": "submitted",
-            "execution_id": execution_id,
-            "attempt": attempt,
-            "overrides": [],
-            "job_id": f"{attempt}00",
-            "launcher": "local",
-            "cluster": "local",
-            "log_dir": str(ledger.log_dir(dataset, execution_id, attempt)),
-            "submitted_at": ledger.now(),
-        },
+    record = ledger.Submitted(
+        execution_id, attempt, f"{attempt}00", [], "local", "local", f"logs/{execution_id}/attempt-{attempt}"
     )
+    ledger.append(Dataset(dataset), record)
 
 
 def build_dataset(dataset: Path) -> None:
@@ -125,7 +116,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         fed_more_tokens += any(tokens < t for t in shape["layer_tokens"])
         flops = 6 * tokens * (shape["top_k"] + 1) * shape["d_model"] * shape["d_ff"]
         assert _close(row["usefulTFLOPsPerGPU"], flops * MULTIPLIER[e.workload.kind] / (ms / 1e3) / 1e12)
-        layer = dict(
+        layer = model.LayerShape(
             kind=e.workload.kind,
             tokens=tokens,
             d_model=shape["d_model"],
@@ -136,7 +127,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             precision=e.variant.precision,
             layer_loads=list(e.workload.layer_loads),
         )
-        assert _close(row["hbmModelTBs"], model.iteration_bytes(**layer) / (ms / 1e3) / 1e12)
+        assert _close(row["hbmModelTBs"], model.iteration_bytes(layer) / (ms / 1e3) / 1e12)
         tx, rx = meta["nvlink"]["tx_bytes_per_s"], meta["nvlink"]["rx_bytes_per_s"]
         assert _close(row["nvlinkTxGBs"], tx and tx / 1e9) and _close(row["nvlinkRxGBs"], rx and rx / 1e9)
         peak = meta["memory"]["peak_allocated_bytes"]
@@ -146,7 +137,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
         else:
             dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
-            predicted = model.predicted_ms(**layer, hardware="h200", dispatch=dispatch)
+            predicted = model.predicted_ms(layer, "h200", dispatch=dispatch)
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
             )
@@ -246,7 +237,7 @@ def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
 def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     shutil.copytree(published / "shards", moved / "shards")
-    shutil.copy(ledger.ledger_path(published), ledger.ledger_path(moved))
+    shutil.copy(Dataset(published).ledger_path, Dataset(moved).ledger_path)
     again = aggregate(moved, tmp_path / "out", workers=1)
     names = sorted(p.name for p in again.files)
     assert len(names) == 3 + 3  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure

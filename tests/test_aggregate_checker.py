@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.data.synthetic import shard_table, write_table
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
+from tests.synthetic_shards import shard_table, write_table
 
 CHECKER = Path(__file__).resolve().parents[1] / "jobs" / "check-aggregate.py"
-SUBSET = [e for e in EXECUTIONS if e.workload.name in ("inference-ep16-f3072", "packing-ep64-profile-b")]
+SHAPES = ("inference-ep16-f3072", "packing-ep64-f3072-profile-b")
+SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]
 TORN = SUBSET[-1].execution_id
 
 

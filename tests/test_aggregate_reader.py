@@ -13,11 +13,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.data.dataset import Dataset
 from pipeline.data.reader import ShardError, read_shard
-from pipeline.data.schema import METADATA_KEY, SCHEMA, shard_path
-from pipeline.data.synthetic import shard_table, write_table
+from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
+from tests.synthetic_shards import shard_table, write_table
 
 BY_ID = {e.execution_id: e for e in EXECUTIONS}
 TRAINING = BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]
@@ -157,7 +158,7 @@ def test_torn_file_is_rejected(tmp_path: Path, keep: float) -> None:
 
 def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
     table = _table(attempt=1)
-    wrong_attempt = shard_path(tmp_path, TRAINING.execution_id, 2)
+    wrong_attempt = Dataset(tmp_path).shard_path(TRAINING.execution_id, 2)
     wrong_attempt.parent.mkdir(parents=True)
     pq.write_table(table, wrong_attempt)
     with pytest.raises(ShardError, match="file name says attempt=2 but the shard says 1"):
@@ -172,7 +173,7 @@ def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
 def test_identity_is_checked_with_or_without_column_statistics(tmp_path: Path, statistics: bool) -> None:
     """Writers may omit parquet statistics: the reader then decodes the columns instead."""
     table = _table()
-    path = shard_path(tmp_path, TRAINING.execution_id, 1)
+    path = Dataset(tmp_path).shard_path(TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, write_statistics=statistics, row_group_size=7)
     assert read_shard(path).identity["job_id"] == table.column("job_id")[0].as_py()
@@ -196,7 +197,7 @@ def test_null_values_are_rejected(tmp_path: Path) -> None:
 
 
 def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
-    path = shard_path(tmp_path, TRAINING.execution_id, 1)
+    path = Dataset(tmp_path).shard_path(TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)
     pq.write_table(_table().replace_schema_metadata(None), path)
     with pytest.raises(ShardError, match="no 'execution' metadata"):
@@ -207,7 +208,7 @@ def test_reads_what_the_execution_writer_writes(tmp_path: Path) -> None:
     """The execution stage's atomic writer and this reader agree on the format."""
     table = _table(attempt=2)
     meta = _meta(table)
-    path = write_shard(tmp_path, TRAINING.execution_id, 2, table.to_pylist(), meta)
+    path = write_shard(Dataset(tmp_path), TRAINING.execution_id, 2, table.to_pylist(), meta)
     shard = read_shard(path)
     assert shard.meta == meta
     np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())

@@ -28,7 +28,7 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         "-m",
         "pipeline.run",
         "--multirun",
-        "workload=packing-ep32-profile-a",
+        "workload=packing-ep32-f3072-profile-a",
         "variant=mok-bf16,dist-moe-bf16",
         "scale=ci",
         f"dataset_dir={tmp_path}",

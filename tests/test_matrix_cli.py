@@ -26,7 +26,7 @@ def test_whole_matrix(capsys):
 
 def test_overrides_select_a_subset(capsys):
     code, lines, _ = run_cli(
-        capsys, "workload=inference-ep8-f1536,packing-ep32-profile-a", "variant=glob(*)", "scale=ci"
+        capsys, "workload=inference-ep8-f1536,packing-ep32-f3072-profile-a", "variant=glob(*)", "scale=ci"
     )
     assert code == 0
     assert lines[-1] == "10 executions, 4 workloads, 6 pairs"
@@ -62,14 +62,17 @@ def test_scale_that_cannot_hold_the_ep_degree(capsys):
     assert "cannot hold EP64" in err and "num_experts 96" in err
 
 
+PACKING = "packing-ep64-f3072-profile-b"
+
+
 def test_runs_as_a_module():
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.matrix", "workload=packing-ep64-profile-b", "variant=mok-bf16"],
+        [sys.executable, "-m", "pipeline.matrix", f"workload={PACKING}", "variant=mok-bf16"],
         capture_output=True,
         text=True,
         check=True,
     )
     assert done.stdout.splitlines() == [
-        "packing-ep64-f3072-profile-b-bf16-mok-native workload=packing-ep64-profile-b variant=mok-bf16",
+        "packing-ep64-f3072-profile-b-bf16-mok-native workload=packing-ep64-f3072-profile-b variant=mok-bf16",
         "1 executions, 1 workloads, 0 pairs",
     ]

@@ -1,18 +1,24 @@
-"""conf/ mirrors pipeline.matrix: same names, same fields, and the default sweep is the whole matrix."""
+"""Hydra's config groups are the matrix: every workload and variant composes to its table entry, and
+the default sweep is the whole matrix."""
 
 from dataclasses import asdict
 
-import pytest
 import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from pipeline.matrix import VARIANTS, WORKLOADS
-from pipeline.matrix.select import CONFIG_DIR
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, register
+from pipeline.matrix import VARIANTS, WORKLOADS, execution_of
 
 
-@pytest.mark.parametrize(("group", "items"), [("workload", WORKLOADS), ("variant", VARIANTS)])
-def test_config_group_equals_matrix(group, items):
-    files = {p.stem: yaml.safe_load(p.read_text()) for p in (CONFIG_DIR / group).glob("*.yaml")}
-    assert files == {item.name: asdict(item) for item in items}
+def test_every_option_composes_to_its_matrix_entry():
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        for workload, variant in zip(WORKLOADS, (VARIANTS * 5)[: len(WORKLOADS)], strict=True):
+            cfg = compose(CONFIG_NAME, overrides=[f"workload={workload.name}", f"variant={variant.name}"])
+            job = OmegaConf.to_container(cfg, resolve=True)
+            assert (job["workload"], job["variant"]) == (asdict(workload), asdict(variant))
+            assert execution_of(job).execution_id.startswith(f"{workload.name}-{variant.precision}-")
 
 
 def test_default_sweep_is_whole_matrix():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipeline.matrix import WORKLOADS
-from pipeline.model import HARDWARE, hardware_for_device, iteration_bytes, predict, predicted_ms
+from pipeline.model import HARDWARE, LayerShape, hardware_for_device, iteration_bytes, predict, predicted_ms
 
 SMALL = dict(tokens=4, d_model=64, d_ff=32, num_experts=8, top_k=2, ep=2)
 
@@ -21,8 +21,8 @@ def test_bf16_forward_bytes_by_hand():
     routed = 8 * 384 + 4 * 12288
     shared = 4 * 384 + 1 * 12288
     assert routed + shared == 66048
-    assert iteration_bytes("inference", **SMALL, precision="bf16", layer_loads=[1.0]) == 66048
-    assert iteration_bytes("training", **SMALL, precision="bf16", layer_loads=[1.0]) == 3 * 66048
+    assert iteration_bytes(LayerShape("inference", **SMALL, precision="bf16", layer_loads=[1.0])) == 66048
+    assert iteration_bytes(LayerShape("training", **SMALL, precision="bf16", layer_loads=[1.0])) == 3 * 66048
 
 
 def test_mxfp8_forward_bytes_by_hand():
@@ -30,7 +30,7 @@ def test_mxfp8_forward_bytes_by_hand():
     routed = 8 * (66 + 33 + 33 + 128) + 4 * (2 * 32 * 66 + 64 * 33)
     shared = 4 * 384 + 12288  # the shared expert stays BF16
     assert routed + shared == 41248
-    assert iteration_bytes("inference", **SMALL, precision="mxfp8", layer_loads=[1.0]) == 41248
+    assert iteration_bytes(LayerShape("inference", **SMALL, precision="mxfp8", layer_loads=[1.0])) == 41248
 
 
 def test_packing_sums_three_forwards_per_layer_by_hand():
@@ -39,7 +39,7 @@ def test_packing_sums_three_forwards_per_layer_by_hand():
     layer_cold = 4 * 384 + 4 * 12288 + 4 * 384 + 12288
     want = 3 * (layer_hot + layer_cold)
     assert want == 400896
-    assert iteration_bytes("packing", **SMALL, precision="bf16", layer_loads=[2.0, 0.5]) == want
+    assert iteration_bytes(LayerShape("packing", **SMALL, precision="bf16", layer_loads=[2.0, 0.5])) == want
 
 
 def _tensor_bytes(shape: tuple[int, ...], precision: str, *, k_dim: int) -> int:
@@ -75,29 +75,29 @@ def test_bytes_match_tensor_layouts_on_random_shapes(precision):
             + _tensor_bytes((2 * f, d), "bf16", k_dim=1)
             + _tensor_bytes((d, f), "bf16", k_dim=1)
         )
-        got = iteration_bytes("inference", t, d, f, experts, k, ep, precision, [load])
+        got = iteration_bytes(LayerShape("inference", t, d, f, experts, k, ep, precision, [load]))
         assert got == pytest.approx(routed + shared, rel=1e-12), (t, d, f, experts, k, ep, load)
 
 
 def test_prediction_parts_by_hand_on_h200():
     hw = HARDWARE["h200"]
     t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 8
-    p = predict("inference", t, d, f, e, k, ep, "bf16", [1.0], hardware="h200")
+    p = predict(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0]), hardware="h200")
     gemm_s = 6 * t * k * d * f / (hw.bf16_tflops * 1e12) + 6 * t * d * f / (hw.bf16_tflops * 1e12)
     assert p.gemm_ms == pytest.approx(1e3 * gemm_s, rel=1e-12)
-    hbm_s = iteration_bytes("inference", t, d, f, e, k, ep, "bf16", [1.0]) / (hw.hbm_tb_s * 1e12)
+    hbm_s = iteration_bytes(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) / (hw.hbm_tb_s * 1e12)
     assert p.hbm_ms == pytest.approx(1e3 * hbm_s, rel=1e-12)
     # dispatch (BF16) + combine (BF16) of the remote 7/8 of T*K rows of D values, one direction.
     a2a_s = t * k * 7 / 8 * d * (2 + 2) / (hw.nvlink_gb_s * 1e9)
     assert p.all_to_all_ms == pytest.approx(1e3 * a2a_s, rel=1e-12)
     assert p.total_ms == pytest.approx(max(p.gemm_ms, p.hbm_ms) + p.all_to_all_ms, rel=1e-12)
-    assert predicted_ms("inference", t, d, f, e, k, ep, "bf16", [1.0]) == p.total_ms
+    assert predicted_ms(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) == p.total_ms
 
 
 def test_mxfp8_runs_routed_gemms_at_fp8_rate_and_fp8_dispatch_shrinks_the_wire():
     hw = HARDWARE["gb300"]
     t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 32
-    p = predict("training", t, d, f, e, k, ep, "mxfp8", [1.0], hardware="gb300", dispatch="mxfp8")
+    p = predict(LayerShape("training", t, d, f, e, k, ep, "mxfp8", [1.0]), hardware="gb300", dispatch="mxfp8")
     gemm_s = 3 * (6 * t * k * d * f / (hw.fp8_tflops * 1e12) + 6 * t * d * f / (hw.bf16_tflops * 1e12))
     assert p.gemm_ms == pytest.approx(1e3 * gemm_s, rel=1e-12)
     # forward: FP8 dispatch (7168 + 224 scale bytes) + BF16 combine; backward: two BF16 all-to-alls.
@@ -108,16 +108,22 @@ def test_mxfp8_runs_routed_gemms_at_fp8_rate_and_fp8_dispatch_shrinks_the_wire()
 def test_busiest_rank_sets_the_layer_time():
     # In EP2 a tracked load of 0.5 leaves 1.5 on the other rank: the same layer time as 1.5 here.
     args = ("inference", 64, 128, 64, 4, 2, 2, "bf16")
-    assert predicted_ms(*args, [0.5]) == pytest.approx(predicted_ms(*args, [1.5]), rel=1e-12)
-    assert predicted_ms(*args, [2.0]) > predicted_ms(*args, [1.5])
+    assert predicted_ms(LayerShape(*args, [0.5])) == pytest.approx(
+        predicted_ms(LayerShape(*args, [1.5])), rel=1e-12
+    )
+    assert predicted_ms(LayerShape(*args, [2.0])) > predicted_ms(LayerShape(*args, [1.5]))
 
 
 def test_every_matrix_workload_has_bytes_and_a_prediction():
     for w in WORKLOADS:
         for precision in ("bf16", "mxfp8"):
             args = (w.kind, 2048, 7168, w.d_ff, 384, 6, w.ep, precision, w.layer_loads)
-            assert iteration_bytes(*args) > 0
-            assert 0 < predicted_ms(*args, hardware="gb300") < predicted_ms(*args, hardware="h200")
+            assert iteration_bytes(LayerShape(*args)) > 0
+            assert (
+                0
+                < predicted_ms(LayerShape(*args), hardware="gb300")
+                < predicted_ms(LayerShape(*args), hardware="h200")
+            )
 
 
 @pytest.mark.parametrize(
@@ -154,5 +160,6 @@ def test_hardware_for_device(name, key):
 )
 def test_bad_inputs_name_the_input(change, named):
     args = dict(kind="inference", **SMALL, precision="bf16", layer_loads=[1.0]) | change
+    options = {key: args.pop(key) for key in ("hardware", "dispatch") if key in args}
     with pytest.raises(ValueError, match=re.escape(named)):
-        predicted_ms(**args)
+        predicted_ms(LayerShape(**args), **options)

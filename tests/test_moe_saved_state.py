@@ -73,11 +73,6 @@ def test_dist_moe_flags_an_overflowing_slot() -> None:
     assert states[0]["overflow"] is True
 
 
-def test_packing_issues_all_forwards_before_reverse_backwards() -> None:
-    stack, _, _ = _run_stack(_cfg("mok", tokens=32), [1.0] * 10, tokens=32)
-    assert stack.order == [("forward", i) for i in range(10)] + [("backward", i) for i in reversed(range(10))]
-
-
 def test_recompute_gives_the_gradients_of_full_retention() -> None:
     """Profile A at T = 64 (budget 1024 rows): two layers recompute; a huge factor retains everything."""
     tokens = 64

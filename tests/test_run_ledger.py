@@ -1,80 +1,92 @@
-"""The launch ledger: complete one-line records, safe concurrent appends, attempt numbering."""
+"""The launch ledger: typed one-line records, safe concurrent appends, attempt numbering, paths that
+move with the dataset."""
 
 import json
 import multiprocessing
 
 import pytest
 
-from pipeline.data.schema import shard_path
-from pipeline.launch import ledger
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 
 ID = "inference-ep8-f1536-bf16-mok-native"
 
 
-def submitted(attempt: int, execution_id: str = ID, job_id: str = "1") -> dict:
-    return {
-        "event": "submitted",
-        "execution_id": execution_id,
-        "attempt": attempt,
-        "overrides": [f"workload={execution_id}"],
-        "job_id": job_id,
-        "launcher": "local",
-        "cluster": "local",
-        "log_dir": "/x",
-        "submitted_at": ledger.now(),
-    }
+def submitted(attempt: int, execution_id: str = ID, job_id: str = "1") -> ledger.Submitted:
+    return ledger.Submitted(
+        execution_id=execution_id,
+        attempt=attempt,
+        job_id=job_id,
+        overrides=[f"workload={execution_id}"],
+        launcher="local",
+        cluster="local",
+        log_dir=f"logs/{execution_id}/attempt-{attempt}",
+    )
 
 
 def test_records_read_back_in_order(tmp_path):
-    records = [
-        submitted(1),
-        {
-            "event": "failed",
-            "execution_id": ID,
-            "attempt": 1,
-            "job_id": "1",
-            "at": ledger.now(),
-            "reason": "boom",
-        },
-        submitted(2, job_id="2"),
-    ]
+    dataset = Dataset(tmp_path)
+    records = [submitted(1), ledger.Failed(ID, 1, "1", reason="boom"), submitted(2, job_id="2")]
     for r in records:
-        ledger.append(tmp_path, r)
-    assert ledger.read(tmp_path) == records
-    lines = ledger.ledger_path(tmp_path).read_text().splitlines()
-    assert [json.loads(line) for line in lines] == records
+        ledger.append(dataset, r)
+    assert ledger.read(dataset) == records
+    lines = dataset.ledger_path.read_text().splitlines()
+    assert [json.loads(line)["event"] for line in lines] == ["submitted", "failed", "submitted"]
+    assert json.loads(lines[1]) == {
+        "event": "failed",
+        "execution_id": ID,
+        "attempt": 1,
+        "job_id": "1",
+        "reason": "boom",
+        "at": records[1].at,
+    }
 
 
 def test_a_torn_last_line_is_skipped_but_inner_garbage_is_an_error(tmp_path):
+    dataset = Dataset(tmp_path)
     record = submitted(1)
-    ledger.append(tmp_path, record)
-    path = ledger.ledger_path(tmp_path)
-    with open(path, "a") as f:
+    ledger.append(dataset, record)
+    with open(dataset.ledger_path, "a") as f:
         f.write('{"event": "subm')  # an append that never completed
-    assert ledger.read(tmp_path) == [record]
-    with open(path, "a") as f:
+    assert ledger.read(dataset) == [record]
+    with open(dataset.ledger_path, "a") as f:
         f.write("\n")
     with pytest.raises(ValueError, match=r"ledger.jsonl:2"):
-        ledger.read(tmp_path)
+        ledger.read(dataset)
 
 
 @pytest.mark.parametrize(
     ("record", "message"),
     [
         ({"event": "queued"}, "unknown ledger event 'queued'; allowed: submitted, started"),
-        ({"event": "started", "execution_id": ID, "attempt": 1}, r"lacks field\(s\) \['job_id', 'at'\]"),
-        ({**submitted(1), "attempt": 0}, "attempt must be an integer >= 1, got 0"),
+        ({"event": "started", "execution_id": ID, "attempt": 1}, r"lacks field\(s\) \['job_id'\]"),
+        ({**submitted(1).to_json(), "attempt": 0}, "attempt must be an integer >= 1, got 0"),
+        ({**submitted(1).to_json(), "attempt": True}, "attempt must be an integer >= 1, got True"),
     ],
 )
 def test_bad_records_are_refused(tmp_path, record, message):
     with pytest.raises(ValueError, match=message):
-        ledger.append(tmp_path, record)
-    assert ledger.read(tmp_path) == []
+        ledger.from_json(record)
+    path = Dataset(tmp_path).ledger_path
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(ValueError, match=r"ledger.jsonl:1: not a ledger record"):
+        ledger.read(Dataset(tmp_path))
 
 
-def _append_many(dataset, worker: int, n: int) -> None:
+def test_records_of_older_ledgers_read_with_their_absolute_paths(tmp_path):
+    """A ledger written with absolute paths elsewhere still names this dataset's own files."""
+    old = {**submitted(1).to_json(), "log_dir": f"/gone/site/logs/{ID}/attempt-1"}
+    (tmp_path / "ledger.jsonl").write_text(json.dumps(old) + "\n")
+    dataset = Dataset(tmp_path)
+    (record,) = ledger.read(dataset)
+    assert isinstance(record, ledger.Submitted) and record.requeued_from is None
+    assert dataset.locate(record.log_dir) == tmp_path / "logs" / ID / "attempt-1"
+    assert dataset.locate(f"logs/{ID}/attempt-1") == tmp_path / "logs" / ID / "attempt-1"
+
+
+def _append_many(root, worker: int, n: int) -> None:
     for i in range(n):
-        ledger.append(dataset, {**submitted(i + 1, execution_id=f"e{worker}", job_id="j" * 300)})
+        ledger.append(Dataset(root), submitted(i + 1, execution_id=f"e{worker}", job_id="j" * 300))
 
 
 def test_concurrent_appenders_never_interleave(tmp_path):
@@ -85,20 +97,21 @@ def test_concurrent_appenders_never_interleave(tmp_path):
     for p in procs:
         p.join()
         assert p.exitcode == 0
-    records = ledger.read(tmp_path)
+    records = ledger.read(Dataset(tmp_path))
     assert len(records) == workers * n
     for w in range(workers):
-        assert [r["attempt"] for r in records if r["execution_id"] == f"e{w}"] == list(range(1, n + 1))
+        assert [r.attempt for r in records if r.execution_id == f"e{w}"] == list(range(1, n + 1))
 
 
 def test_next_attempt_counts_the_ledger_and_the_shard_files(tmp_path):
-    assert ledger.next_attempt(tmp_path, ID) == 1
-    ledger.append(tmp_path, submitted(1))
-    ledger.append(tmp_path, submitted(4, execution_id="other"))
-    assert ledger.next_attempt(tmp_path, ID) == 2
-    shard = shard_path(tmp_path, ID, 3)
+    dataset = Dataset(tmp_path)
+    assert ledger.next_attempt(dataset, ID) == 1
+    ledger.append(dataset, submitted(1))
+    ledger.append(dataset, submitted(4, execution_id="other"))
+    assert ledger.next_attempt(dataset, ID) == 2
+    shard = dataset.shard_path(ID, 3)
     shard.parent.mkdir(parents=True)
     shard.write_bytes(b"")
     (shard.parent / ".attempt-9.parquet.77.tmp").write_bytes(b"")  # a crashed write is no attempt
-    assert ledger.next_attempt(tmp_path, ID) == 4
-    assert ledger.next_attempt(tmp_path, "other") == 5
+    assert ledger.next_attempt(dataset, ID) == 4
+    assert ledger.next_attempt(dataset, "other") == 5

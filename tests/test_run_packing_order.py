@@ -11,7 +11,8 @@ ONE_RANK_CI = Scale("ci", 16, 64, 48, 384, 6, 1, 1, "float32", 0, 1, 1)
 
 
 def test_packing_iteration_order():
-    execution = Execution(WORKLOAD_BY_NAME["packing-ep32-profile-balanced"], VARIANT_BY_NAME["mok-mxfp8"])
+    workload = WORKLOAD_BY_NAME["packing-ep32-f3072-profile-balanced"]
+    execution = Execution(workload, VARIANT_BY_NAME["mok-mxfp8"])
     shape = shape_for(execution.workload, ONE_RANK_CI)
     work = build_work(execution, shape, rank=0, device=torch.device("cpu"), seed=0)
     log: list[tuple[str, int]] = []

@@ -43,11 +43,11 @@ def test_rank0_receives_f_times_balanced_rows(scale, name):
 @pytest.mark.parametrize(
     "name",
     [
-        "inference-ep8-f3072-imb2",
-        "training-ep64-f3072-imb2",
+        "inference-ep8-f3072-imb2.0",
+        "training-ep64-f3072-imb2.0",
         "training-ep32-f1536",
-        "packing-ep32-profile-a",
-        "packing-ep64-profile-b",
+        "packing-ep32-f3072-profile-a",
+        "packing-ep64-f3072-profile-b",
     ],
 )
 def test_other_ranks_keep_their_full_scale_load_in_every_layer(name):
@@ -72,7 +72,7 @@ def test_other_ranks_keep_their_full_scale_load_in_every_layer(name):
 def test_packing_tokens_follow_each_layer_load():
     """Profile A on 2 ranks: each layer gets its own T'_l, so the cool layers are not fed the tokens
     of the 7.5x layer (which left rank 1 with ~2.6x rank 0's rows over the ten layers)."""
-    workload = WORKLOAD_BY_NAME["packing-ep32-profile-a"]
+    workload = WORKLOAD_BY_NAME["packing-ep32-f3072-profile-a"]
     shape = shape_for(workload, CPU)
     assert shape.layer_tokens[0] == max(shape.layer_tokens) > 4 * CPU.tokens
     assert shape.layer_tokens[3] < 2 * CPU.tokens  # the 0.6x layer
@@ -98,13 +98,13 @@ def test_cpu_scale_shrinks_dims_and_keeps_local_experts():
 
 
 def test_single_rank_mode_sends_every_row_to_rank_0():
-    shape = shape_for(WORKLOAD_BY_NAME["training-ep32-f3072-imb2"], Scale(**{**vars(CPU), "max_ranks": 1}))
+    shape = shape_for(WORKLOAD_BY_NAME["training-ep32-f3072-imb2.0"], Scale(**{**vars(CPU), "max_ranks": 1}))
     assert (shape.ranks, shape.layer_tokens, shape.tracked_rows) == (1, (128,), (128 * 6,))
 
 
 @pytest.mark.parametrize("scale", [CPU, CI], ids=lambda s: s.name)
 def test_single_rank_mode_runs_packing_profiles(scale):
-    workload = WORKLOAD_BY_NAME["packing-ep32-profile-b"]
+    workload = WORKLOAD_BY_NAME["packing-ep32-f3072-profile-b"]
     shape = shape_for(workload, Scale(**{**vars(scale), "max_ranks": 1}))
     tokens = tuple(round(f * scale.tokens) for f in workload.layer_loads)
     assert (shape.ranks, shape.layer_tokens) == (1, tokens)
@@ -116,7 +116,7 @@ def test_single_rank_mode_runs_packing_profiles(scale):
 def test_layers_size_budgets_for_the_nominal_tokens():
     """One rank, profile B at ci: every layer takes its own T'_l rows, and MoK's budget stays
     2.5 x T x K rounded up to a power of two (256 rows of T x K = 96), the factor reported as is."""
-    execution = Execution(WORKLOAD_BY_NAME["packing-ep32-profile-b"], VARIANT_BY_NAME["mok-bf16"])
+    execution = Execution(WORKLOAD_BY_NAME["packing-ep32-f3072-profile-b"], VARIANT_BY_NAME["mok-bf16"])
     shape = shape_for(execution.workload, Scale(**{**vars(CI), "max_ranks": 1}))
     work = build_work(execution, shape, rank=0, device=torch.device("cpu"), seed=0)
     assert [x.shape[0] for x in work.xs] == list(shape.layer_tokens)
@@ -142,7 +142,7 @@ def test_layers_size_budgets_for_the_nominal_tokens():
             r"cannot hold EP64 on 2 rank\(s\): 4 experts < top_k 6",
         ),
         (
-            "packing-ep64-profile-a",
+            "packing-ep64-f3072-profile-a",
             {"num_experts": 256},
             r"load 7.5 .* would need 2880 rows of 3228; allowed: 1076\.\.2152$",
         ),

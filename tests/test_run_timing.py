@@ -5,7 +5,8 @@ import time
 import pytest
 import torch
 
-from pipeline.bench.timing import Clock, phases_of, time_windows
+from pipeline.bench.timing import Clock, time_windows
+from pipeline.vocabulary import timed_phases
 
 FORWARD_S, BACKWARD_S = 0.004, 0.002
 
@@ -29,7 +30,7 @@ def test_training_phases_are_timed_separately():
     forward, backward = sleeper(log)
     windows, iterations = 3, 4
     times = time_windows(forward, backward, Clock(torch.device("cpu")), 2, windows, iterations)
-    assert list(times) == ["forward", "backward", "combined"] == list(phases_of(True))
+    assert list(times) == ["forward", "backward", "combined"] == list(timed_phases(True))
     assert all(len(v) == windows for v in times.values())
     f_ms, b_ms = iterations * FORWARD_S * 1e3, iterations * BACKWARD_S * 1e3
     # sleep() never returns early; the upper bounds only catch gross mistakes (a shared machine)
@@ -45,7 +46,7 @@ def test_inference_times_forward_and_the_whole_iteration():
     log: list[str] = []
     forward, _ = sleeper(log)
     times = time_windows(forward, None, Clock(torch.device("cpu")), 0, 2, 3)
-    assert list(times) == ["forward", "combined"] == list(phases_of(False))
+    assert list(times) == ["forward", "combined"] == list(timed_phases(False))
     assert all(3 * FORWARD_S * 1e3 <= t for v in times.values() for t in v)
     assert "".join(log) == "f" * 12
 

@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from hydra_plugins.moe_bench_launcher.moe_bench_launcher import job_config
-from pipeline.data.schema import METADATA_KEY, shard_path
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
+from pipeline.data.dataset import Dataset
+from pipeline.data.schema import METADATA_KEY
+from pipeline.launch.plan import plan
 from pipeline.launch.slurm import submit as submit_arrays
-from pipeline.launch.sweep import plan
-from pipeline.matrix.select import CONFIG_DIR, CONFIG_NAME
 from tests.slurm_support import (
     needs_cluster,
     python_module,
@@ -48,7 +48,9 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
     assert done.stdout.splitlines()[-1] == "2 executions: 2 done, 0 failed"
     for execution_id in (MOK, DIST):
         (submitted,) = records(tmp_path, "submitted", execution_id)
-        meta = json.loads(pq.read_schema(shard_path(tmp_path, execution_id, 1)).metadata[METADATA_KEY])
+        meta = json.loads(
+            pq.read_schema(Dataset(tmp_path).shard_path(execution_id, 1)).metadata[METADATA_KEY]
+        )
         assert meta["job_id"] == submitted["job_id"]
         assert meta["provenance"]["job_ids"] == [submitted["job_id"]]
         assert len(meta["provenance"]["hosts"]) >= 2, meta["provenance"]["hosts"]
@@ -56,7 +58,7 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
         assert sacct_state(submitted["job_id"]).startswith("COMPLETED|0:0|")
     assert all_done(tmp_path)
 
-    shard_path(tmp_path, DIST, 1).unlink()
+    Dataset(tmp_path).shard_path(DIST, 1).unlink()
     code, seen = states(tmp_path)
     assert code == 1
     assert seen[MOK][0] == "done"
@@ -69,8 +71,8 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
     assert [r["attempt"] for r in records(tmp_path, "submitted", DIST)] == [1, 2]
     assert [r["attempt"] for r in records(tmp_path, "submitted", MOK)] == [1]
     wait_for("the resubmitted execution to finish", lambda: all_done(tmp_path))
-    assert shard_path(tmp_path, DIST, 2).exists()
-    assert not shard_path(tmp_path, MOK, 2).exists()
+    assert Dataset(tmp_path).shard_path(DIST, 2).exists()
+    assert not Dataset(tmp_path).shard_path(MOK, 2).exists()
 
 
 def composed(*overrides: str) -> tuple[dict, dict]:
@@ -81,6 +83,7 @@ def composed(*overrides: str) -> tuple[dict, dict]:
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
     jobs = []
+    register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         for workload, max_ranks in (("inference-ep8-f1536", 2), ("inference-ep16-f1536", 4)):
             for variant in ("mok-bf16", "dist-moe-bf16"):

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from pipeline.data.schema import shard_path
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 from pipeline.resubmit import run_commands
 from pipeline.status import ExecutionStatus
 
@@ -61,7 +62,7 @@ def test_local_execution_done_missing_then_resubmitted(tmp_path):
     code, words = status_words(tmp_path)
     assert (code, words[0], words[3]) == (0, "done", "1")
 
-    shard_path(tmp_path, MOK, 1).unlink()
+    Dataset(tmp_path).shard_path(MOK, 1).unlink()
     code, words = status_words(tmp_path)
     assert (code, words[0]) == (1, "missing")
 
@@ -71,7 +72,9 @@ def test_local_execution_done_missing_then_resubmitted(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     code, words = status_words(tmp_path)
     assert (code, words[0], words[3]) == (0, "done", "2")
-    assert sorted(p.name for p in shard_path(tmp_path, MOK, 2).parent.iterdir()) == ["attempt-2.parquet"]
+    assert sorted(p.name for p in Dataset(tmp_path).shard_path(MOK, 2).parent.iterdir()) == [
+        "attempt-2.parquet"
+    ]
 
 
 @pytest.mark.slow
@@ -97,7 +100,8 @@ def test_local_failure_shows_the_error_and_the_log(tmp_path):
 def test_resubmission_groups_executions_into_exact_sweeps(tmp_path):
     def failed(workload: str, variant: str, execution_id: str) -> ExecutionStatus:
         overrides = [f"workload={workload}", f"variant={variant}", "scale=ci", "dataset_dir=/moved/away"]
-        record = {"overrides": overrides, "launcher": "slurm", "attempt": 1}
+        log_dir = f"logs/{execution_id}/attempt-1"
+        record = ledger.Submitted(execution_id, 1, "7_0", overrides, "slurm", "local-slurm", log_dir)
         return ExecutionStatus(execution_id, "failed", 1, "7_0", "", None, record)
 
     chosen = [

@@ -10,7 +10,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION, shard_path
+from pipeline.data.dataset import Dataset
+from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 from pipeline.data.writer import write_shard
 
 EXECUTION = "training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"
@@ -48,8 +49,8 @@ def rows(n: int, seed: int = 0) -> list[dict]:
 def test_round_trip_rows_and_metadata(tmp_path):
     data = rows(30, seed=7)
     shape = {"nominal_tokens": 128, "layer_tokens": [128]}
-    path = write_shard(tmp_path, EXECUTION, 1, data, {"shape": shape})
-    assert path == shard_path(tmp_path, EXECUTION, 1)
+    path = write_shard(Dataset(tmp_path), EXECUTION, 1, data, {"shape": shape})
+    assert path == Dataset(tmp_path).shard_path(EXECUTION, 1)
     table = pq.read_table(path)
     assert table.schema.remove_metadata() == SCHEMA
     assert table.to_pylist() == data
@@ -64,11 +65,11 @@ def test_round_trip_rows_and_metadata(tmp_path):
 
 
 def test_never_overwrites_an_attempt(tmp_path):
-    write_shard(tmp_path, EXECUTION, 1, rows(3), {})
-    before = shard_path(tmp_path, EXECUTION, 1).read_bytes()
+    write_shard(Dataset(tmp_path), EXECUTION, 1, rows(3), {})
+    before = Dataset(tmp_path).shard_path(EXECUTION, 1).read_bytes()
     with pytest.raises(FileExistsError, match="attempt-1.parquet"):
-        write_shard(tmp_path, EXECUTION, 1, rows(6, seed=1), {})
-    assert shard_path(tmp_path, EXECUTION, 1).read_bytes() == before
+        write_shard(Dataset(tmp_path), EXECUTION, 1, rows(6, seed=1), {})
+    assert Dataset(tmp_path).shard_path(EXECUTION, 1).read_bytes() == before
 
 
 @pytest.mark.parametrize(
@@ -83,27 +84,27 @@ def test_bad_rows_are_refused_and_nothing_is_written(tmp_path, change, message):
     data = rows(4)
     change(data[2])
     with pytest.raises((ValueError, TypeError), match=message):
-        write_shard(tmp_path, EXECUTION, 1, data, {})
-    assert not shard_path(tmp_path, EXECUTION, 1).parent.exists() or not any(
-        shard_path(tmp_path, EXECUTION, 1).parent.iterdir()
+        write_shard(Dataset(tmp_path), EXECUTION, 1, data, {})
+    assert not Dataset(tmp_path).shard_path(EXECUTION, 1).parent.exists() or not any(
+        Dataset(tmp_path).shard_path(EXECUTION, 1).parent.iterdir()
     )
 
 
 WRITER = """
 import sys
-from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_writer_shard import EXECUTION, rows
+from pipeline.data.dataset import Dataset
 from pipeline.data.writer import write_shard
 data = rows({n})
 print("ready", flush=True)
-write_shard(Path({dataset!r}), EXECUTION, 1, data, {{}})
+write_shard(Dataset({dataset!r}), EXECUTION, 1, data, {{}})
 print("done", flush=True)
 """
 
 
 def test_a_writer_killed_mid_write_leaves_no_final_file(tmp_path):
-    folder = shard_path(tmp_path, EXECUTION, 1).parent
+    folder = Dataset(tmp_path).shard_path(EXECUTION, 1).parent
     code = WRITER.format(tests=os.path.dirname(__file__), n=400_000, dataset=str(tmp_path))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
@@ -116,5 +117,5 @@ def test_a_writer_killed_mid_write_leaves_no_final_file(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     names = os.listdir(folder)
-    assert not shard_path(tmp_path, EXECUTION, 1).exists()
+    assert not Dataset(tmp_path).shard_path(EXECUTION, 1).exists()
     assert all(n.startswith(".") and n.endswith(".tmp") for n in names)

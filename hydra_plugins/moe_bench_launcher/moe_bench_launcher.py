@@ -1,5 +1,5 @@
-"""Hydra's side of the launcher: compose each job's config, then hand the sweep to
-:mod:`pipeline.launch.sweep`, which validates all of it before submitting anything."""
+"""Hydra's side of the launcher: compose each job's config (:mod:`pipeline.compose`), then hand the
+sweep to :mod:`pipeline.launch`, which validates all of it before submitting anything."""
 
 from __future__ import annotations
 
@@ -9,15 +9,11 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from pipeline.launch.job_configs import compose_jobs
-from pipeline.launch.sweep import Outcome, plan, run
-
-
-def job_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config of one execution, without Hydra's own node (what the job receives)."""
-    return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
+from pipeline.compose import compose_jobs, job_config
+from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.sweep import run
 
 
 class MoEBenchLauncher(Launcher):

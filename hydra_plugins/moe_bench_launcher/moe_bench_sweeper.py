@@ -1,6 +1,6 @@
 """Hydra's basic sweeper, minus its composition of every job before the launch.
 
-The MoE launcher composes the whole batch itself (:mod:`pipeline.launch.job_configs`) and validates
+The MoE launcher composes the whole batch itself (:mod:`pipeline.compose.jobs`) and validates
 every execution before it submits anything, so the basic sweeper's own pass only doubled the time a
 sweep of the matrix takes to go out.
 """

@@ -30,7 +30,6 @@ class Context:
     device: torch.device
     job_id: str
     hostname: str
-    cluster: str
 
 
 def resolve_device(preference: str) -> str:
@@ -74,7 +73,6 @@ def init(device: str, timeout_s: float) -> Context:
         device=target,
         job_id=env.job_id,
         hostname=env.hostnames[env.node],  # the scheduler's node name: nodes may share a machine
-        cluster=env.cluster,
     )
 
 

@@ -3,41 +3,40 @@ write the shard. A failure anywhere raises (the job exits non-zero) after rank 0
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch.distributed as dist
 
+from pipeline import REPO_ROOT
 from pipeline.bench import distributed, graphs
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
 from pipeline.bench.nvlink import nvlink_rates
 from pipeline.bench.timing import Clock, time_windows
 from pipeline.bench.work import build_work
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 from pipeline.data.writer import write_shard
-from pipeline.launch import ledger
-from pipeline.matrix import Execution
-from pipeline.matrix.scale import Shape
-from pipeline.matrix.select import REPO_ROOT, execution_of, shape_of
+from pipeline.matrix import Execution, execution_of
+from pipeline.matrix.scale import Shape, shape_of
 from pipeline.metrics import phase_ms
 
 GROUP_TIMEOUT_S = 900.0
 NVLINK_SAMPLE_S = 1.0
 
 
-def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[str, Any] | None:
-    """Body of each task. Returns rank 0's summary (shard path, iteration ms per phase), else None."""
+def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: str) -> dict[str, Any] | None:
+    """Body of each task, run by the ``launcher`` backend on the ``cluster`` preset. Returns rank 0's
+    summary (shard path, iteration ms per phase), else None."""
     execution, shape = execution_of(config), shape_of(config)
-    dataset = Path(config["dataset_dir"])
+    dataset = Dataset(config["dataset_dir"])
     ctx = distributed.init(config["device"], GROUP_TIMEOUT_S)
-    record = {"execution_id": execution.execution_id, "attempt": attempt, "job_id": ctx.job_id}
+    execution_id = execution.execution_id
     try:
         if ctx.world_size != shape.ranks:
-            raise ValueError(
-                f"the job has {ctx.world_size} tasks but {execution.execution_id} needs {shape.ranks}"
-            )
+            raise ValueError(f"the job has {ctx.world_size} tasks but {execution_id} needs {shape.ranks}")
         if ctx.rank == 0:
-            ledger.append(dataset, {"event": "started", **record, "at": ledger.now()})
+            ledger.append(dataset, ledger.Started(execution_id, attempt, ctx.job_id))
         started_at = ledger.now()
         work = build_work(execution, shape, ctx.rank, ctx.device, config["seed"])
         backward = work.backward if work.grads is not None else None
@@ -73,7 +72,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
                     "hosts": sorted({r["host"] for r in ranks}),
                     "job_ids": sorted({r["job_id"] for r in ranks}),
                     "launcher": launcher,
-                    "cluster": ctx.cluster,
+                    "cluster": cluster,
                     "versions": versions(ctx.device),
                 },
                 "started_at": started_at,
@@ -90,15 +89,17 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str) -> dict[s
                 "nvlink": nvlink_summary([r["nvlink"] for r in ranks]),
                 "saved_state": saved_state_evidence(shape, ranks[0]["saved_state"]),
             }
-            path = write_shard(dataset, execution.execution_id, attempt, rows, meta)
-            ledger.append(dataset, {"event": "finished", **record, "at": ledger.now(), "shard": str(path)})
+            path = write_shard(dataset, execution_id, attempt, rows, meta)
+            ledger.append(
+                dataset, ledger.Finished(execution_id, attempt, ctx.job_id, shard=dataset.relative(path))
+            )
             summary = {"shard": str(path), "iteration_ms": iteration_ms(rows)}
         dist.barrier()
         return summary
     except BaseException as err:
         if ctx.rank == 0:
             reason = f"{type(err).__name__}: {err}"
-            ledger.append(dataset, {"event": "failed", **record, "at": ledger.now(), "reason": reason})
+            ledger.append(dataset, ledger.Failed(execution_id, attempt, ctx.job_id, reason=reason))
         raise
     finally:
         distributed.close()

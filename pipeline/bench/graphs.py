@@ -63,10 +63,16 @@ def capture(
         forward_graph.replay()
         return captured_out
 
-    def replay_backward(_: Any) -> None:
-        backward_graph.replay()
+    return Steps(replay_forward, None if backward_graph is None else _replayer(backward_graph), True, None)
 
-    return Steps(replay_forward, replay_backward if backward_graph is not None else None, True, None)
+
+def _replayer(graph: torch.cuda.CUDAGraph) -> Callable[[Any], None]:
+    """A backward step that replays ``graph`` (its input is the captured forward's output)."""
+
+    def replay(_: Any) -> None:
+        graph.replay()
+
+    return replay
 
 
 def _everyone(ok: bool, device: torch.device) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipeline.data.schema import PHASES
+from pipeline.vocabulary import timed_phases
 
 
 class Clock:
@@ -40,17 +40,12 @@ class Clock:
 
     def stop(self, started: float | torch.cuda.Event) -> float:
         """Milliseconds since ``started``."""
-        if not self.cuda:
+        if isinstance(started, float):
             return (time.perf_counter() - started) * 1e3
         end = torch.cuda.Event(enable_timing=True)
         end.record()
         end.synchronize()
         return started.elapsed_time(end)
-
-
-def phases_of(backward: bool) -> tuple[str, ...]:
-    """Inference times forward and combined (the whole iteration); training and packing all three."""
-    return PHASES if backward else ("forward", "combined")
 
 
 def time_windows(
@@ -73,7 +68,7 @@ def time_windows(
 
     for _ in range(warmup):
         iteration()
-    times: dict[str, list[float]] = {phase: [] for phase in phases_of(backward is not None)}
+    times: dict[str, list[float]] = {phase: [] for phase in timed_phases(backward is not None)}
     for _ in range(windows):
         started = clock.start()
         for _ in range(iterations):

@@ -15,8 +15,8 @@ import torch
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
-
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+from pipeline.moe.config import TORCH_DTYPES
+from pipeline.vocabulary import has_backward
 
 
 def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
@@ -31,7 +31,7 @@ def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
         implementation=v.implementation,
         pipeline=v.pipeline,
         precision=v.precision,
-        dtype=DTYPES[shape.dtype],
+        dtype=TORCH_DTYPES[shape.dtype],
         budget_tokens=shape.nominal_tokens,
     )
 
@@ -69,6 +69,8 @@ class Work:
         return self.stack.forward(self.xs, self.routes)
 
     def backward(self, ys: list[torch.Tensor]) -> None:
+        if self.grads is None:
+            raise ValueError("an inference execution has no backward")
         self.stack.backward(ys, self.grads)
         for p in self.stack.parameters():
             p.grad = None  # every iteration computes fresh gradients, as one training step would
@@ -96,13 +98,13 @@ def build_work(execution: Execution, shape: Shape, rank: int, device: torch.devi
         cfg, [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
     )
     gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
-    training = execution.workload.kind != "inference"
+    training = has_backward(execution.workload.kind)
 
     def tensor(tokens: int) -> torch.Tensor:
         t = torch.randn(tokens, shape.d_model, generator=gen)
         return t.to(device=device, dtype=cfg.dtype)
 
     xs = [tensor(tokens).requires_grad_(training) for tokens in shape.layer_tokens]
-    routes = [tuple(t.to(device) for t in plan.for_rank(rank)) for plan in plans]
+    routes = [(idx.to(device), weight.to(device)) for idx, weight in (p.for_rank(rank) for p in plans)]
     grads = [tensor(tokens) for tokens in shape.layer_tokens] if training else None
     return Work(stack, xs, routes, grads)

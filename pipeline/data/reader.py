@@ -3,14 +3,13 @@
 A shard is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls, carries
 ``execution`` metadata of this ``SCHEMA_VERSION`` matching its file name, names one execution in every
 row, and is complete: exactly one row per rank x phase x window that its metadata declares.
-Required phases: forward and combined always; backward for kinds that time a backward pass.
+Required phases: those of the kind (:func:`pipeline.vocabulary.kind_phases`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.data.schema import METADATA_KEY, PHASES, SCHEMA, SCHEMA_VERSION
+from pipeline.data.dataset import Dataset, parse_attempt
+from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
+from pipeline.vocabulary import KINDS, PHASES, kind_phases
 
 # Columns that name the execution: they hold one value in every row of a shard.
 IDENTITY_COLUMNS = (
@@ -39,11 +40,6 @@ IDENTITY_COLUMNS = (
     "job_id",
     "device",
 )
-REQUIRED_PHASES = {
-    "inference": ("forward", "combined"),
-    "training": PHASES,
-    "packing": PHASES,
-}
 # Metadata ``shape`` entries that the published metrics need, all positive integers.
 _SHAPE_INTEGERS = (
     "nominal_tokens",
@@ -69,7 +65,6 @@ _SAVED_STATE_KEYS = {
 }  # one object per timed layer
 _TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
 _INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
-_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
 
 
 class ShardError(ValueError):
@@ -271,10 +266,10 @@ def _identity(path: Path, file: pq.ParquetFile) -> dict[str, Any]:
 
 
 def _check_names(path: Path, meta: dict[str, Any], identity: dict[str, Any]) -> None:
-    match = _ATTEMPT_FILE.fullmatch(path.name)
-    if match is None:
+    attempt = parse_attempt(path.name)
+    if attempt is None:
         raise ShardError(path, "file name must be attempt-<n>.parquet with n >= 1")
-    named = {"execution_id": path.parent.name.removeprefix("execution="), "attempt": int(match.group(1))}
+    named = {"execution_id": Dataset.execution_of_shard(path), "attempt": attempt}
     for key in ("execution_id", "workload_id", "attempt", "job_id"):
         if meta.get(key) != identity[key]:
             raise ShardError(path, f"metadata {key}={meta.get(key)!r} but rows say {identity[key]!r}")
@@ -287,8 +282,8 @@ def _check_names(path: Path, meta: dict[str, Any], identity: dict[str, Any]) -> 
             raise ShardError(
                 path, f"metadata shape.{key}={meta['shape'][key]!r} but rows say {identity[key]!r}"
             )
-    if identity["kind"] not in REQUIRED_PHASES:
-        raise ShardError(path, f"unknown kind {identity['kind']!r}; allowed: {', '.join(REQUIRED_PHASES)}")
+    if identity["kind"] not in KINDS:
+        raise ShardError(path, f"unknown kind {identity['kind']!r}; allowed: {', '.join(KINDS)}")
 
 
 def _check_complete(
@@ -298,7 +293,7 @@ def _check_complete(
     if rank.min() < 0 or rank.max() >= ranks or window.min() < 0 or window.max() >= windows:
         raise ShardError(path, f"rank or window outside the declared {ranks} ranks x {windows} windows")
     present = sorted({PHASES[i] for i in np.unique(phase)})
-    lacking = [p for p in REQUIRED_PHASES[kind] if p not in present]
+    lacking = [p for p in kind_phases(kind) if p not in present]
     if lacking:
         raise ShardError(path, f"incomplete: no rows for phase(s) {lacking}")
     cells = np.unique((phase * ranks + rank) * windows + window).size

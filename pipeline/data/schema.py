@@ -1,4 +1,5 @@
-"""Shard schema: one parquet file per execution attempt, one row per rank x phase x window.
+"""Shard schema: one parquet file per execution attempt, one row per rank x phase x window
+(``<dataset>/shards/execution=<id>/attempt-<n>.parquet``, see :mod:`pipeline.data.dataset`).
 
 The file's key-value metadata ``execution`` holds one JSON object:
 
@@ -12,8 +13,10 @@ The file's key-value metadata ``execution`` holds one JSON object:
   (launched), ``layer_loads`` (tracked-GPU load factor per timed layer: one for inference/training,
   ten for packing), ``dtype``, ``warmup``, ``windows``, ``iterations``;
 - ``timing``: ``clock`` (what timed the windows), ``cuda_graphs`` (bool) and why not, where not;
-- ``provenance``: ``git_sha``, ``hosts`` (list), ``job_ids`` (list), ``launcher``, ``versions``
-  (torch, cuda, driver, nccl, cutlass_dsl, python; null where absent);
+- ``provenance``: ``git_sha``, ``hosts`` (list), ``job_ids`` (list), ``launcher`` (the backend:
+  ``local`` or ``slurm``), ``cluster`` (the cluster preset), ``versions`` (torch, cuda, driver, nccl,
+  cutlass_dsl, python; null where absent). Shards written before schema 1's launcher fix hold the two
+  values the other way round; nothing reads them but people;
 - ``started_at``, ``ended_at`` (ISO-8601 UTC);
 - ``memory``: ``peak_allocated_bytes`` (CUDA; null on CPU), ``peak_rss_bytes`` (max over ranks);
 - ``nvlink``: ``tx_bytes_per_s``, ``rx_bytes_per_s`` (averaged over GPUs; null where unsupported),
@@ -24,13 +27,10 @@ The file's key-value metadata ``execution`` holds one JSON object:
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"execution"
-PHASES = ("forward", "backward", "combined")
 
 SCHEMA = pa.schema(
     [
@@ -54,14 +54,3 @@ SCHEMA = pa.schema(
         pa.field("device", pa.string(), nullable=False),
     ]
 )
-
-
-def shard_dir(dataset: Path, execution_id: str) -> Path:
-    return Path(dataset) / "shards" / f"execution={execution_id}"
-
-
-def shard_path(dataset: Path, execution_id: str, attempt: int) -> Path:
-    """``<dataset>/shards/execution=<id>/attempt-<n>.parquet``."""
-    if attempt < 1:
-        raise ValueError(f"attempt must be >= 1, got {attempt}")
-    return shard_dir(dataset, execution_id) / f"attempt-{attempt}.parquet"

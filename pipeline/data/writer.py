@@ -15,11 +15,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION, shard_path
+from pipeline.data.dataset import Dataset
+from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 
 
 def write_shard(
-    dataset: Path, execution_id: str, attempt: int, rows: list[dict[str, Any]], metadata: dict[str, Any]
+    dataset: Dataset, execution_id: str, attempt: int, rows: list[dict[str, Any]], metadata: dict[str, Any]
 ) -> Path:
     """Write one execution attempt's rows and ``execution`` metadata; return the final path.
 
@@ -27,7 +28,7 @@ def write_shard(
     """
     if not rows:
         raise ValueError(f"no rows to write for execution {execution_id!r} attempt {attempt}")
-    final = shard_path(dataset, execution_id, attempt)
+    final = dataset.shard_path(execution_id, attempt)
     if final.exists():
         raise FileExistsError(f"{final} already exists; attempts are never overwritten")
     stray = {r["execution_id"] for r in rows} - {execution_id}

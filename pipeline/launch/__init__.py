@@ -1,1 +1,2 @@
-"""Launch: turn a sweep into submitit jobs (local processes or Slurm), record them in the ledger."""
+"""Launch: plan a sweep (validate everything first), run it on a backend (local processes or Slurm),
+record every submission in the dataset's ledger."""

@@ -1,22 +1,27 @@
-"""Slurm side of a sweep: one job array per resource shape; a requeue is a new attempt.
+"""The Slurm backend: one job array per resource shape; a requeue is a new attempt.
 
 Executions that need the same nodes x tasks go out together as one submitit job array, so a sweep of
-the whole matrix costs a handful of ``sbatch`` calls. An array's logs share one folder under
-``<dataset>/logs/arrays/``; each attempt's ``logs/<execution_id>/attempt-<n>`` links to it.
+the whole matrix costs a handful of ``sbatch`` calls. An array's logs share one folder under the
+dataset's ``logs/arrays/``; each attempt's ``logs/<execution_id>/attempt-<n>`` links to it.
 
 Slurm's own requeue is off (``--no-requeue``): a node that dies fails the job, and
 ``pipeline.resubmit`` runs it again as a new attempt. Time limits and preemption signals go through
 submitit's checkpointing instead: the job is requeued with the next attempt number, recorded in the
 ledger like any submission, so a requeued execution never writes a second shard for one attempt.
+
+Where jobs stand: squeue for live and recently ended jobs, sacct for how they ended (exit codes),
+asked once per call for all jobs so that status stays fast on large sweeps.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,83 +29,176 @@ import submitit
 from submitit.helpers import DelayedSubmission
 
 from pipeline.bench.execute import run_execution
-from pipeline.data.schema import shard_path
-from pipeline.launch import ledger
-from pipeline.launch.executor import make_executor, resource_shape
-from pipeline.launch.sweep import Planned, record_submitted
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
+from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
+from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
+
+_SLURM_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
+_SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 
 
 class SlurmTask:
     """The callable each Slurm job runs: one execution attempt, checkpointable by submitit."""
 
-    def __init__(self, planned: Planned, cluster: str) -> None:
-        self.execution_id = planned.execution.execution_id
-        self.overrides = planned.overrides
-        self.cluster = cluster
+    def __init__(self, planned: Planned, launcher: dict[str, Any]) -> None:
+        self.planned = planned
+        self.launcher = launcher
 
     def __call__(self, config: dict[str, Any], attempt: int) -> dict[str, Any] | None:
-        return run_execution(config, attempt, self.cluster)
+        return run_execution(config, attempt, SlurmBackend.name, self.launcher["cluster"])
 
     def checkpoint(self, config: dict[str, Any], attempt: int) -> DelayedSubmission | None:
         """On a time-limit or preemption signal (rank 0): requeue this job as the next attempt.
 
         None (no requeue) when this attempt's shard is already written: the execution is done.
         """
-        dataset = Path(config["dataset_dir"])
-        if shard_path(dataset, self.execution_id, attempt).exists():
+        p = self.planned
+        dataset, execution_id = Dataset(config["dataset_dir"]), p.execution.execution_id
+        if dataset.shard_path(execution_id, attempt).exists():
             return None
         job_id = submitit.JobEnvironment().job_id
         # Jobs are submitted non-requeueable (a dead node must fail them); this requeue is wanted.
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True, timeout=60)
-        following = ledger.next_attempt(dataset, self.execution_id)
-        old_logs = ledger.log_dir(dataset, self.execution_id, attempt)
-        new_logs = ledger.log_dir(dataset, self.execution_id, following)
-        _link(new_logs, old_logs.resolve())
-        ledger.append(
-            dataset,
-            {
-                "event": "submitted",
-                "execution_id": self.execution_id,
-                "attempt": following,
-                "overrides": self.overrides,
-                "job_id": job_id,
-                "launcher": "slurm",
-                "cluster": self.cluster,
-                "log_dir": str(new_logs),
-                "submitted_at": ledger.now(),
-                "requeued_from": attempt,
-            },
-        )
+        following = ledger.next_attempt(dataset, execution_id)
+        _link(dataset.log_dir(execution_id, following), dataset.log_dir(execution_id, attempt).resolve())
+        record = submitted(p, job_id, self.launcher, attempt=following, requeued_from=attempt)
+        ledger.append(dataset, record)
         return DelayedSubmission(self, config, following)
+
+
+class SlurmBackend:
+    name = "slurm"
+    resubmit_overrides: tuple[str, ...] = ("hydra.launcher.wait=false",)
+
+    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
+        """Submit everything as job arrays, then (unless ``wait`` is false) wait for each."""
+        jobs = submit(planned, launcher)
+        if not launcher["wait"]:
+            datasets = " ".join(sorted({str(p.dataset.root) for p in planned}))
+            print(
+                f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}", flush=True
+            )
+            return (Outcome(p, None, None) for p in planned)
+        return (collect(p, job) for p, job in zip(planned, jobs, strict=True))
+
+    def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
+        return _states([j.job_id for j in jobs]) if jobs else {}
 
 
 def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Job]:
     """Submit the executions grouped by (dataset, nodes, tasks per node); jobs in ``planned`` order."""
-    groups: dict[tuple[Path, int, int], list[int]] = defaultdict(list)
+    groups: dict[tuple[Dataset, int, int], list[int]] = defaultdict(list)
     for i, p in enumerate(planned):
         groups[(p.dataset, *resource_shape(p.shape.ranks, launcher["tasks_per_node"]))].append(i)
-    jobs: list[submitit.Job | None] = [None] * len(planned)
+    jobs: dict[int, submitit.Job] = {}
     for (dataset, nodes, per_node), members in groups.items():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        folder = dataset / "logs" / "arrays" / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
+        folder = dataset.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
         folder.mkdir(parents=True)
-        executor = make_executor(launcher, folder, nodes * per_node, launcher["gpus"])
+        executor = _executor(launcher, folder, nodes, per_node)
         with executor.batch():
             for i in members:
                 p = planned[i]
-                jobs[i] = executor.submit(SlurmTask(p, launcher["cluster"]), p.config, p.attempt)
+                jobs[i] = executor.submit(SlurmTask(p, launcher), p.config, p.attempt)
         for i in members:
             _link(planned[i].log_dir, folder)
-            record_submitted(planned[i], jobs[i], launcher)
+            ledger.append(dataset, submitted(planned[i], jobs[i].job_id, launcher))
         print(
             f"job array {jobs[members[0]].job_id.split('_')[0]}: {len(members)} executions on "
             f"{nodes} node(s) x {per_node} task(s)",
             flush=True,
         )
-    return jobs
+    return [jobs[i] for i in range(len(planned))]
+
+
+def _executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
+    """sbatch for ``nodes`` x ``per_node`` tasks, one GPU per task on GPU clusters.
+
+    ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
+    new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
+    """
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=launcher["max_timeouts"])
+    executor.update_parameters(
+        job_name="moe-bench",
+        partition=launcher["partition"],
+        time=launcher["timeout_min"],
+        nodes=nodes,
+        ntasks_per_node=per_node,
+        cpus_per_task=launcher["cpus_per_task"],
+        gpus_per_node=per_node if launcher["gpus"] else None,
+        signal_delay_s=launcher["signal_delay_s"],
+        additional_parameters={"no-requeue": True},
+    )
+    return executor
 
 
 def _link(log_dir: Path, folder: Path) -> None:
     """``logs/<execution_id>/attempt-<n>`` -> the shared folder submitit writes this job's logs in."""
     log_dir.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(os.path.relpath(folder, log_dir.parent), log_dir, target_is_directory=True)
+
+
+def _states(job_ids: list[str]) -> dict[str, JobState]:
+    """squeue knows live and recently ended jobs; sacct knows how jobs ended, with their exit codes.
+    A job that just ended may not have reached accounting yet: squeue's word stands for it then."""
+    wanted = set(job_ids)
+    states: dict[str, JobState] = {}
+    ended: dict[str, JobState] = {}
+    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"])
+    for line in live.splitlines():
+        job_id, state, reason = line.split("|", 2)
+        if job_id not in wanted:
+            continue
+        if state in _SLURM_RUNNING:
+            states[job_id] = JobState(RUNNING)
+        elif state in _SLURM_PENDING:
+            states[job_id] = JobState(PENDING, None if reason == "None" else reason)
+        else:
+            ended[job_id] = _finished(state, "not in accounting yet")
+    rest = wanted - states.keys()
+    if rest:
+        # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
+        jobs = ",".join(sorted({job_id.split("_")[0] for job_id in rest}))
+        for line in _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", jobs]).splitlines():
+            record, state, exit_code = line.split("|")
+            for job_id in _array_tasks(record):
+                if job_id in rest:
+                    states[job_id] = _finished(state, exit_code)
+    for job_id in wanted - states.keys():
+        states[job_id] = ended.get(job_id, JobState(FAILED, f"job {job_id} is unknown to squeue and sacct"))
+    return states
+
+
+def _array_tasks(record: str) -> list[str]:
+    """Job ids a sacct JobID stands for: ``123``, ``123_4``, or ``123_[4-6,9%8]`` -> 123_4 ... 123_9."""
+    match = re.fullmatch(r"(\d+)_\[([\d,-]+)(?:%\d+)?\]", record)
+    if match is None:
+        return [record]
+    tasks = []
+    for part in match.group(2).split(","):
+        first, _, last = part.partition("-")
+        tasks += [f"{match.group(1)}_{t}" for t in range(int(first), int(last or first) + 1)]
+    return tasks
+
+
+def _finished(state: str, exit_code: str) -> JobState:
+    word = state.split()[0]
+    if word == "COMPLETED":
+        return JobState(COMPLETED)
+    if word in _SLURM_PENDING:
+        return JobState(PENDING, word)
+    if word in _SLURM_RUNNING:
+        return JobState(RUNNING)
+    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}")
+
+
+def _run(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        message = f"{command[0]} not found: the ledger names Slurm jobs; run this on a Slurm host"
+        raise RuntimeError(message) from None
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:2])} failed: {done.stderr.strip()}")
+    return done.stdout

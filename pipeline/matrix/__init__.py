@@ -1,23 +1,22 @@
 """The workload matrix of the comparison: 22 shapes x 5 variants = 110 executions.
 
-This module is the single source of truth for names and counts; the Hydra config groups in
-``conf/workload`` and ``conf/variant`` mirror it (a test keeps them equal).
+This module is the single source of truth for the matrix's names and counts. It is plain data: the
+Hydra config groups ``workload`` and ``variant`` are generated from these tables
+(:mod:`pipeline.compose.store`), and a composed config maps back to its cell with :func:`execution_of`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
+from typing import Any
 
 PROFILES: dict[str, tuple[float, ...]] = {
     "balanced": (1.0,) * 10,
     "a": (7.5, 2.5, 4.5, 0.6, 1.8, 0.9, 2.2, 0.7, 1.6, 0.8),
     "b": (0.7, 5.8, 1.2, 0.6, 3.6, 1.0, 7.2, 0.8, 2.3, 0.7),
 }
-KINDS = ("inference", "training", "packing")
-PRECISIONS = ("bf16", "mxfp8")
-IMPLEMENTATIONS = ("mok", "dist-moe")
-PIPELINES = {"mok": ("native",), "dist-moe": ("bf16", "fp8-dispatch", "bf16-dispatch")}
 
 
 @dataclass(frozen=True)
@@ -32,15 +31,8 @@ class Workload:
 
     @property
     def name(self) -> str:
-        """Config-group name, e.g. ``inference-ep8-f3072-imb2`` or ``packing-ep32-profile-a``."""
-        if self.kind == "packing":
-            return f"packing-ep{self.ep}-profile-{self.profile}"
-        base = f"{self.kind}-ep{self.ep}-f{self.d_ff}"
-        return base if self.imbalance == 1.0 else f"{base}-imb{self.imbalance:g}"
-
-    @property
-    def shape_id(self) -> str:
-        """Shape part of execution ids, e.g. ``training-ep32-f3072-imb2.0``."""
+        """Config-group name and the shape part of execution ids, e.g. ``training-ep32-f3072-imb2.0``,
+        ``inference-ep8-f1536`` or ``packing-ep32-f3072-profile-a``."""
         base = f"{self.kind}-ep{self.ep}-f{self.d_ff}"
         if self.kind == "packing":
             return f"{base}-profile-{self.profile}"
@@ -78,7 +70,7 @@ class Execution:
     @property
     def workload_id(self) -> str:
         """Matched workload: shape + precision (MoK and Dist-MoE executions share it)."""
-        return f"{self.workload.shape_id}-{self.variant.precision}"
+        return f"{self.workload.name}-{self.variant.precision}"
 
     @property
     def execution_id(self) -> str:
@@ -110,20 +102,20 @@ VARIANT_BY_NAME = {v.name: v for v in VARIANTS}
 EXECUTIONS: tuple[Execution, ...] = tuple(Execution(w, v) for w, v in product(WORKLOADS, VARIANTS))
 
 
-def workload(name: str) -> Workload:
-    """Look a workload up by config name; a clear error lists the allowed names."""
-    try:
-        return WORKLOAD_BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"unknown workload {name!r}; allowed: {', '.join(WORKLOAD_BY_NAME)}") from None
+EXECUTION_BY_ID = {e.execution_id: e for e in EXECUTIONS}
 
 
-def variant(name: str) -> Variant:
-    """Look a variant up by config name; a clear error lists the allowed names."""
-    try:
-        return VARIANT_BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"unknown variant {name!r}; allowed: {', '.join(VARIANT_BY_NAME)}") from None
+def execution_of(cfg: Mapping[str, Any]) -> Execution:
+    """The matrix cell a composed config describes; a ValueError lists the allowed names otherwise."""
+    workload = Workload(**cfg["workload"])
+    variant = Variant(**cfg["variant"])
+    if workload not in WORKLOADS:
+        allowed = ", ".join(WORKLOAD_BY_NAME)
+        raise ValueError(f"workload {dict(cfg['workload'])} is not in the matrix; allowed: {allowed}")
+    if variant not in VARIANTS:
+        allowed = ", ".join(VARIANT_BY_NAME)
+        raise ValueError(f"variant {dict(cfg['variant'])} is not in the matrix; allowed: {allowed}")
+    return Execution(workload, variant)
 
 
 def counts(executions: tuple[Execution, ...] | list[Execution]) -> tuple[int, int, int]:

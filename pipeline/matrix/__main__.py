@@ -1,32 +1,10 @@
-"""``python -m pipeline.matrix [overrides]``: list the executions a multirun with these overrides
-would launch (execution id, then its overrides) and count them, without launching anything."""
-
-from __future__ import annotations
+"""``python -m pipeline.matrix [overrides]``: the listing of a selection (the command line lives with
+the Hydra adapter, :mod:`pipeline.compose.matrix_cli`, which expands overrides as a multirun does)."""
 
 import signal
 import sys
 
-from hydra.errors import HydraException
-
-from pipeline.matrix import counts
-from pipeline.matrix.select import execution_of, select
-
-
-def main(arguments: list[str]) -> int:
-    try:
-        jobs = select(arguments)
-    except (ValueError, HydraException) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    executions = []
-    for overrides, cfg in jobs:
-        execution = execution_of(cfg)
-        executions.append(execution)
-        print(execution.execution_id, *overrides)
-    n, workloads, pairs = counts(executions)
-    print(f"{n} executions, {workloads} workloads, {pairs} pairs")
-    return 0
-
+from pipeline.compose.matrix_cli import main
 
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends the listing quietly

@@ -24,14 +24,13 @@ T x K) keep their full-scale row counts, and the saved-state factors they report
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipeline.matrix import Workload
-
-DTYPES = ("bfloat16", "float32")
-MX_BLOCK = 32  # MXFP8 scales one block of 32 elements along each contracted dimension (D and F)
+from pipeline.matrix import Workload, execution_of
+from pipeline.vocabulary import DTYPES, MX_BLOCK
 
 
 @dataclass(frozen=True)
@@ -87,6 +86,11 @@ def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
             f"scale config: unknown keys {unknown}, missing keys {missing}; expected {sorted(fields)}"
         )
     return Scale(**{k: scale[k] for k in fields}, max_ranks=max_ranks)
+
+
+def shape_of(cfg: Mapping[str, Any]) -> Shape:
+    """Resolved shape of a composed config (raises ValueError when the scale cannot hold it)."""
+    return shape_for(execution_of(cfg).workload, scale_from_config(dict(cfg["scale"]), cfg["max_ranks"]))
 
 
 def tokens_per_rank(tokens: int, load: float, ep: int, ranks: int) -> int:

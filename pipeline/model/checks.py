@@ -12,7 +12,7 @@ def integer(name: str, value: object, *, low: int) -> int:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if not float(value).is_integer() or value < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
+    return int(float(value))
 
 
 def real(name: str, value: object, *, low: float, strict: bool) -> float:

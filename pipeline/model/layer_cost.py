@@ -15,19 +15,17 @@ and each packing layer count 3x the forward bytes (forward + two backward GEMMs 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.matrix import KINDS, PRECISIONS
 from pipeline.model.checks import choice, experts_layout, integer, real
-
-FORWARD_EQUIVALENTS = 3  # training: forward + data-gradient + weight-gradient GEMMs
-MXFP8_BLOCK = 32
+from pipeline.vocabulary import FORWARD_EQUIVALENTS, KINDS, MX_BLOCK, PRECISIONS
 
 
 @dataclass(frozen=True)
 class LayerShape:
-    """A validated layer shape on one GPU; loads are per timed layer (one, or ten for packing)."""
+    """A layer shape on one GPU, validated on construction; ``layer_loads`` holds the tracked GPU's
+    load factor per timed layer (one, or ten for packing). Every bad value raises ValueError naming it
+    and what is allowed."""
 
     kind: str
     tokens: int
@@ -38,61 +36,41 @@ class LayerShape:
     ep: int
     precision: str
     layer_loads: tuple[float, ...]
-    num_shared: int
+    num_shared: int = 1
 
-
-def layer_shape(
-    kind: str,
-    tokens: int,
-    d_model: int,
-    d_ff: int,
-    num_experts: int,
-    top_k: int,
-    ep: int,
-    precision: str,
-    layer_loads: Sequence[float],
-    num_shared: int = 1,
-) -> LayerShape:
-    """Check every input; a bad one raises ValueError naming it and what is allowed."""
-    choice("kind", kind, KINDS)
-    choice("precision", precision, PRECISIONS)
-    sizes = {
-        name: integer(name, value, low=1)
-        for name, value in (
-            ("tokens", tokens),
-            ("d_model", d_model),
-            ("d_ff", d_ff),
-            ("num_experts", num_experts),
-            ("top_k", top_k),
-            ("ep", ep),
-        )
-    }
-    experts_layout(sizes["num_experts"], sizes["top_k"], sizes["ep"], names=("num_experts", "top_k", "ep"))
-    loads = tuple(layer_loads)
-    if kind == "packing" and not loads:
-        raise ValueError("layer_loads must hold one load factor per packing layer, got none")
-    if kind != "packing" and len(loads) != 1:
-        raise ValueError(f"layer_loads must hold exactly one load factor for {kind}, got {len(loads)}")
-    for i, load in enumerate(loads):
-        real(f"layer_loads[{i}]", load, low=0.0, strict=False)
-        if load > sizes["ep"]:
+    def __post_init__(self) -> None:
+        choice("kind", self.kind, KINDS)
+        choice("precision", self.precision, PRECISIONS)
+        for name in ("tokens", "d_model", "d_ff", "num_experts", "top_k", "ep"):
+            object.__setattr__(self, name, integer(name, getattr(self, name), low=1))
+        object.__setattr__(self, "num_shared", integer("num_shared", self.num_shared, low=0))
+        experts_layout(self.num_experts, self.top_k, self.ep, names=("num_experts", "top_k", "ep"))
+        loads = tuple(self.layer_loads)
+        if self.kind == "packing" and not loads:
+            raise ValueError("layer_loads must hold one load factor per packing layer, got none")
+        if self.kind != "packing" and len(loads) != 1:
             raise ValueError(
-                f"layer_loads[{i}]={load} exceeds ep={sizes['ep']}: one GPU cannot get more rows"
+                f"layer_loads must hold exactly one load factor for {self.kind}, got {len(loads)}"
             )
-    return LayerShape(
-        kind,
-        **sizes,
-        precision=precision,
-        layer_loads=tuple(float(x) for x in loads),
-        num_shared=integer("num_shared", num_shared, low=0),
-    )
+        for i, load in enumerate(loads):
+            real(f"layer_loads[{i}]", load, low=0.0, strict=False)
+            if load > self.ep:
+                raise ValueError(
+                    f"layer_loads[{i}]={load} exceeds ep={self.ep}: one GPU cannot get more rows"
+                )
+        object.__setattr__(self, "layer_loads", tuple(float(x) for x in loads))
+
+    @property
+    def forward_equivalents(self) -> int:
+        """Forward passes' worth of GEMM work per timed layer."""
+        return FORWARD_EQUIVALENTS[self.kind]
 
 
 def row_bytes(elements: int, precision: str) -> float:
     """Bytes of one row of ``elements`` values along K in ``precision``."""
     if precision == "bf16":
         return 2.0 * elements
-    return float(elements + math.ceil(elements / MXFP8_BLOCK))
+    return float(elements + math.ceil(elements / MX_BLOCK))
 
 
 def expert_bytes(rows: float, sets: float, d_model: int, d_ff: int, precision: str) -> float:
@@ -109,25 +87,8 @@ def forward_bytes(s: LayerShape, load: float) -> float:
     return routed + shared
 
 
-def forward_equivalents(kind: str) -> int:
-    """Forward passes' worth of GEMM work per timed layer."""
-    return 1 if kind == "inference" else FORWARD_EQUIVALENTS
-
-
-def iteration_bytes(
-    kind: str,
-    tokens: int,
-    d_model: int,
-    d_ff: int,
-    num_experts: int,
-    top_k: int,
-    ep: int,
-    precision: str,
-    layer_loads: Sequence[float],
-    num_shared: int = 1,
-) -> float:
+def iteration_bytes(s: LayerShape) -> float:
     """Analytical logical HBM bytes of one timed iteration on the tracked GPU (rank 0): the numerator
     of the report's "HBM model" rate. Inference: one forward; training: 3x forward; packing: 3x
     forward summed over the layers of ``layer_loads``."""
-    s = layer_shape(kind, tokens, d_model, d_ff, num_experts, top_k, ep, precision, layer_loads, num_shared)
-    return forward_equivalents(kind) * sum(forward_bytes(s, load) for load in s.layer_loads)
+    return s.forward_equivalents * sum(forward_bytes(s, load) for load in s.layer_loads)

@@ -13,13 +13,12 @@ receive side of the busiest rank sets the time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pipeline.matrix import PRECISIONS
 from pipeline.model.checks import choice
 from pipeline.model.hardware import Hardware, preset
-from pipeline.model.layer_cost import LayerShape, forward_bytes, forward_equivalents, layer_shape, row_bytes
+from pipeline.model.layer_cost import LayerShape, forward_bytes, row_bytes
+from pipeline.vocabulary import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ def busiest_load(load: float, ep: int) -> float:
 def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[float, float, float]:
     """(GEMM s, HBM s, all-to-all s) of one timed layer at the busiest rank's load."""
     g = busiest_load(load, s.ep)
-    passes = forward_equivalents(s.kind)
+    passes = s.forward_equivalents
     per_row = 6.0 * s.d_model * s.d_ff
     gemm = per_row * g * s.tokens * s.top_k / (hw.tensor_tflops(s.precision) * 1e12)
     gemm += per_row * s.num_shared * s.tokens / (hw.bf16_tflops * 1e12)
@@ -57,24 +56,9 @@ def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[flo
     return passes * gemm, passes * hbm, remote_rows * wire / (hw.nvlink_gb_s * 1e9)
 
 
-def predict(
-    kind: str,
-    tokens: int,
-    d_model: int,
-    d_ff: int,
-    num_experts: int,
-    top_k: int,
-    ep: int,
-    precision: str,
-    layer_loads: Sequence[float],
-    num_shared: int = 1,
-    hardware: str = "h200",
-    *,
-    dispatch: str = "bf16",
-) -> Prediction:
+def predict(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> Prediction:
     """Predicted iteration time and its parts; ``dispatch`` is the wire precision of the dispatch
     all-to-all ("mxfp8" for an FP8-payload pipeline, else "bf16")."""
-    s = layer_shape(kind, tokens, d_model, d_ff, num_experts, top_k, ep, precision, layer_loads, num_shared)
     hw = preset(hardware)
     choice("dispatch", dispatch, PRECISIONS)
     parts = [_layer(s, load, hw, dispatch) for load in s.layer_loads]
@@ -86,33 +70,6 @@ def predict(
     )
 
 
-def predicted_ms(
-    kind: str,
-    tokens: int,
-    d_model: int,
-    d_ff: int,
-    num_experts: int,
-    top_k: int,
-    ep: int,
-    precision: str,
-    layer_loads: Sequence[float],
-    num_shared: int = 1,
-    hardware: str = "h200",
-    *,
-    dispatch: str = "bf16",
-) -> float:
+def predicted_ms(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> float:
     """Predicted iteration time in milliseconds on the tracked GPU (see the module docstring)."""
-    return predict(
-        kind,
-        tokens,
-        d_model,
-        d_ff,
-        num_experts,
-        top_k,
-        ep,
-        precision,
-        layer_loads,
-        num_shared,
-        hardware,
-        dispatch=dispatch,
-    ).total_ms
+    return predict(s, hardware, dispatch=dispatch).total_ms

@@ -58,11 +58,11 @@ class AllToAll(torch.autograd.Function):
     """Differentiable all-to-all: the backward sends gradients back along the reversed splits."""
 
     @staticmethod
-    def forward(ctx, rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group):  # type: ignore[override]
+    def forward(ctx, rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group):
         ctx.splits, ctx.group = (send_splits, recv_splits), group
         return all_to_all_rows(rows, send_splits, recv_splits, group)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor):
         send_splits, recv_splits = ctx.splits
         return all_to_all_rows(grad, recv_splits, send_splits, ctx.group), None, None, None

@@ -6,16 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-IMPLEMENTATIONS = ("mok", "dist-moe")
-PRECISIONS = ("bf16", "mxfp8")
-# (implementation, precision) -> pipelines that exist for it
-PIPELINES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("mok", "bf16"): ("native",),
-    ("mok", "mxfp8"): ("native",),
-    ("dist-moe", "bf16"): ("bf16",),
-    ("dist-moe", "mxfp8"): ("fp8-dispatch", "bf16-dispatch"),
-}
-DTYPES = (torch.bfloat16, torch.float32)
+from pipeline.vocabulary import DTYPES, MX_BLOCK, pipelines_of
+
+# The vocabulary's dtype names as torch dtypes.
+TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
 
 
 @dataclass(frozen=True)
@@ -55,24 +49,18 @@ class MoEConfig:
             raise ValueError(
                 f"top_k={self.top_k} exceeds num_experts={self.num_experts}; allowed: 1..{self.num_experts}"
             )
-        if self.implementation not in IMPLEMENTATIONS:
-            allowed_impl = ", ".join(IMPLEMENTATIONS)
-            raise ValueError(
-                f"implementation {self.implementation!r} is not allowed; allowed: {allowed_impl}"
-            )
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} is not allowed; allowed: {', '.join(PRECISIONS)}")
-        allowed = PIPELINES[(self.implementation, self.precision)]
+        allowed = pipelines_of(self.implementation, self.precision)
         if self.pipeline not in allowed:
             raise ValueError(
                 f"pipeline {self.pipeline!r} does not exist for {self.implementation} {self.precision}; "
                 f"allowed: {', '.join(allowed)}"
             )
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype} is not allowed; allowed: torch.bfloat16, torch.float32")
-        if self.precision == "mxfp8" and (self.d_model % 32 or self.d_ff % 32):
+        if self.dtype not in TORCH_DTYPES.values():
+            allowed_dtypes = ", ".join(f"torch.{name}" for name in TORCH_DTYPES)
+            raise ValueError(f"dtype {self.dtype} is not allowed; allowed: {allowed_dtypes}")
+        if self.precision == "mxfp8" and (self.d_model % MX_BLOCK or self.d_ff % MX_BLOCK):
             raise ValueError(
-                f"mxfp8 needs d_model and d_ff divisible by 32 (one scale per 32 along K), "
+                f"mxfp8 needs d_model and d_ff divisible by {MX_BLOCK} (one scale per {MX_BLOCK} along K), "
                 f"got d_model={self.d_model}, d_ff={self.d_ff}"
             )
         if self.budget_tokens is not None and self.budget_tokens <= 0:

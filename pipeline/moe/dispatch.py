@@ -68,7 +68,7 @@ class _DispatchFP8(torch.autograd.Function):
     scales that travelled (no gradient); gradients return unquantized."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group):  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group):
         q = quantize_mx(x, "fast")
         data = all_to_all_rows(q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
         scale = all_to_all_rows(q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
@@ -80,7 +80,7 @@ class _DispatchFP8(torch.autograd.Function):
         return received.dequantize(x.dtype), received.data, received.scale
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor, _data: None, _scale: None):  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor, _data: None, _scale: None):
         plan = ctx.plan
         back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
         dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)

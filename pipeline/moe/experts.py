@@ -58,7 +58,7 @@ class GroupedSwiGLU(torch.autograd.Function):
     """y = W2_g (silu(W1gate_g x) * W1up_g x) for each row x of group g."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx,
         x: torch.Tensor,
         w1: torch.Tensor,
@@ -86,7 +86,7 @@ class GroupedSwiGLU(torch.autograd.Function):
         return y
 
     @staticmethod
-    def backward(ctx, dy: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, dy: torch.Tensor):
         x, h_kept, offs = ctx.saved_tensors
         w1, w2 = ctx.weights
         h = torch.cat([h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])

@@ -17,32 +17,33 @@ Route = tuple[torch.Tensor, torch.Tensor]
 
 
 class LayerStack(torch.nn.Module):
-    """Independent layers sharing one policy object; ``order`` logs forward/backward issue order."""
+    """Independent layers sharing one policy object."""
+
+    layers: Sequence[MoELayer]
 
     def __init__(self, layers: Sequence[MoELayer]) -> None:
         super().__init__()
-        self.layers = torch.nn.ModuleList(layers)
-        self.order: list[tuple[str, int]] = []
+        self.layers = torch.nn.ModuleList(layers)  # type: ignore[assignment]  # holds MoELayers only
 
-    def forward(self, xs: Sequence[torch.Tensor], routes: Sequence[Route]) -> list[torch.Tensor]:  # type: ignore[override]
+    def forward(self, xs: Sequence[torch.Tensor], routes: Sequence[Route]) -> list[torch.Tensor]:
         if len(xs) != len(self.layers) or len(routes) != len(self.layers):
             raise ValueError(f"need {len(self.layers)} inputs and routes, got {len(xs)} and {len(routes)}")
-        self.order.clear()
-        ys = []
-        for i, (layer, x, (idx, weight)) in enumerate(zip(self.layers, xs, routes, strict=True)):
-            self.order.append(("forward", i))
-            ys.append(layer(x, idx, weight))
-        return ys
+        return [
+            layer(x, idx, weight) for layer, x, (idx, weight) in zip(self.layers, xs, routes, strict=True)
+        ]
 
     def backward(self, ys: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
         """Backward of each layer, last layer first."""
         for i in reversed(range(len(ys))):
-            self.order.append(("backward", i))
             torch.autograd.backward(ys[i], grads[i])
 
     @property
     def saved_state(self) -> list[dict]:
-        return [layer.saved_state.as_dict() for layer in self.layers]
+        """Evidence of each layer's last forward."""
+        states = [layer.saved_state for layer in self.layers]
+        if any(s is None for s in states):
+            raise ValueError("saved state exists only after a forward of every layer")
+        return [s.as_dict() for s in states if s is not None]
 
 
 def build_stack(

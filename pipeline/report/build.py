@@ -6,18 +6,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.data.dataset import Dataset
+from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
-from pipeline.matrix import EXECUTIONS, counts
+from pipeline.matrix import EXECUTION_BY_ID, counts
 from pipeline.report import executions, pairs
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
 from pipeline.report.publish import csv_text, json_text, write_atomic
-from pipeline.report.shards import Skipped, scan_shards
 
 CSV_NAME = "mok-comparison.csv"
 PAIRS_NAME = "mok-comparison-pairs.csv"
 JSON_NAME = "mok-comparison.json"
-_BY_ID = {e.execution_id: e for e in EXECUTIONS}
 
 
 @dataclass(frozen=True)
@@ -32,18 +32,18 @@ class Aggregate:
 
 def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8) -> Aggregate:
     """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset)."""
-    dataset = Path(dataset)
-    if not dataset.is_dir():
+    folder = Dataset(dataset)
+    if not folder.root.is_dir():
         raise ValueError(f"dataset directory {str(dataset)!r} does not exist")
-    out = dataset if out is None else Path(out)
+    out = folder.root if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    scan = scan_shards(dataset, workers=workers)
+    scan = scan_shards(folder, workers=workers)
     skipped = list(scan.skipped)
     rows: list[dict[str, Any]] = []
     states: list[dict[str, Any]] = []
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
-        shard_file = shard.path.relative_to(dataset).as_posix()
+        shard_file = folder.relative(shard.path)
         try:
             row = executions.execution_row(shard)
         except ValueError as exc:
@@ -54,16 +54,16 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             states.append(_saved_state(row, shard.meta))
     skipped.sort(key=lambda s: s.path)
     pair_rows = pairs.pair_rows(rows)
-    ledger = launched(dataset)
+    ledger = launched(folder)
     missing = sorted(set(ledger.execution_ids) - {r["execution_id"] for r in rows})
-    expected = counts([_BY_ID[i] for i in ledger.execution_ids if i in _BY_ID])
+    expected = counts([EXECUTION_BY_ID[i] for i in ledger.execution_ids if i in EXECUTION_BY_ID])
     document = {
         "meta": {
             "schema_version": SCHEMA_VERSION,
             "counts": _counts(len(rows), len({r["workload_id"] for r in rows}), len(pair_rows)),
             "launched": {
                 "source": ledger.source,
-                "not_in_matrix": [i for i in ledger.execution_ids if i not in _BY_ID],
+                "not_in_matrix": [i for i in ledger.execution_ids if i not in EXECUTION_BY_ID],
                 **_counts(*expected),
             },
             "missing": missing,

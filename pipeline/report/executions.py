@@ -48,23 +48,12 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     times = phase_ms(shard.phase, shard.rank, shard.window_ms, shard.iterations)
     ms = times["combined"]
     tokens = report_tokens(shape)
-    layer = {
-        "kind": ident["kind"],
-        "tokens": tokens,
-        "d_model": shape["d_model"],
-        "d_ff": shape["d_ff"],
-        "num_experts": shape["num_experts"],
-        "top_k": shape["top_k"],
-        "ep": shape["ep"],
-        "precision": ident["precision"],
-        "layer_loads": shape["layer_loads"],
-        "num_shared": shape["num_shared"],
-    }
+    layer = layer_shape(ident, shape)
     hardware = model.hardware_for_device(ident["device"])
     predicted = None
     if hardware is not None:
         dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
-        predicted = model.predicted_ms(**layer, hardware=hardware, dispatch=dispatch)
+        predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
     flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
     nvlink = shard.meta.get("nvlink") or {}
     peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
@@ -74,13 +63,29 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "forwardMS": times.get("forward"),
         "backwardMS": times.get("backward"),
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
-        "hbmModelTBs": tera_per_second(model.iteration_bytes(**layer), ms),
+        "hbmModelTBs": tera_per_second(model.iteration_bytes(layer), ms),
         "nvlinkTxGBs": _scaled(nvlink.get("tx_bytes_per_s"), 1e9),
         "nvlinkRxGBs": _scaled(nvlink.get("rx_bytes_per_s"), 1e9),
         "peakAllocatedGiB": _scaled(peak, GIB),
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
     }
+
+
+def layer_shape(identity: dict[str, Any], shape: dict[str, Any]) -> model.LayerShape:
+    """The model's shape of the layer a shard measured, at the report's T (see :func:`report_tokens`)."""
+    return model.LayerShape(
+        kind=identity["kind"],
+        tokens=report_tokens(shape),
+        d_model=shape["d_model"],
+        d_ff=shape["d_ff"],
+        num_experts=shape["num_experts"],
+        top_k=shape["top_k"],
+        ep=shape["ep"],
+        precision=identity["precision"],
+        layer_loads=tuple(shape["layer_loads"]),
+        num_shared=shape["num_shared"],
+    )
 
 
 def report_tokens(shape: dict[str, Any]) -> int:

@@ -14,14 +14,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from pipeline.matrix import KINDS, PRECISIONS, WORKLOADS
+from pipeline.matrix import WORKLOADS
 from pipeline.report.publish import write_atomic
+from pipeline.vocabulary import KINDS, PRECISIONS
 
 MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
 MOK_BUDGET, DIST_TEXT = "black", "#0b3d66"
 PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 PNG_METADATA = {"Software": None}
-_MATRIX_ORDER = {w.shape_id: i for i, w in enumerate(WORKLOADS)}
+_MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 
 
 def write_figures(

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from pipeline.launch import ledger
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
 
 
@@ -17,9 +17,8 @@ class Launched:
     source: str
 
 
-def launched(dataset: Path) -> Launched:
+def launched(dataset: Dataset) -> Launched:
     """Executions with a ``submitted`` ledger event, or the full matrix when there is no ledger."""
-    if not ledger.ledger_path(dataset).exists():
+    if not dataset.ledger_path.exists():
         return Launched(sorted(e.execution_id for e in EXECUTIONS), "matrix")
-    ids = {r["execution_id"] for r in ledger.read(dataset) if r.get("event") == "submitted"}
-    return Launched(sorted(ids), "ledger")
+    return Launched(sorted(ledger.newest_submissions(ledger.read(dataset))), "ledger")

@@ -9,9 +9,8 @@ import argparse
 import sys
 from collections import Counter
 
-from pipeline.status import STATES, ExecutionStatus, dataset_status
-from pipeline.status.jobs import FAILED
-from pipeline.status.states import MISSING
+from pipeline.launch.jobs import FAILED
+from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_status
 
 
 def _line(s: ExecutionStatus) -> str:

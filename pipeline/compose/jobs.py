@@ -4,7 +4,7 @@ A full Hydra composition costs tens of milliseconds, so composing each of the ma
 takes longer than submitting them. Jobs of one sweep usually differ only in their ``workload`` and
 ``variant`` choices, and those config groups are plain data: choosing an option puts that file's
 content at the group's key and nothing else. So each distinct set of the other overrides is composed
-by Hydra once, and its jobs get their workload and variant nodes from the group files. The second job
+by Hydra once, and its jobs get their workload and variant nodes from the config store. The second job
 of each set is also composed in full and must come out equal, so a group that stops being plain data
 fails loudly instead of composing wrongly.
 """
@@ -13,11 +13,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any, cast
 
 from hydra.core.config_loader import ConfigLoader
 from omegaconf import DictConfig, OmegaConf
 
-DATA_GROUPS = ("workload", "variant")
+from pipeline.compose.store import GROUPS
+
+DATA_GROUPS = tuple(GROUPS)
+
+
+def job_config(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved config of one execution, without Hydra's own node (what the job receives)."""
+    return cast(dict[str, Any], OmegaConf.to_container(_without_hydra(cfg), resolve=True))
+
+
+def _without_hydra(cfg: DictConfig) -> DictConfig:
+    return OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
 
 
 def compose_jobs(
@@ -66,16 +78,13 @@ def _split(overrides: list[str]) -> tuple[tuple[str, ...] | None, dict[str, str]
 
 
 def _group_option(loader: ConfigLoader, cache: dict[str, DictConfig | None], name: str) -> DictConfig | None:
-    """The content of ``conf/<group>/<option>.yaml``, or None when there is no such option."""
+    """The content of option ``<group>/<option>``, or None when there is no such option."""
     if name not in cache:
-        result = loader.repository.load_config(name)
+        result = loader.repository.load_config(name)  # type: ignore[attr-defined]
         cache[name] = None if result is None else result.config
     return cache[name]
 
 
 def _check_equal(fast: DictConfig, full: DictConfig, overrides: Sequence[str]) -> None:
-    def job_part(cfg: DictConfig) -> dict:
-        return OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]))
-
-    if job_part(fast) != job_part(full):
+    if OmegaConf.to_container(_without_hydra(fast)) != OmegaConf.to_container(_without_hydra(full)):
         raise RuntimeError(f"quick composition of {list(overrides)} differs from Hydra's: compose in full")

@@ -13,14 +13,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 import yaml
 
-from pipeline.data.reader import REQUIRED_PHASES
-from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION, shard_path
+from pipeline import REPO_ROOT
+from pipeline.data.dataset import Dataset
+from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, scale_from_config, shape_for
+from pipeline.moe import MoEConfig
+from pipeline.moe.policy import make_policy
+from pipeline.vocabulary import kind_phases
 
-SCALE_PRESETS = Path(__file__).resolve().parents[2] / "conf" / "scale"
+SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
 
 
 def scale_preset(name: str, max_ranks: int | None) -> Scale:
@@ -48,15 +53,15 @@ def shard_table(
     shape = shape_for(w, scale_preset(scale, ranks)).metadata()
     ranks, windows, iterations = shape["ranks"], shape["windows"], shape["iterations"]
     job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
-    phases = REQUIRED_PHASES[w.kind]
+    phases = kind_phases(w.kind)
     n = len(phases) * ranks * windows
     phase, rank, window = (
         a.ravel()
         for a in np.meshgrid(np.arange(len(phases)), np.arange(ranks), np.arange(windows), indexing="ij")
     )
     # per-iteration ms by phase: backward about twice forward, combined about their sum
-    scale = {"forward": 1.0, "backward": 2.0, "combined": 3.0 if w.kind != "inference" else 1.0}
-    base = rng.uniform(0.5, 20.0) * np.array([scale[p] for p in phases])[phase]
+    relative = {"forward": 1.0, "backward": 2.0, "combined": 3.0 if w.kind != "inference" else 1.0}
+    base = rng.uniform(0.5, 20.0) * np.array([relative[p] for p in phases])[phase]
     window_ms = base * rng.lognormal(0.0, 0.1, size=n) * iterations
     columns: dict[str, Any] = {
         "execution_id": [execution.execution_id] * n,
@@ -127,36 +132,36 @@ def shard_metadata(
 
 
 def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per timed layer, rows on the tracked GPU: MoK keeps a power-of-two budget per layer and
-    recomputes the excess; Dist-MoE keeps everything in one slot shared by all layers (2.5 x T x K
-    per layer), recorded as that whole slot on every layer."""
-    balanced = shape["nominal_tokens"] * shape["top_k"]
-    mok = execution.variant.implementation == "mok"
-    budget = (
-        1 << int(np.ceil(np.log2(2.5 * balanced))) if mok else int(2.5 * balanced) * len(shape["layer_loads"])
+    """Per timed layer, the evidence the layers' own policy (:mod:`pipeline.moe.policy`) gives for the
+    tracked GPU's rows, all forwards held before any backward, as a packing stack runs them."""
+    v = execution.variant
+    cfg = MoEConfig(
+        d_model=shape["d_model"],
+        d_ff=shape["d_ff"],
+        num_experts=shape["layer_experts"],
+        top_k=shape["top_k"],
+        implementation=v.implementation,
+        precision=v.precision,
+        pipeline=v.pipeline,
+        dtype=torch.float32,
+        budget_tokens=shape["nominal_tokens"],
     )
-    out = []
-    for layer, (load, routed) in enumerate(zip(shape["layer_loads"], shape["tracked_rows"], strict=True)):
-        retained = min(routed, budget) if mok else routed
-        out.append(
-            {
-                "layer": layer,
-                "load_factor": load,
-                "factor": budget / balanced if mok else 2.5,
-                "budget_rows": budget,
-                "routed_rows": routed,
-                "retained_rows": retained,
-                "recomputed_rows": routed - retained,
-                "overflow": routed > retained,
-            }
-        )
-    return out
+    loads = shape["layer_loads"]
+    policy = make_policy(cfg, layers=len(loads))
+    return [
+        {
+            **policy.reserve(routed, shape["nominal_tokens"], shape["top_k"], hold=True).as_dict(),
+            "layer": layer,
+            "load_factor": load,
+        }
+        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
+    ]
 
 
 def write_table(dataset: Path, table: pa.Table) -> Path:
     """Write a shard table where the schema puts it (``shard_path``) and return that path."""
     meta = json.loads(table.schema.metadata[METADATA_KEY])
-    path = shard_path(dataset, meta["execution_id"], meta["attempt"])
+    path = Dataset(dataset).shard_path(meta["execution_id"], meta["attempt"])
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path)
     return path

@@ -1,4 +1,5 @@
-"""Find and read a dataset's shards; keep the newest complete attempt of each execution.
+"""Read a dataset's shards and keep the newest complete attempt of each execution: the one place
+that decides which attempt of an execution counts (publication and status both ask here).
 
 Unusable files are never fatal and never silent: each one is kept with its reason, by path relative to
 the dataset, so the published metadata does not depend on where the dataset lives.
@@ -10,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.data.dataset import Dataset, parse_attempt
 from pipeline.data.reader import Shard, ShardError, read_shard
 
 
@@ -20,6 +22,10 @@ class Skipped:
     path: str
     reason: str
 
+    @property
+    def execution_id(self) -> str:
+        return Dataset.execution_of_shard(Path(self.path))
+
 
 @dataclass(frozen=True)
 class ShardScan:
@@ -29,25 +35,24 @@ class ShardScan:
     read: list[str]  # every valid shard, relative to the dataset, sorted
     skipped: list[Skipped]  # sorted by path
 
+    def rejection(self, execution_id: str) -> Skipped | None:
+        """The unusable file of the newest attempt of an execution, if any: why it has no valid shard."""
+        mine = [s for s in self.skipped if s.execution_id == execution_id]
+        return max(mine, key=lambda s: parse_attempt(Path(s.path).name) or 0, default=None)
 
-def shard_files(dataset: Path) -> list[Path]:
-    """Every ``shards/execution=*/*.parquet`` file of the dataset, sorted."""
-    return sorted((Path(dataset) / "shards").glob("execution=*/*.parquet"))
 
-
-def scan_shards(dataset: Path, workers: int = 8) -> ShardScan:
+def scan_shards(dataset: Dataset, workers: int = 8) -> ShardScan:
     """Read every shard file in a thread pool (pyarrow decodes without the GIL) and pick winners."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    dataset = Path(dataset)
-    files = shard_files(dataset)
+    files = dataset.shard_files()
     with ThreadPoolExecutor(max_workers=workers) as pool:
         outcomes = list(pool.map(_read, files))
     newest: dict[str, Shard] = {}
     read: list[str] = []
     skipped: list[Skipped] = []
     for path, outcome in zip(files, outcomes, strict=True):
-        relative = path.relative_to(dataset).as_posix()
+        relative = dataset.relative(path)
         if isinstance(outcome, ShardError):
             skipped.append(Skipped(relative, outcome.reason))
             continue

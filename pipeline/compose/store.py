@@ -1,0 +1,35 @@
+"""Hydra's view of the matrix: the ``workload`` and ``variant`` config groups and the resolvers.
+
+The two groups are generated from the matrix tables (:mod:`pipeline.matrix`) into Hydra's ConfigStore
+rather than mirrored in 27 YAML files: the tables are the only place a name or a field is written, so
+the configs cannot drift from the matrix. ``conf/`` keeps what people edit by hand: the top-level
+config, the scales, the cluster and launcher presets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from pipeline import REPO_ROOT
+from pipeline.data.dataset import Dataset
+from pipeline.matrix import VARIANTS, WORKLOADS, Variant, Workload
+
+CONFIG_DIR = REPO_ROOT / "conf"
+CONFIG_NAME = "config"
+GROUPS: dict[str, tuple[Workload, ...] | tuple[Variant, ...]] = {"workload": WORKLOADS, "variant": VARIANTS}
+
+
+def register() -> None:
+    """Put the matrix into Hydra's ConfigStore and register the resolvers (idempotent): call before
+    Hydra composes anything."""
+    store = ConfigStore.instance()
+    for group, items in GROUPS.items():
+        for item in items:
+            store.store(group=group, name=item.name, node=asdict(item))
+    # ``${repo_path:outputs/dataset}``: an absolute path under the checkout (the default dataset_dir).
+    OmegaConf.register_new_resolver("repo_path", lambda rel: str(REPO_ROOT / rel), replace=True)
+    # ``${dataset_hydra:${dataset_dir}}``: where Hydra's own run folders go inside a dataset.
+    OmegaConf.register_new_resolver("dataset_hydra", lambda root: str(Dataset(root).hydra_dir), replace=True)

@@ -1,0 +1,127 @@
+"""The dataset folder: the one owner of its layout and of attempt numbering.
+
+```
+<dataset>/
+  shards/execution=<execution_id>/attempt-<n>.parquet   one per completed attempt (the shard contract)
+  ledger.jsonl                                          the launch ledger (pipeline.data.ledger)
+  logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
+  logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
+  hydra/                                                Hydra's run and multirun folders
+```
+
+Paths recorded inside the dataset (ledger, published metadata) are relative to its root, so a dataset
+can be moved or copied; :meth:`Dataset.locate` also reads the absolute paths of older ledgers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path, PurePosixPath
+
+SHARDS, LEDGER, LOGS, ARRAYS, HYDRA = "shards", "ledger.jsonl", "logs", "arrays", "hydra"
+_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
+_SHARD_FOLDER = "execution="
+
+
+def parse_attempt(file_name: str) -> int | None:
+    """n of ``attempt-<n>.parquet`` (n >= 1), else None."""
+    match = _ATTEMPT_FILE.fullmatch(file_name)
+    return int(match.group(1)) if match else None
+
+
+class Dataset:
+    """One dataset folder; nothing else builds paths inside it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(os.path.abspath(root))
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self.root)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Dataset) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    # shards
+    @property
+    def shards_dir(self) -> Path:
+        return self.root / SHARDS
+
+    def shard_dir(self, execution_id: str) -> Path:
+        return self.shards_dir / f"{_SHARD_FOLDER}{execution_id}"
+
+    def shard_path(self, execution_id: str, attempt: int) -> Path:
+        """``shards/execution=<id>/attempt-<n>.parquet``."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        return self.shard_dir(execution_id) / f"attempt-{attempt}.parquet"
+
+    def shard_files(self) -> list[Path]:
+        """Every ``shards/execution=*/*.parquet`` file, sorted (named right or not: readers say why not)."""
+        return sorted(self.shards_dir.glob(f"{_SHARD_FOLDER}*/*.parquet"))
+
+    def shard_attempts(self, execution_id: str) -> list[int]:
+        """Attempt numbers of this execution's shard files, named as the contract names them."""
+        folder = self.shard_dir(execution_id)
+        if not folder.is_dir():
+            return []
+        return sorted(n for p in folder.iterdir() if (n := parse_attempt(p.name)) is not None)
+
+    @staticmethod
+    def execution_of_shard(path: Path) -> str:
+        """The execution id a shard file's folder names."""
+        return path.parent.name.removeprefix(_SHARD_FOLDER)
+
+    def executions_with_shards(self) -> set[str]:
+        if not self.shards_dir.is_dir():
+            return set()
+        return {
+            p.name.removeprefix(_SHARD_FOLDER)
+            for p in self.shards_dir.iterdir()
+            if p.name.startswith(_SHARD_FOLDER)
+        }
+
+    # ledger, logs, Hydra
+    @property
+    def ledger_path(self) -> Path:
+        return self.root / LEDGER
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / LOGS
+
+    def log_dir(self, execution_id: str, attempt: int) -> Path:
+        """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
+        return self.logs_dir / execution_id / f"attempt-{attempt}"
+
+    @property
+    def arrays_dir(self) -> Path:
+        return self.logs_dir / ARRAYS
+
+    @property
+    def hydra_dir(self) -> Path:
+        return self.root / HYDRA
+
+    # paths recorded in the dataset
+    def relative(self, path: Path) -> str:
+        """``path`` (inside the dataset) as the POSIX path relative to its root that records hold."""
+        absolute = Path(os.path.abspath(path))
+        try:
+            return absolute.relative_to(self.root).as_posix()
+        except ValueError:
+            raise ValueError(f"{absolute} lies outside the dataset {self.root}") from None
+
+    def locate(self, recorded: str) -> Path:
+        """The path a record names: relative ones from the root; absolute ones (older ledgers) by their
+        part from ``logs/`` or ``shards/`` on, so a moved dataset finds its own files."""
+        path = PurePosixPath(recorded)
+        if not path.is_absolute():
+            return self.root / path
+        parts = path.parts
+        for top in (LOGS, SHARDS):
+            if top in parts:
+                return self.root.joinpath(*parts[len(parts) - 1 - parts[::-1].index(top) :])
+        return Path(recorded)

@@ -1,0 +1,145 @@
+"""The launch ledger: which execution attempt went to which job, and how it ended.
+
+It is the contract between the stages that launch, run and inspect executions (beside the shard
+contract): the launcher writes ``Submitted``, rank 0 of each job ``Started`` and then ``Finished`` or
+``Failed``. ``<dataset>/ledger.jsonl`` holds one JSON object per line, each appended with one
+``os.write`` on a file opened with ``O_APPEND``, so concurrent local appenders never interleave and a
+crash can at most leave a torn last line, which the reader skips. Paths are stored relative to the
+dataset (:class:`~pipeline.data.dataset.Dataset`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from pipeline.data.dataset import Dataset
+
+
+def now() -> str:
+    """ISO-8601 UTC timestamp used in every record."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class _Record:
+    execution_id: str
+    attempt: int
+    job_id: str
+    event: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
+            raise ValueError(f"attempt must be an integer >= 1, got {self.attempt!r}")
+        if not isinstance(self.job_id, str):
+            object.__setattr__(self, "job_id", str(self.job_id))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event, **{k: v for k, v in asdict(self).items() if v is not None}}
+
+
+@dataclass(frozen=True)
+class Submitted(_Record):
+    """An attempt handed to a scheduler. ``launcher`` is the backend (``local`` or ``slurm``),
+    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset."""
+
+    overrides: list[str]
+    launcher: str
+    cluster: str
+    log_dir: str
+    submitted_at: str = field(default_factory=now)
+    requeued_from: int | None = None
+    event: ClassVar[str] = "submitted"
+
+
+@dataclass(frozen=True)
+class Started(_Record):
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "started"
+
+
+@dataclass(frozen=True)
+class Finished(_Record):
+    """``shard`` is relative to the dataset."""
+
+    shard: str
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "finished"
+
+
+@dataclass(frozen=True)
+class Failed(_Record):
+    reason: str
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "failed"
+
+
+Record = Submitted | Started | Finished | Failed
+EVENTS: dict[str, type[Record]] = {c.event: c for c in (Submitted, Started, Finished, Failed)}
+TERMINAL = (Finished, Failed)
+
+
+def from_json(data: dict[str, Any]) -> Record:
+    """One record from its JSON object; a ValueError names what is wrong."""
+    kind = EVENTS.get(data.get("event", ""))
+    if kind is None:
+        raise ValueError(f"unknown ledger event {data.get('event')!r}; allowed: {', '.join(EVENTS)}")
+    known = fields(kind)
+    missing = [f.name for f in known if f.name not in data and f.default is f.default_factory is MISSING]
+    if missing:
+        raise ValueError(f"ledger event {kind.event!r} lacks field(s) {missing}")
+    return kind(**{f.name: data[f.name] for f in known if f.name in data})
+
+
+def append(dataset: Dataset, record: Record) -> None:
+    """Append one record as one write of one whole line."""
+    line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+    dataset.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(dataset.ledger_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+    finally:
+        os.close(fd)
+    if written != len(line):
+        raise OSError(f"short write to {dataset.ledger_path}: {written} of {len(line)} bytes")
+
+
+def read(dataset: Dataset) -> list[Record]:
+    """All complete records in order; a torn final line (crash mid-append) is skipped."""
+    path = dataset.ledger_path
+    if not path.exists():
+        return []
+    # The text after the last newline is a torn line whose append never completed (or nothing).
+    complete = path.read_text().split("\n")[:-1]
+    records = []
+    for number, line in enumerate(complete, start=1):
+        try:
+            records.append(from_json(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            raise ValueError(f"{path}:{number}: not a ledger record ({err}): {line[:80]!r}") from None
+    return records
+
+
+def next_attempt(dataset: Dataset, execution_id: str) -> int:
+    """1 + the highest attempt of this execution seen in the ledger or among its shard files."""
+    seen = [r.attempt for r in read(dataset) if r.execution_id == execution_id]
+    return 1 + max(seen + dataset.shard_attempts(execution_id), default=0)
+
+
+def newest_submissions(records: list[Record]) -> dict[str, Submitted]:
+    """The newest ``Submitted`` record of every execution."""
+    newest: dict[str, Submitted] = {}
+    for r in records:
+        if isinstance(r, Submitted) and r.attempt >= getattr(newest.get(r.execution_id), "attempt", 0):
+            newest[r.execution_id] = r
+    return newest
+
+
+def ended(records: list[Record], execution_id: str, attempt: int) -> bool:
+    """Whether the job of this attempt itself recorded how it ended."""
+    return any(
+        isinstance(r, TERMINAL) and r.execution_id == execution_id and r.attempt == attempt for r in records
+    )

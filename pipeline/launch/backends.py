@@ -1,0 +1,17 @@
+"""The launch backends by name: what ``hydra.launcher.executor`` and the ledger's ``launcher`` say."""
+
+from __future__ import annotations
+
+from pipeline.launch.local import LocalBackend
+from pipeline.launch.plan import Backend
+from pipeline.launch.slurm import SlurmBackend
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (LocalBackend(), SlurmBackend())}
+
+
+def backend(name: str) -> Backend:
+    """The backend called ``name``; a ValueError lists the allowed names."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"launcher {name!r} is not allowed; allowed: {', '.join(BACKENDS)}") from None

@@ -1,0 +1,83 @@
+"""The local backend: each execution is one submitit job on this machine, one process per rank.
+
+Executions run one after another: they share this machine, and concurrent executions would disturb
+each other's timing. A job is identified by its pid and checked against its log folder, so that a
+reused pid is never mistaken for the job.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from pipeline.bench.distributed import resolve_device
+from pipeline.bench.execute import run_execution
+from pipeline.data import ledger
+from pipeline.launch.jobs import COMPLETED, FAILED, RUNNING, Job, JobState
+from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
+
+
+class LocalBackend:
+    name = "local"
+    resubmit_overrides: tuple[str, ...] = ()
+
+    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
+        for p in planned:
+            gpus = resolve_device(p.config["device"]) == "cuda"
+            executor = _executor(launcher, p.log_dir, p.shape.ranks, gpus)
+            job = executor.submit(run_execution, p.config, p.attempt, self.name, launcher["cluster"])
+            ledger.append(p.dataset, submitted(p, job.job_id, launcher))
+            yield collect(p, job)
+
+    def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
+        return {job.job_id: _state(job) for job in jobs}
+
+
+def _executor(launcher: dict[str, Any], folder: Path, ranks: int, gpus: bool) -> submitit.Executor:
+    nodes, per_node = resource_shape(ranks, launcher["tasks_per_node"])
+    executor = submitit.LocalExecutor(folder=folder)
+    executor.update_parameters(
+        nodes=nodes,
+        tasks_per_node=per_node,
+        gpus_per_node=per_node if gpus else 0,
+        timeout_min=launcher["timeout_min"],
+    )
+    return executor
+
+
+def _state(job: Job) -> JobState:
+    if _process_runs_job(job):
+        return JobState(RUNNING)
+    outcome = _result(job)
+    if outcome is None:
+        return JobState(FAILED, f"process {job.job_id} ended without a result (killed?)")
+    return outcome
+
+
+def _process_runs_job(job: Job) -> bool:
+    """True while pid ``job_id`` is alive and is the submitit process of this job's folder."""
+    try:
+        cmdline = Path(f"/proc/{int(job.job_id)}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        status = Path(f"/proc/{int(job.job_id)}/status").read_text()
+    except (OSError, ValueError):
+        return False
+    zombie = "\nState:\tZ" in status
+    return not zombie and str(job.log_dir) in cmdline and "submitit" in cmdline
+
+
+def _result(job: Job) -> JobState | None:
+    """Outcome that submitit recorded for task 0, or None when it wrote none."""
+    path = job.log_dir / f"{job.job_id}_0_result.pkl"
+    try:
+        with open(path, "rb") as f:
+            kind, value = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+        return None
+    if kind == "success":
+        return JobState(COMPLETED)
+    lines = [ln for ln in str(value).strip().splitlines() if ln.strip()]
+    return JobState(FAILED, lines[-1].strip() if lines else "error without a traceback")

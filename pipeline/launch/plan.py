@@ -1,0 +1,139 @@
+"""A sweep's plan: every execution validated before any is submitted, and what a backend reports back.
+
+Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
+holds its EP degree, a feasible routing plan, a device that exists).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pipeline.bench.distributed import resolve_device
+from pipeline.bench.work import routing_plans
+from pipeline.data import ledger
+from pipeline.data.dataset import Dataset
+from pipeline.launch.jobs import Job, JobState
+from pipeline.matrix import Execution, execution_of
+from pipeline.matrix.scale import Shape, shape_of
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One validated execution, ready to submit as attempt ``attempt``."""
+
+    execution: Execution
+    shape: Shape
+    config: dict[str, Any]
+    overrides: list[str]
+    attempt: int
+
+    @property
+    def dataset(self) -> Dataset:
+        return Dataset(self.config["dataset_dir"])
+
+    @property
+    def log_dir(self) -> Path:
+        return self.dataset.log_dir(self.execution.execution_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one execution ended: rank 0's summary (shard path, iteration ms per phase) or the error;
+    neither while it was submitted without being waited for."""
+
+    planned: Planned
+    summary: dict[str, Any] | None
+    error: str | None
+
+    @property
+    def ended(self) -> bool:
+        return self.summary is not None or self.error is not None
+
+
+class Backend(Protocol):
+    """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
+    execution as each ends (or at once, unfinished, when the launcher does not wait)."""
+
+    name: str
+    resubmit_overrides: tuple[str, ...]  # what a resubmission adds to run without the launcher waiting
+
+    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]: ...
+
+    def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
+
+
+def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
+    """Validate every (overrides, resolved config) job; raise one ValueError listing all problems."""
+    errors, checked = [], []
+    for overrides, config in jobs:
+        try:
+            execution, shape = execution_of(config), shape_of(config)
+            resolve_device(config["device"])
+            routing_plans(shape, config["seed"])
+        except ValueError as err:
+            errors.append(f"{' '.join(overrides)}: {err}")
+            continue
+        config = {**config, "dataset_dir": str(Dataset(config["dataset_dir"]).root)}
+        checked.append((execution, shape, config, overrides))
+    if errors:
+        raise ValueError("nothing was launched; invalid executions:\n  " + "\n  ".join(errors))
+    seen: dict[tuple[str, str], list[str]] = {}
+    for execution, _, config, overrides in checked:
+        key = (config["dataset_dir"], execution.execution_id)
+        if key in seen:
+            raise ValueError(f"{execution.execution_id} selected twice: {seen[key]} and {overrides}")
+        seen[key] = overrides
+    return [
+        Planned(e, s, c, o, ledger.next_attempt(Dataset(c["dataset_dir"]), e.execution_id))
+        for e, s, c, o in checked
+    ]
+
+
+def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
+    """(nodes, tasks per node) holding ``ranks`` tasks, at most ``tasks_per_node`` per node."""
+    per_node = ranks if tasks_per_node is None else min(ranks, tasks_per_node)
+    if per_node < 1 or ranks % per_node:
+        raise ValueError(f"{ranks} ranks cannot be spread evenly at {tasks_per_node} tasks per node")
+    return math.ceil(ranks / per_node), per_node
+
+
+def submitted(
+    p: Planned,
+    job_id: str,
+    launcher: dict[str, Any],
+    *,
+    attempt: int | None = None,
+    requeued_from: int | None = None,
+) -> ledger.Submitted:
+    """The ledger's record of one submission of ``p`` (as ``attempt`` when a requeue renumbers it)."""
+    attempt = p.attempt if attempt is None else attempt
+    dataset = p.dataset
+    return ledger.Submitted(
+        execution_id=p.execution.execution_id,
+        attempt=attempt,
+        job_id=str(job_id),
+        overrides=p.overrides,
+        launcher=launcher["executor"],
+        cluster=launcher["cluster"],
+        log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
+        requeued_from=requeued_from,
+    )
+
+
+def collect(p: Planned, job: Any) -> Outcome:
+    """Wait for a submitit job; record its failure in the ledger unless the job itself did."""
+    try:
+        summary = job.results()[0]
+    except Exception as err:  # submitit re-raises the task's error (or reports the job's death)
+        # submitit puts the task's whole traceback in the message; its last line names the error
+        lines = str(err).strip().splitlines() or [""]
+        reason = f"{type(err).__name__}: {lines[-1]}"
+        execution_id, dataset = p.execution.execution_id, p.dataset
+        if not ledger.ended(ledger.read(dataset), execution_id, p.attempt):
+            ledger.append(dataset, ledger.Failed(execution_id, p.attempt, str(job.job_id), reason=reason))
+        return Outcome(p, None, reason)
+    return Outcome(p, summary, None)

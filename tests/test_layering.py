@@ -1,0 +1,163 @@
+"""The import graph of the packages: no cycle, and no stage importing a stage above it.
+
+Stages, bottom to top (a module may import its own stage and those below):
+  0 cutlass_kernels
+  1 pipeline (REPO_ROOT), pipeline.vocabulary
+  2 pipeline.matrix, pipeline.model, pipeline.metrics
+  3 pipeline.moe, pipeline.data
+  4 pipeline.bench
+  5 pipeline.launch, pipeline.report
+  6 pipeline.status, pipeline.compose (the Hydra adapter)
+  7 entry points: pipeline.run, pipeline.aggregate, pipeline.resubmit, every ``__main__`` module
+Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
+define the matrix and the data contracts import no launcher.
+
+Run by hand: ``python -m pytest -q tests/test_layering.py`` (it reads the sources; nothing is imported).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("cutlass_kernels", "pipeline")
+STAGES = {
+    "cutlass_kernels": 0,
+    "pipeline": 1,
+    "pipeline.vocabulary": 1,
+    "pipeline.matrix": 2,
+    "pipeline.model": 2,
+    "pipeline.metrics": 2,
+    "pipeline.moe": 3,
+    "pipeline.data": 3,
+    "pipeline.bench": 4,
+    "pipeline.launch": 5,
+    "pipeline.report": 5,
+    "pipeline.status": 6,
+    "pipeline.compose": 6,
+    "pipeline.run": 7,
+    "pipeline.aggregate": 7,
+    "pipeline.resubmit": 7,
+}
+ENTRY = 7
+HYDRA = ("hydra", "omegaconf")
+NO_LAUNCHER = ("pipeline.vocabulary", "pipeline.matrix", "pipeline.data", "pipeline.moe", "pipeline.bench")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+MODULES = modules()
+
+
+def imports(path: Path) -> set[str]:
+    """Every module an import statement of ``path`` names, at any depth of the file but for
+    ``if TYPE_CHECKING:`` blocks (annotations only); ``from a import b`` names ``a.b`` where that is a
+    module of the project, else ``a``."""
+    names: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                names.add(submodule if submodule in MODULES else node.module)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return names
+
+
+def project_imports(path: Path) -> set[str]:
+    """The project modules ``path`` imports."""
+    out = set()
+    for name in imports(path):
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name:
+            out.add(name)
+    return out
+
+
+GRAPH = {name: project_imports(path) - {name} for name, path in MODULES.items()}
+
+
+def stage(module: str) -> int:
+    if module.endswith(".__main__"):
+        return ENTRY
+    name = module
+    while name not in STAGES:
+        name = name.rpartition(".")[0]
+    return STAGES[name]
+
+
+def test_every_module_has_a_stage():
+    assert all(stage(m) >= 0 for m in MODULES)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_stage_above_its_own(module):
+    above = sorted(m for m in GRAPH[module] if stage(m) > stage(module))
+    assert not above, f"{module} (stage {stage(module)}) imports {above}"
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first repeated last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    assert find_cycle(GRAPH) is None
+
+
+def test_a_planted_cycle_is_found():
+    graph = {k: set(v) for k, v in GRAPH.items()}
+    assert "pipeline.data.dataset" in graph["pipeline.data.ledger"]
+    graph["pipeline.data.dataset"].add("pipeline.data.ledger")
+    assert find_cycle(graph) == ["pipeline.data.dataset", "pipeline.data.ledger", "pipeline.data.dataset"]
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_only_the_hydra_adapter_and_entry_points_import_hydra(module):
+    uses = sorted(n for n in imports(MODULES[module]) if n.split(".")[0] in HYDRA)
+    if stage(module) < ENTRY and not module.startswith("pipeline.compose"):
+        assert not uses, f"{module} imports {uses}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(NO_LAUNCHER)))
+def test_matrix_data_layers_and_bench_import_no_launcher(module):
+    uses = sorted(n for n in imports(MODULES[module]) if n.split(".")[0] == "submitit" or "launch" in n)
+    allowed = ("submitit",) if module.startswith("pipeline.bench") else ()  # a job reads its environment
+    assert [n for n in uses if n not in allowed] == [], f"{module} imports {uses}"
