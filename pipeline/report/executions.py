@@ -15,6 +15,16 @@ from pipeline.data.reader import Shard
 from pipeline.metrics import phase_ms, tera_per_second, useful_tflops_per_gpu
 
 GIB = 2**30
+# Measured metrics besides the iteration time (pairs publish each as a Dist-MoE / MoK ratio).
+METRICS = (
+    "forwardMS",
+    "backwardMS",
+    "usefulTFLOPsPerGPU",
+    "hbmModelTBs",
+    "nvlinkTxGBs",
+    "nvlinkRxGBs",
+    "peakAllocatedGiB",
+)
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -27,13 +37,7 @@ COLUMNS = (
     "implementation",
     "pipeline",
     "iterationMS",
-    "forwardMS",
-    "backwardMS",
-    "usefulTFLOPsPerGPU",
-    "hbmModelTBs",
-    "nvlinkTxGBs",
-    "nvlinkRxGBs",
-    "peakAllocatedGiB",
+    *METRICS,
     "device",
     "attempt",
     "job_id",

@@ -8,16 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Execution metrics reported as Dist-MoE / MoK ratios in each pair.
-RATIO_METRICS = (
-    "forwardMS",
-    "backwardMS",
-    "usefulTFLOPsPerGPU",
-    "hbmModelTBs",
-    "nvlinkTxGBs",
-    "nvlinkRxGBs",
-    "peakAllocatedGiB",
-)
+from pipeline.report.executions import METRICS as RATIO_METRICS
 COLUMNS = (
     "dist_execution_id",
     "mok_execution_id",
