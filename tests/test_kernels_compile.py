@@ -71,15 +71,17 @@ def test_backend_names_what_its_kernels_do_not_cover():
     offs = torch.tensor([3, 8], dtype=torch.int32)
     b = torch.randn(2, 16, 32, dtype=torch.bfloat16).permute(1, 2, 0)
     a = torch.randn(8, 32, dtype=torch.bfloat16)
-    assert "bfloat16" in unsupported_reason(a.float(), b.float(), offs, torch.float32)
-    assert "output dtype" in unsupported_reason(a, b, offs, torch.float16)
-    assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16)
-    assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16)
-    assert "groups" in unsupported_reason(a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16)
-    assert "non-empty" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16)
-    assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16)
+    assert "bfloat16" in unsupported_reason(a.float(), b.float(), offs, torch.float32, op="fprop")
+    assert "output dtype" in unsupported_reason(a, b, offs, torch.float16, op="fprop")
+    assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16, op="fprop")
+    assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16, op="fprop")
+    assert "groups" in unsupported_reason(
+        a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16, op="fprop"
+    )
+    assert "non-empty" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16, op="fprop")
+    assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16, op="fprop")
     assert "B strides" in unsupported_reason(
-        a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16
+        a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16, op="fprop"
     )
 
 
