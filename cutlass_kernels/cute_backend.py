@@ -5,7 +5,8 @@ Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY an
 with contiguous K (the layout both the fprop kernel, K-major, and the dgrad kernel, reading B^T in
 place N-major, were compiled for: a B of any other stride order would be read wrongly, so it is
 refused), 1 to ``MAX_GROUPS`` groups. wgrad copies dY and X into per-group zero-padded row chunks of
-the kernel's K tile (device ops, no sync) and runs the K-grouped kernel on them. The MXFP8 form runs
+the kernel's K tile (device ops, no sync) and runs the K-grouped kernel on them, unless the variant
+reads row-major dY and X in place. The MXFP8 form runs
 the block-scaled kernel where the arch has one (sm100a; K and N multiples of 128), else multiplies
 BF16 values on the BF16 kernel: B's cached values where the caller passes them, else B dequantized
 (exact for E4M3 values times E8M0 scales within BF16's exponent range), and A dequantized, or
@@ -71,6 +72,16 @@ def wgrad_unsupported_reason(
     if dy.shape[1] % vec or x.shape[1] % vec:
         return f"dY width {dy.shape[1]} and X width {x.shape[1]} must be multiples of {vec}"
     return _problem_reason(offs, (*dy.shape, x.shape[1]), out_dtype) or _device_reason(dy)
+
+
+def rows_in_place_reason(dy: torch.Tensor, x: torch.Tensor) -> str:
+    """Why a wgrad kernel that reads dY and X in place cannot take them (``""`` when it can): TMA
+    needs row-major operands with 16-byte aligned rows and base addresses."""
+    vec = ALIGN_BYTES // dy.element_size()
+    for name, t in (("dY", dy), ("X", x)):
+        if t.stride(1) != 1 or t.stride(0) % vec or t.data_ptr() % ALIGN_BYTES:
+            return f"{name} {tuple(t.shape)} strides {t.stride()} are not row-major with 16-byte aligned rows"
+    return ""
 
 
 def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> str:
@@ -224,8 +235,16 @@ class CuteBackend:
         name = self._variant(problem, variant, wgrad_unsupported_reason(dy, x, offs, out_dtype))
         if name is None:
             return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
-        dy_rows = tile_schedule.pad_rows_per_tile(dy, offs, WGRAD_CHUNK)
-        x_rows = tile_schedule.pad_rows_per_tile(x, offs, WGRAD_CHUNK)
+        in_place = registry.variant(self.arch, name).wgrad_in_place
+        if in_place and (reason := rows_in_place_reason(dy, x)):
+            if variant != "auto":
+                raise ValueError(f"variant {variant!r} cannot take these wgrad operands: {reason}")
+            name, in_place = "default", False
+        if in_place:
+            dy_rows, x_rows = dy, x
+        else:
+            dy_rows = tile_schedule.pad_rows_per_tile(dy, offs, WGRAD_CHUNK)
+            x_rows = tile_schedule.pad_rows_per_tile(x, offs, WGRAD_CHUNK)
         groups, n, k = offs.shape[0], dy.shape[1], x.shape[1]
         out = torch.empty(groups, n, k, dtype=out_dtype, device=dy.device)
         spec = registry.spec_for(self.arch, "wgrad", dy.dtype, out_dtype, name)

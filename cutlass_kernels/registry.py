@@ -22,6 +22,7 @@ from cutlass_kernels import choices
 from cutlass_kernels.choices import Choice, Problem
 from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
+from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
 
 VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
@@ -40,7 +41,8 @@ def takes_any(problem: Problem) -> str:
 class Variant:
     """One named kernel design of an arch: ``kernel(spec)`` builds its kernel object for a spec,
     ``ops`` are the ops it serves, ``refuses(problem)`` says why it cannot take a problem (``""``: it
-    can), and its BF16 and MX tiles name its specs."""
+    can), and its BF16 and MX tiles name its specs. ``wgrad_in_place``: its wgrad reads dY and X
+    where they lie (row-major), not from per-group padded copies."""
 
     name: str
     ops: tuple[str, ...]
@@ -48,6 +50,7 @@ class Variant:
     refuses: Callable[[Problem], str] = takes_any
     tile_mn: tuple[int, int] = TILE_MN
     mx_tile_mn: tuple[int, int] = MX_TILE_MN
+    wgrad_in_place: bool = False
 
     def __post_init__(self) -> None:
         bad = [op for op in self.ops if op not in VARIANT_OPS]
@@ -67,7 +70,10 @@ def _sm100_default(spec: KernelSpec) -> Any:
 
 # arch -> its variants, "default" first
 _VARIANTS: dict[str, tuple[Variant, ...]] = {
-    "sm_90a": (Variant("default", BF16_OPS, _sm90_default),),
+    "sm_90a": (
+        Variant("default", BF16_OPS, _sm90_default),
+        Variant("inplace", ("wgrad",), lambda s: Sm90InPlaceWgrad(s.tile_m, s.tile_n), wgrad_in_place=True),
+    ),
     "sm_100a": (Variant("default", VARIANT_OPS, _sm100_default),),
 }
 

@@ -6,6 +6,10 @@ for, and the Hopper MX path's BF16 operands (equal bit for bit to dequantizing t
 from __future__ import annotations
 
 import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,7 +102,7 @@ def test_variants_reject_unknown_arch_and_op(registry):
 def test_variants_list_what_serves_each_op_and_hopper_mx_runs_the_fprop_ones(registry, extra_variants):
     assert registry.variants("sm_90a", "fprop") == ("default", "narrow", "picky")
     assert registry.variants("sm_90a", "dgrad") == ("default", "narrow")
-    assert registry.variants("sm_90a", "wgrad") == ("default", "picky")
+    assert registry.variants("sm_90a", "wgrad") == ("default", "inplace", "picky")
     assert registry.variants("sm_90a", "mx") == registry.variants("sm_90a", "fprop")
     assert registry.variants("sm_100a", "mx") == ("default",)
 
@@ -115,7 +119,10 @@ def test_spec_names_carry_the_variant_unless_default(registry, extra_variants):
 
 @needs_dsl
 def test_all_specs_hold_every_variant_for_the_ops_it_serves(registry, extra_variants):
-    names = {spec.name for spec in registry.all_specs("sm_90a")}
+    specs = registry.all_specs("sm_90a")
+    names = {spec.name for spec in specs}
+    assert len(names) == len(specs)
+    assert {spec.variant for spec in specs} == {v.name for v in registry._VARIANTS["sm_90a"]}
     outs = ("bfloat16", "float32")
     expected = {
         f"grouped_{op}_bfloat16-{o}_128x256_sm_90a" for op in ("fprop", "dgrad", "wgrad") for o in outs
@@ -124,7 +131,9 @@ def test_all_specs_hold_every_variant_for_the_ops_it_serves(registry, extra_vari
         f"grouped_{op}_bfloat16-{o}_128x128_narrow_sm_90a" for op in ("fprop", "dgrad") for o in outs
     }
     expected |= {f"grouped_{op}_bfloat16-{o}_128x256_picky_sm_90a" for op in ("fprop", "wgrad") for o in outs}
-    assert names == expected
+    assert expected <= names
+    served = {(spec.variant, spec.op) for spec in specs}
+    assert ("narrow", "wgrad") not in served and ("picky", "dgrad") not in served
     sm100 = [spec.name for spec in registry.all_specs("sm_100a")]
     assert len(sm100) == len(set(sm100)) == 8 and sum(spec.mx for spec in registry.all_specs("sm_100a")) == 2
 
@@ -286,3 +295,72 @@ def test_hopper_mx_operands_from_cached_values_equal_dequantized_ones_bit_for_bi
         assert all(n.dtype == torch.bfloat16 and torch.equal(n, o) for n, o in zip(new, old, strict=True))
     fp32_cached = bf16_operands(x, w_mx, mode, w_mx.dequantize(torch.float32))[1]  # not BF16: dequantized
     assert torch.equal(fp32_cached, old[1])
+
+
+@needs_dsl
+def test_in_place_wgrad_needs_row_major_operands_and_says_so():
+    from cutlass_kernels.cute_backend import CuteBackend, rows_in_place_reason
+
+    dy, x = _bf16(8, 16, seed=6), _bf16(8, 32, seed=7)
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    assert rows_in_place_reason(dy, x) == ""
+    assert "dY (8, 16) strides (1, 8)" in rows_in_place_reason(dy.T.contiguous().T, x)
+    assert rows_in_place_reason(dy, x[:, :24]) == ""  # a 48-byte row of a 64-byte pitch: aligned
+    assert "X (8, 28) strides (32, 1)" in rows_in_place_reason(dy, x[:, 4:])  # base 8 bytes off
+    with pytest.raises(ValueError, match="'inplace' cannot take these wgrad operands: .*CUDA"):
+        CuteBackend("sm_90a").grouped_gemm_wgrad(dy, x, offs, torch.float32, "inplace")
+
+
+# what each non-default variant's PTX must hold, beside its arch's tensor-core MMA
+VARIANT_PTX = {
+    "sm_90a": {
+        "inplace": (
+            "cp.async.bulk.tensor.2d.shared::cta.global",  # TMA loads at the group's first row
+            "st.shared.b16",  # zeroing rows past the group's end
+            "fence.proxy.async.shared::cta",  # ... made visible to wgmma
+            "wgmma.mma_async",
+        ),
+    },
+}
+_COMPILE_VARIANTS = """
+import os, sys, pathlib
+os.environ["CUTE_DSL_ARCH"] = sys.argv[1]
+from cutlass_kernels import registry
+from cutlass_kernels.cute_base import compile_spec
+for spec in registry.all_specs(sys.argv[1]):
+    if spec.variant != "default":
+        compile_spec(spec, registry.kernel_for(spec), pathlib.Path(sys.argv[2]))
+        print(spec.variant, spec.name)
+"""
+PTXAS = shutil.which("ptxas") or "/usr/local/bin/ptxas"
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(VARIANT_PTX))
+def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(arch: str, tmp_path):
+    if not Path(PTXAS).exists():
+        pytest.skip("ptxas is not installed")
+    done = subprocess.run(
+        [sys.executable, "-c", _COMPILE_VARIANTS, arch, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    compiled = [line.split() for line in done.stdout.splitlines()]
+    claims = VARIANT_PTX[arch]
+    assert {variant for variant, _ in compiled} == set(claims)
+    for variant, name in compiled:
+        ptx = tmp_path / f"{name}.ptx"
+        text = ptx.read_text()
+        missing = [claim for claim in claims[variant] if claim not in text]
+        assert not missing, f"{ptx.name} lacks {missing}"
+        info = subprocess.run(
+            [PTXAS, f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "x.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert info.returncode == 0, info.stderr[-2000:]
+        assert "0 bytes spill stores, 0 bytes spill loads" in info.stderr, f"{ptx.name}: {info.stderr[-600:]}"
