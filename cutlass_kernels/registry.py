@@ -24,6 +24,7 @@ from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
 from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
+from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm
 
 VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
 BF16_OPS = ("fprop", "dgrad", "wgrad")
@@ -74,7 +75,24 @@ _VARIANTS: dict[str, tuple[Variant, ...]] = {
         Variant("default", BF16_OPS, _sm90_default),
         Variant("inplace", ("wgrad",), lambda s: Sm90InPlaceWgrad(s.tile_m, s.tile_n), wgrad_in_place=True),
     ),
-    "sm_100a": (Variant("default", VARIANT_OPS, _sm100_default),),
+    "sm_100a": (
+        Variant("default", VARIANT_OPS, _sm100_default),
+        Variant(
+            "cta2", ("fprop", "dgrad"), lambda s: Sm100PairGroupedGemm(s.tile_m, s.tile_n), tile_mn=(256, 256)
+        ),
+        Variant(
+            "cta2_mcast",
+            ("fprop", "dgrad"),
+            lambda s: Sm100PairGroupedGemm(s.tile_m, s.tile_n, cluster_n=2),
+            tile_mn=(256, 256),
+        ),
+        Variant(
+            "wide",
+            ("mx",),
+            lambda s: Sm100MxGroupedGemm(s.tile_m, s.tile_n, acc_stages=1),
+            mx_tile_mn=(128, 256),
+        ),
+    ),
 }
 
 

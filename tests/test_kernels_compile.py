@@ -19,7 +19,18 @@ MMA = {"sm_90a": "wgmma.mma_async", "sm_100a": "tcgen05.mma"}
 OUTS = ("bfloat16", "float32")
 BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
-VARIANT_KERNELS = {"sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS], "sm_100a": []}
+VARIANT_KERNELS = {
+    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS],
+    "sm_100a": [
+        *(
+            f"grouped_{op}_bfloat16-{out}_256x256_{v}"
+            for v in ("cta2", "cta2_mcast")
+            for op in ("fprop", "dgrad")
+            for out in OUTS
+        ),
+        *(f"grouped_fprop_mx_float8_e4m3fn-{out}_128x256_wide" for out in OUTS),
+    ],
+}
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
 KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items()}
 
