@@ -110,7 +110,7 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             tmem_base: cutlass.Int32
             tile_prefix: cute.struct.MemRange[cutlass.Int32, MAX_GROUPS + 1]
 
-        self.storage = Storage
+        self.pair_storage = Storage
         cluster_size = _PAIR * self.cluster_n
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
         self.kernel(
@@ -161,7 +161,7 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             cpasync.prefetch_descriptor(tma_b)
 
         smem = utils.SmemAllocator()
-        storage = smem.allocate(self.storage)
+        storage = smem.allocate(self.pair_storage)
         mcast_a = self.cluster_n  # pairs receiving each A load
         ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
             barrier_storage=storage.ring_barriers.data_ptr(),
