@@ -268,8 +268,8 @@ class CuteBackend:
         name = self._variant(problem, variant, mx_unsupported_reason(a_mx, b, offs, out_dtype))
         if name is None:  # shapes the block-scaled kernel does not tile: BF16 values on the BF16 kernel
             return self.grouped_gemm(*bf16_operands(a_mx, b, mode, b_values), offs, out_dtype, "auto")
-        sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a_mx.scale, offs))
-        sfb = mx_layout.atom_layout(b.scale)
         spec = registry.mx_spec_for(self.arch, out_dtype, name)
+        sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a_mx.scale, offs, spec.tile_m))
+        sfb = mx_layout.atom_layout(b.scale)
         out = _rows_out(a_mx.data, b.data, out_dtype)
         return launch(spec, out, a_mx.data, b.data.permute(1, 2, 0), offs, sfa, sfb)

@@ -24,7 +24,7 @@ from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
 from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
-from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm
+from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm, Sm100PairMxGroupedGemm
 
 VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
 BF16_OPS = ("fprop", "dgrad", "wgrad")
@@ -69,6 +69,12 @@ def _sm100_default(spec: KernelSpec) -> Any:
     return Sm100GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
 
 
+def _sm100_pair(spec: KernelSpec) -> Any:
+    if spec.mx:
+        return Sm100PairMxGroupedGemm(spec.tile_m, spec.tile_n)
+    return Sm100PairGroupedGemm(spec.tile_m, spec.tile_n)
+
+
 # arch -> its variants, "default" first
 _VARIANTS: dict[str, tuple[Variant, ...]] = {
     "sm_90a": (
@@ -77,9 +83,7 @@ _VARIANTS: dict[str, tuple[Variant, ...]] = {
     ),
     "sm_100a": (
         Variant("default", VARIANT_OPS, _sm100_default),
-        Variant(
-            "cta2", ("fprop", "dgrad"), lambda s: Sm100PairGroupedGemm(s.tile_m, s.tile_n), tile_mn=(256, 256)
-        ),
+        Variant("cta2", ("fprop", "dgrad", "mx"), _sm100_pair, tile_mn=(256, 256), mx_tile_mn=(256, 256)),
         Variant(
             "cta2_mcast",
             ("fprop", "dgrad"),

@@ -51,6 +51,7 @@ class Sm100GroupedGemm:
         self.acc_dtype = cutlass.Float32
         self.use_2cta_instrs = False  # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
         self.acc_stages = _ACC_STAGES
+        self.cta_group = tcgen05.CtaGroup.ONE  # of the scales' shared -> tensor memory copy
         self.threads = 32 * (len(_EPI_WARPS) + 2)
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
@@ -486,7 +487,7 @@ class Sm100GroupedGemm:
         t_scale = cute.make_tensor(cute.recast_ptr(tmem_ptr, dtype=_SF_DTYPE), layout)
         compact = cute.filter_zeros(t_scale)
         tiled_copy = tcgen05.make_s2t_copy(
-            cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.ONE), _SF_DTYPE), compact
+            cute.make_copy_atom(tcgen05.Cp4x32x128bOp(self.cta_group), _SF_DTYPE), compact
         )
         thr_copy = tiled_copy.get_slice(0)
         source = tcgen05.get_s2t_smem_desc_tensor(

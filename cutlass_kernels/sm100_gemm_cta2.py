@@ -13,15 +13,26 @@ walked per cluster; stores are predicated on the group's last row, so ragged gro
 M-grouped only (fprop, dgrad).
 """
 
+from typing import Any
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.utils import blockscaled_layout
 
 from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
-from cutlass_kernels.sm100_gemm import _EPI_WARPS, _MMA_WARP, _TMA_WARP, Sm100GroupedGemm
+from cutlass_kernels.sm100_gemm import (
+    _EPI_WARPS,
+    _MMA_WARP,
+    _SF_DTYPE,
+    _SF_VEC,
+    _TMA_WARP,
+    Sm100GroupedGemm,
+    Sm100MxGroupedGemm,
+)
 
 _PAIR = 2  # CTAs per 2-CTA MMA
 
@@ -39,19 +50,43 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         super().__init__(128, tile_n)
         self.tile_m, self.cluster_n = tile_m, cluster_n
         self.use_2cta_instrs = True
+        self.cta_group = tcgen05.CtaGroup.TWO
         self.cluster_shape_mnk = (_PAIR, cluster_n, 1)
+        # MX only: the 1-CTA view of the MMA that B's scales are loaded by, and its cluster layout
+        self.tiled_mma_sfb: Any = None
+        self.cluster_sfb_vmnk: Any = None
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
         self.c_layout = utils.LayoutEnum.from_tensor(c)
-        self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
-            self.a_dtype,
+        majors = (
             utils.LayoutEnum.from_tensor(a).mma_major_mode(),
             utils.LayoutEnum.from_tensor(b).mma_major_mode(),
-            self.acc_dtype,
-            tcgen05.CtaGroup.TWO,
-            (self.tile_m, self.tile_n),
         )
+        if cutlass.const_expr(self.mx):
+            self.tiled_mma = sm100_utils.make_blockscaled_trivial_tiled_mma(
+                self.a_dtype,
+                self.b_dtype,
+                *majors,
+                _SF_DTYPE,
+                _SF_VEC,
+                tcgen05.CtaGroup.TWO,
+                (self.tile_m, self.tile_n),
+            )
+            # B's scales are loaded per CTA for the whole N tile, by a 1-CTA view of the MMA
+            self.tiled_mma_sfb = sm100_utils.make_blockscaled_trivial_tiled_mma(
+                self.a_dtype,
+                self.b_dtype,
+                *majors,
+                _SF_DTYPE,
+                _SF_VEC,
+                tcgen05.CtaGroup.ONE,
+                (self.tile_m // _PAIR, self.tile_n),
+            )
+        else:
+            self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
+                self.a_dtype, *majors, self.acc_dtype, tcgen05.CtaGroup.TWO, (self.tile_m, self.tile_n)
+            )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
         self.problem = GroupedProblem(False, self.tile_m, self.tile_n, tile_k)
@@ -65,6 +100,14 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         one_a = sm100_utils.make_smem_layout_a(self.tiled_mma, self.mma_tiler, self.a_dtype, 1)
         one_b = sm100_utils.make_smem_layout_b(self.tiled_mma, self.mma_tiler, self.b_dtype, 1)
         stage_bytes = cute.size_in_bytes(self.a_dtype, one_a) + cute.size_in_bytes(self.b_dtype, one_b)
+        self.sfa_smem, self.sfb_smem = None, None
+        if cutlass.const_expr(self.mx):
+            self.mma_tiler_sfb = (self.tile_m // _PAIR, self.tile_n, tile_k)
+            self.cluster_sfb_vmnk = cute.tiled_divide(
+                cute.make_layout(self.cluster_shape_mnk), (self.tiled_mma_sfb.thr_id.shape,)
+            )
+            for make in (blockscaled_layout.make_smem_layout_sfa, blockscaled_layout.make_smem_layout_sfb):
+                stage_bytes += cute.size_in_bytes(_SF_DTYPE, make(self.tiled_mma, self.mma_tiler, _SF_VEC, 1))
         free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
         self.stages = free // stage_bytes
         self.a_smem = sm100_utils.make_smem_layout_a(
@@ -74,6 +117,16 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             self.tiled_mma, self.mma_tiler, self.b_dtype, self.stages
         )
         self.tmem_cols = utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+        if cutlass.const_expr(self.mx):
+            self.sfa_smem = blockscaled_layout.make_smem_layout_sfa(
+                self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
+            )
+            self.sfb_smem = blockscaled_layout.make_smem_layout_sfb(
+                self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
+            )
+            self.acc_cols = self.tile_n * self.acc_stages
+            self.sfa_cols = self.tile_m // _PAIR // 32 * 4
+            self.tmem_cols = cute.arch.get_max_tmem_alloc_cols("sm_100")
 
     def _launch(self, a, b, c, offs, sfa, sfb, num_ctas, stream) -> None:
         """Trace-time body of ``__call__``: TMA atoms (2-CTA, A multicast across pairs), storage,
@@ -100,6 +153,10 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         )
         # the leader's full barrier counts both CTAs' bytes
         per_cta = cute.size_in_bytes(self.a_dtype, a_stage) + cute.size_in_bytes(self.b_dtype, b_stage)
+        tma_sfa, mSFA, tma_sfb, mSFB = None, None, None, None
+        if cutlass.const_expr(self.mx):
+            tma_sfa, mSFA, tma_sfb, mSFB, scale_bytes = self._pair_scale_tmas(a, b, sfa, sfb)
+            per_cta += scale_bytes
         self.tma_bytes = per_cta * _PAIR
 
         @cute.struct
@@ -125,12 +182,59 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             self.a_smem,
             self.b_smem,
             self.epi_tile,
+            tma_sfa,
+            mSFA,
+            tma_sfb,
+            mSFB,
+            self.sfa_smem,
+            self.sfb_smem,
+            self.tiled_mma_sfb,
+            self.cluster_sfb_vmnk,
         ).launch(
             grid=(num_ctas // cluster_size * cluster_size, 1, 1),
             block=(self.threads, 1, 1),
             cluster=(cluster_size, 1, 1),
             stream=stream,
         )
+
+    def _pair_scale_tmas(self, a, b, sfa, sfb):
+        """TMA atoms for the scales (``sfa``: A's, padded per 256-row tile; ``sfb``: B's per group; both
+        flat uint8 in the MMA's atom layout): A's per CTA half like A, B's for the whole N tile into
+        both CTAs of the pair. Also the bytes they add to a stage per CTA."""
+        k = cute.size(a, mode=[1])
+        n, _, groups = b.shape
+        padded_rows = cute.size(sfa) // (k // _SF_VEC)
+        layouts = (
+            blockscaled_layout.tile_atom_to_shape_SF((padded_rows, k, 1), _SF_VEC),
+            blockscaled_layout.tile_atom_to_shape_SF((n, k, groups), _SF_VEC),
+        )
+        mSFA, mSFB = (
+            cute.make_tensor(cute.recast_ptr(t.iterator, dtype=_SF_DTYPE), layout)
+            for t, layout in zip((sfa, sfb), layouts, strict=True)
+        )
+        sfa_stage = cute.slice_(self.sfa_smem, (None, None, None, 0))
+        sfb_stage = cute.slice_(self.sfb_smem, (None, None, None, 0))
+        thr_id = self.tiled_mma.thr_id
+        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
+            sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mnk, thr_id),
+            mSFA,
+            sfa_stage,
+            self.mma_tiler,
+            self.tiled_mma,
+            self.cluster_vmnk.shape,
+            internal_type=cutlass.Int16,
+        )
+        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
+            sm100_utils.cluster_shape_to_tma_atom_SFB(self.cluster_shape_mnk, thr_id),
+            mSFB,
+            sfb_stage,
+            self.mma_tiler_sfb,
+            self.tiled_mma_sfb,
+            self.cluster_sfb_vmnk.shape,
+            internal_type=cutlass.Int16,
+        )
+        scale_bytes = cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
+        return tma_sfa, mSFA, tma_sfb, mSFB, scale_bytes
 
     @cute.kernel
     def kernel(
@@ -146,6 +250,14 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         a_smem: cute.ComposedLayout,
         b_smem: cute.ComposedLayout,
         epi_tile: cute.Tile,
+        tma_sfa: cute.CopyAtom | None,
+        mSFA: cute.Tensor | None,
+        tma_sfb: cute.CopyAtom | None,
+        mSFB: cute.Tensor | None,
+        sfa_smem: cute.Layout | None,
+        sfb_smem: cute.Layout | None,
+        tiled_mma_sfb: Any,
+        cluster_sfb_vmnk: Any,
     ) -> None:
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
@@ -159,6 +271,9 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         if warp == _TMA_WARP:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.mx):
+                cpasync.prefetch_descriptor(tma_sfa)
+                cpasync.prefetch_descriptor(tma_sfb)
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.pair_storage)
@@ -190,6 +305,10 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         pipeline.pipeline_init_arrive(cluster_shape_mn=cluster_vmnk, is_relaxed=True)
         sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
         sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
+        sSFA, sSFB = None, None
+        if cutlass.const_expr(self.mx):
+            sSFA = smem.allocate_tensor(_SF_DTYPE, sfa_smem, byte_alignment=128)
+            sSFB = smem.allocate_tensor(_SF_DTYPE, sfb_smem, byte_alignment=128)
         prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
         pipeline.pipeline_init_wait(cluster_shape_mn=cluster_vmnk)
         if warp == _TMA_WARP:
@@ -219,10 +338,32 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             )
             a_mask = cpasync.create_tma_multicast_mask(cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=2)
             b_mask = cpasync.create_tma_multicast_mask(cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=1)
+            if cutlass.const_expr(self.mx):
+                # A's scales for every (256-row tile, k tile) like A; B's for every (n tile, k tile, group)
+                gSFA = cute.local_tile(mSFA, tile_mk, (None, None, None))
+                tAsSFA, tAgSFA = cpasync.tma_partition(
+                    tma_sfa,
+                    n_in_cluster,
+                    cute.make_layout(self.cluster_n),
+                    cute.group_modes(sSFA, 0, 3),
+                    cute.group_modes(thr_mma.partition_A(gSFA), 0, 3),
+                )
+                tAsSFA, tAgSFA = cute.filter_zeros(tAsSFA), cute.filter_zeros(tAgSFA)
+                sfb_coord = cluster_sfb_vmnk.get_flat_coord(rank)
+                gSFB = cute.local_tile(mSFB, cute.select(self.mma_tiler_sfb, mode=[1, 2]), (None, None, None))
+                tBsSFB, tBgSFB = cpasync.tma_partition(
+                    tma_sfb,
+                    sfb_coord[1],
+                    cute.make_layout(cute.slice_(cluster_sfb_vmnk, (0, None, 0, 0)).shape),
+                    cute.group_modes(sSFB, 0, 3),
+                    cute.group_modes(tiled_mma_sfb.get_slice(0).partition_B(gSFB), 0, 3),
+                )
+                tBsSFB, tBgSFB = cute.filter_zeros(tBsSFB), cute.filter_zeros(tBgSFB)
+                sfb_mask = cpasync.create_tma_multicast_mask(cluster_sfb_vmnk, sfb_coord, mcast_mode=1)
             group = cutlass.Int32(0)
             tile = cluster
             while tile < total:
-                group, a_row, n_step, _, _, _, _, _ = tile_work(
+                group, a_row, n_step, _, _, _, _, m_tile = tile_work(
                     self.problem, *work_args, group, tile, *work_shape
                 )
                 n_tile = n_step * self.cluster_n + n_in_cluster
@@ -251,6 +392,21 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
                         tma_bar_ptr=handle.barrier,
                         mcast_mask=b_mask,
                     )
+                    if cutlass.const_expr(self.mx):
+                        cute.copy(
+                            tma_sfa,
+                            tAgSFA[(None, m_tile, k, 0)],
+                            tAsSFA[(None, handle.index)],
+                            tma_bar_ptr=handle.barrier,
+                            mcast_mask=a_mask,
+                        )
+                        cute.copy(
+                            tma_sfb,
+                            tBgSFB[(None, n_tile, k, group)],
+                            tBsSFB[(None, handle.index)],
+                            tma_bar_ptr=handle.barrier,
+                            mcast_mask=sfb_mask,
+                        )
                 tile = tile + clusters
             ab_producer.tail()
 
@@ -261,6 +417,21 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
                 acc_base = cute.make_tensor(acc_ptr, acc_layout)
                 tCrA = tiled_mma.make_fragment_A(sA)
                 tCrB = tiled_mma.make_fragment_B(sB)
+                if cutlass.const_expr(self.mx):
+                    tCtSFA, copy_sfa, tCsSFA_s2t, tCtSFA_s2t = self._scales_in_tmem(
+                        tiled_mma,
+                        acc_ptr + self.acc_cols,
+                        sSFA,
+                        sfa_smem,
+                        blockscaled_layout.make_tmem_layout_sfa,
+                    )
+                    tCtSFB, copy_sfb, tCsSFB_s2t, tCtSFB_s2t = self._scales_in_tmem(
+                        tiled_mma,
+                        acc_ptr + self.acc_cols + self.sfa_cols,
+                        sSFB,
+                        sfb_smem,
+                        blockscaled_layout.make_tmem_layout_sfb,
+                    )
                 acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.acc_stages)
                 tile = cluster
                 while tile < total:
@@ -268,17 +439,25 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
                     ab_consumer.reset()
                     acc_pipeline.producer_acquire(acc_state)
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-                    for _k in cutlass.range(k_tiles, unroll=1):
+                    for k in cutlass.range(k_tiles, unroll=1):
                         handle = ab_consumer.wait_and_advance()
-                        for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
-                            cute.gemm(
-                                tiled_mma,
-                                acc,
-                                tCrA[(None, None, kb, handle.index)],
-                                tCrB[(None, None, kb, handle.index)],
-                                acc,
-                            )
-                            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                        if cutlass.const_expr(self.mx):
+                            stage = (None, None, None, None, handle.index)
+                            cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
+                            cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
+                            tiled_mma.set(tcgen05.Field.ACCUMULATE, k != 0)
+                            ab = (None, None, None, handle.index)
+                            cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
+                        else:
+                            for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
+                                cute.gemm(
+                                    tiled_mma,
+                                    acc,
+                                    tCrA[(None, None, kb, handle.index)],
+                                    tCrB[(None, None, kb, handle.index)],
+                                    acc,
+                                )
+                                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                         handle.release()
                     acc_pipeline.producer_commit(acc_state)
                     acc_state.advance()
@@ -318,3 +497,17 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
             pipeline.NamedBarrier(barrier_id=3, num_threads=32 * len(_EPI_WARPS)).arrive_and_wait()
             tmem.relinquish_alloc_permit()
             tmem.free(acc_ptr)
+
+
+class Sm100PairMxGroupedGemm(Sm100PairGroupedGemm):
+    """MXFP8 on CTA pairs: 256 x 256 x 128 block-scaled tiles, one accumulator stage (each CTA's 128 x 256
+    FP32 accumulator takes 256 of its 512 tensor-memory columns, its scales 48 more); A's scales padded
+    per 256-row tile (:func:`cutlass_kernels.mx_layout.pad_per_tile`)."""
+
+    mx = True
+
+    def __init__(self, tile_m: int = 256, tile_n: int = 256) -> None:
+        super().__init__(tile_m, tile_n)
+        self.acc_stages = 1
+
+    __call__ = Sm100MxGroupedGemm.__call__

@@ -29,6 +29,7 @@ VARIANT_KERNELS = {
             for out in OUTS
         ),
         *(f"grouped_fprop_mx_float8_e4m3fn-{out}_128x256_wide" for out in OUTS),
+        *(f"grouped_fprop_mx_float8_e4m3fn-{out}_256x256_cta2" for out in OUTS),
     ],
 }
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}

@@ -105,7 +105,7 @@ def test_variants_list_what_serves_each_op_and_hopper_mx_runs_the_fprop_ones(reg
     assert registry.variants("sm_90a", "dgrad") == ("default", "narrow")
     assert registry.variants("sm_90a", "wgrad") == ("default", "inplace", "picky")
     assert registry.variants("sm_90a", "mx") == registry.variants("sm_90a", "fprop")
-    assert registry.variants("sm_100a", "mx") == ("default", "wide")
+    assert registry.variants("sm_100a", "mx") == ("default", "cta2", "wide")
     assert registry.variants("sm_100a", "fprop") == ("default", "cta2", "cta2_mcast")
 
 
@@ -143,6 +143,7 @@ def test_all_specs_hold_every_variant_for_the_ops_it_serves(registry, extra_vari
         ("default", "fprop", True),
         *{(v, op, False) for v in ("cta2", "cta2_mcast") for op in ("fprop", "dgrad")},
         ("wide", "fprop", True),
+        ("cta2", "fprop", True),
     }
 
 
@@ -330,7 +331,8 @@ VARIANT_PTX = {
         ),
     },
     "sm_100a": {
-        "cta2": ("tcgen05.mma.cta_group::2.kind::f16", "cta_group::2 [", "tcgen05.alloc.cta_group::2"),
+        # BF16 and MX: the pair's MMA, 2-CTA TMA loads and tensor memory
+        "cta2": ("tcgen05.mma.cta_group::2.kind::", "cta_group::2 [", "tcgen05.alloc.cta_group::2"),
         "cta2_mcast": (
             "tcgen05.mma.cta_group::2.kind::f16",
             "complete_tx::bytes.multicast::cluster.L2::cache_hint.cta_group::2",  # A to both pairs
