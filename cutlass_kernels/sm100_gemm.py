@@ -192,8 +192,22 @@ class Sm100GroupedGemm:
         ).launch(grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
 
     def _scale_tmas(self, a, b, sfa, sfb, one_cta):
-        """TMA atoms for the scales: ``sfa`` holds the per-tile padded A scales, ``sfb`` B's per group,
-        both flat uint8 in the MMA's atom layout (:mod:`cutlass_kernels.mx_layout`)."""
+        """TMA atoms for the scales (:meth:`_scale_tensors`)."""
+        mSFA, mSFB, sfa_stage, sfb_stage = self._scale_tensors(a, b, sfa, sfb)
+        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
+            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
+            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
+        return tma_sfa, mSFA, tma_sfb, mSFB
+
+    def _scale_tensors(self, a, b, sfa, sfb):
+        """The scales as MMA-layout tensors, and one stage of their shared-memory layouts: ``sfa`` holds
+        the per-tile padded A scales, ``sfb`` B's per group, both flat uint8 in the MMA's atom layout
+        (:mod:`cutlass_kernels.mx_layout`)."""
         k = cute.size(a, mode=[1])
         n, _, groups = b.shape
         padded_rows = cute.size(sfa) // (k // _SF_VEC)
@@ -207,15 +221,7 @@ class Sm100GroupedGemm:
         )
         sfa_stage = cute.slice_(self.sfa_smem, (None, None, None, 0))
         sfb_stage = cute.slice_(self.sfb_smem, (None, None, None, 0))
-        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
-        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
-            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
-        )
-        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
-            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
-        )
-        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
-        return tma_sfa, mSFA, tma_sfb, mSFB
+        return mSFA, mSFB, sfa_stage, sfb_stage
 
     @cute.kernel
     def kernel(

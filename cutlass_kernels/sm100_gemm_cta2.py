@@ -198,22 +198,10 @@ class Sm100PairGroupedGemm(Sm100GroupedGemm):
         )
 
     def _pair_scale_tmas(self, a, b, sfa, sfb):
-        """TMA atoms for the scales (``sfa``: A's, padded per 256-row tile; ``sfb``: B's per group; both
-        flat uint8 in the MMA's atom layout): A's per CTA half like A, B's for the whole N tile into
-        both CTAs of the pair. Also the bytes they add to a stage per CTA."""
-        k = cute.size(a, mode=[1])
-        n, _, groups = b.shape
-        padded_rows = cute.size(sfa) // (k // _SF_VEC)
-        layouts = (
-            blockscaled_layout.tile_atom_to_shape_SF((padded_rows, k, 1), _SF_VEC),
-            blockscaled_layout.tile_atom_to_shape_SF((n, k, groups), _SF_VEC),
-        )
-        mSFA, mSFB = (
-            cute.make_tensor(cute.recast_ptr(t.iterator, dtype=_SF_DTYPE), layout)
-            for t, layout in zip((sfa, sfb), layouts, strict=True)
-        )
-        sfa_stage = cute.slice_(self.sfa_smem, (None, None, None, 0))
-        sfb_stage = cute.slice_(self.sfb_smem, (None, None, None, 0))
+        """TMA atoms for the scales (:meth:`_scale_tensors`; A's padded per 256-row tile): A's per CTA
+        half like A, B's for the whole N tile into both CTAs of the pair. Also the bytes they add to a
+        stage per CTA."""
+        mSFA, mSFB, sfa_stage, sfb_stage = self._scale_tensors(a, b, sfa, sfb)
         thr_id = self.tiled_mma.thr_id
         tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
             sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mnk, thr_id),
