@@ -6,7 +6,8 @@ ops it serves, with a function saying why it cannot take a given problem (``""``
 arch has a ``default`` variant serving every op; it is what runs unless a caller names another or the
 per-shape choice table (:mod:`cutlass_kernels.choices`) holds a measured-better one. Ops are
 ``fprop``, ``dgrad``, ``wgrad`` and ``mx``; on an arch without block-scaled MMA the MX path runs the
-BF16 ``fprop`` kernel on dequantized operands, so there its variants are the ``fprop`` ones.
+BF16 ``fprop`` kernel on the operands' BF16 values, so there its variants are the ``fprop`` ones. A new
+variant is one more :class:`Variant` in its arch's entry of ``_VARIANTS``.
 """
 
 from __future__ import annotations

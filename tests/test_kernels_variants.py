@@ -92,6 +92,13 @@ def test_every_op_of_every_arch_starts_with_the_default(registry, arch: str, op:
 
 
 @needs_dsl
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_variant_names_are_unique_per_arch(registry, arch: str):
+    names = [v.name for v in registry._VARIANTS[arch]]
+    assert names[0] == "default" and len(set(names)) == len(names)
+
+
+@needs_dsl
 def test_variants_reject_unknown_arch_and_op(registry):
     with pytest.raises(ValueError, match="sm_89"):
         registry.variants("sm_89", "fprop")
