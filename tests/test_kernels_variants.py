@@ -327,7 +327,7 @@ def test_in_place_wgrad_needs_row_major_operands_and_says_so():
         CuteBackend("sm_90a").grouped_gemm_wgrad(dy, x, offs, torch.float32, "inplace")
 
 
-# what each non-default variant's PTX must hold, beside its arch's tensor-core MMA
+# what each non-default variant's PTX must hold (every registered one needs an entry here)
 VARIANT_PTX = {
     "sm_90a": {
         "inplace": (
