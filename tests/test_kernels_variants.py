@@ -194,6 +194,20 @@ def test_a_named_variant_runs_or_says_why_not(registry, extra_variants):
         registry.choose("sm_90a", Problem("wgrad", 4, 64, 64, 64), "narrow", ())
 
 
+@needs_dsl
+def test_the_backend_consults_its_table_for_auto_only(registry, extra_variants):
+    from cutlass_kernels.cute_backend import CuteBackend
+
+    wgrad = Problem("wgrad", 48, 12288, 6144, 7168)
+    mx = Problem("mx", 48, 12288, 6144, 7168)
+    backend = CuteBackend("sm_90a", (_choice("inplace", problem=wgrad), _choice("narrow", problem=mx)))
+    assert backend._variant(wgrad, "auto", "") == "inplace"
+    assert backend._variant(mx, "auto", "") == "narrow"  # Hopper's MX path: an fprop variant
+    assert backend._variant(wgrad, "default", "") == "default"
+    assert backend._variant(wgrad, "auto", "operands are not on a CUDA device") is None  # -> torch
+    assert CuteBackend("sm_90a")._variant(wgrad, "auto", "") == "default"  # the committed, empty table
+
+
 def _bf16(*shape: int, seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).bfloat16()
 
