@@ -1,0 +1,5 @@
+import sys
+
+from pipeline.compare.cli import main
+
+sys.exit(main())
