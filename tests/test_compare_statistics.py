@@ -62,12 +62,13 @@ def test_interval_inverts_scipys_exact_test() -> None:
         counts = rank_sum_counts(n, m)
         level = 2 * sum(counts[:k]) / sum(counts)  # the exact size of the test the interval inverts
 
-        def p_value(c: float) -> float:
-            return stats.mannwhitneyu(new / c, base, alternative="two-sided", method="exact").pvalue
-
         for end in (low, high):
             inside, outside = (end * 1.0001, end / 1.0001) if end == low else (end / 1.0001, end * 1.0001)
-            assert p_value(inside) > level and p_value(outside) <= level + 1e-12
+            assert _p_value(base, new / inside) > level and _p_value(base, new / outside) <= level + 1e-12
+
+
+def _p_value(base: np.ndarray, new: np.ndarray) -> float:
+    return stats.mannwhitneyu(new, base, alternative="two-sided", method="exact").pvalue
 
 
 @pytest.mark.parametrize("windows", [5, 8])
