@@ -7,6 +7,8 @@ import json
 import math
 import shutil
 import statistics
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -147,3 +149,25 @@ def test_settings_that_differ_are_listed(datasets, tmp_path) -> None:
     ]
     assert document["new"]["described"]["cutlass_dsl"] == {"9.9.9": 3, "unknown": 7}
     assert math.isclose(document["bounds"]["times"], 1.05)
+
+
+def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
+    base = str(datasets[0])
+    cases = [
+        ([base, base, "--threshold", "abc"], "argument --threshold: invalid float value: 'abc'"),
+        (
+            [base, base, "--threshold", "nan"],
+            "threshold must be a finite number >= 0 (a fraction, 0.05 = 5%), got nan",
+        ),
+        ([base, base, "--workers", "0"], "workers must be >= 1, got 0"),
+        ([base], "the following arguments are required: new"),
+    ]
+    for arguments, message in cases:
+        run = subprocess.run(
+            [sys.executable, "-m", "pipeline.compare", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
+        assert run.stderr.startswith(f"python -m pipeline.compare: error: {message}"), run.stderr

@@ -10,9 +10,9 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-from pipeline.compare.classify import DEFAULT_THRESHOLD
+from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.compare.comparison import any_slower, compare
 from pipeline.compare.datasets import load
 from pipeline.compare.page import write_page
@@ -21,8 +21,15 @@ from pipeline.report.publish import json_text
 PROG = "python -m pipeline.compare"
 
 
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line too (no usage block), like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="dataset directory measured before (holds shards/)")
     parser.add_argument("new", type=Path, help="dataset directory measured after")
     parser.add_argument(
@@ -36,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
     args = parser.parse_args(argv)
     try:
+        check_threshold(args.threshold)  # before reading two datasets
         document = compare(load(args.base, args.workers), load(args.new, args.workers), args.threshold)
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
@@ -43,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     for side in ("base", "new"):
         for skipped in document[side]["skipped"]:
             print(f"skipped ({side}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
-    print(json_text(document), end="") if args.json else print(text(document))
+    if args.json:
+        print(json_text(document), end="")
+    else:
+        print(text(document))
     if page is not None:
         print(f"wrote {page}", file=sys.stderr)
     return 1 if any_slower(document) else 0
