@@ -14,8 +14,8 @@ from typing import Any, NoReturn
 
 from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.compare.comparison import any_slower, compare
-from pipeline.compare.datasets import load
 from pipeline.compare.page import write_page
+from pipeline.compare.side import load
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.compare"

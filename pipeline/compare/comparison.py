@@ -20,7 +20,7 @@ from pipeline.compare.classify import (
     speedup_change,
     time_change,
 )
-from pipeline.compare.datasets import METRICS, Dataset
+from pipeline.compare.side import METRICS, Side
 from pipeline.compare.statistics import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 from pipeline.report import pairs
 from pipeline.report.provenance import SETTINGS
@@ -33,7 +33,7 @@ METHOD = (
 )
 
 
-def compare(base: Dataset, new: Dataset, threshold: float, confidence: float = CONFIDENCE) -> dict[str, Any]:
+def compare(base: Side, new: Side, threshold: float, confidence: float = CONFIDENCE) -> dict[str, Any]:
     """The comparison document of NEW against BASE; ``ValueError`` if they share no execution."""
     check_threshold(threshold)
     common = sorted(set(base.rows) & set(new.rows))
@@ -93,7 +93,7 @@ def any_slower(document: dict[str, Any]) -> bool:
     return document["counts"]["slower"] > 0
 
 
-def _side(dataset: Dataset) -> dict[str, Any]:
+def _side(dataset: Side) -> dict[str, Any]:
     return {
         "dataset": str(dataset.path),
         "executions": len(dataset.rows),
@@ -102,9 +102,7 @@ def _side(dataset: Dataset) -> dict[str, Any]:
     }
 
 
-def _time(
-    base: Dataset, new: Dataset, execution_id: str, metric: str, confidence: float
-) -> dict[str, Any] | None:
+def _time(base: Side, new: Side, execution_id: str, metric: str, confidence: float) -> dict[str, Any] | None:
     """One execution's metric in both datasets, or ``None`` where either lacks it (no backward)."""
     before, after = base.rows[execution_id][metric], new.rows[execution_id][metric]
     if before is None or after is None:
@@ -124,8 +122,8 @@ def _time(
 
 
 def _speedup(
-    base: Dataset,
-    new: Dataset,
+    base: Side,
+    new: Side,
     before: dict[str, Any],
     after: dict[str, Any],
     confidence: float,
@@ -151,7 +149,7 @@ def _speedup(
 
 
 def _selections(
-    new: Dataset, base_pairs: list[dict[str, Any]], new_pairs: list[dict[str, Any]], confidence: float
+    new: Side, base_pairs: list[dict[str, Any]], new_pairs: list[dict[str, Any]], confidence: float
 ) -> list[dict[str, Any]]:
     """Per matched workload with more than one Dist-MoE pipeline, the selected one in each dataset.
     A flip carries NEW's time ratio of the newly to the formerly selected pipeline and its interval:

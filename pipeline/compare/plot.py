@@ -12,7 +12,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
-from pipeline.compare.datasets import METRICS
+from pipeline.compare.side import METRICS
 
 COLORS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#555555"}
 ROW_INCHES, LABEL_INCHES, PANEL_INCHES = 0.17, 3.6, 4.0

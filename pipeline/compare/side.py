@@ -1,4 +1,4 @@
-"""One side of a comparison: a dataset's published rows, with the window samples behind each time.
+"""One side of a comparison: a dataset folder's published rows, with the window samples behind each time.
 
 The shards are read by the report's scan (newest complete attempt per execution) and reduced by the
 report's rows, so a comparison sees exactly the numbers ``pipeline.aggregate`` publishes. Each time
@@ -24,7 +24,7 @@ METRICS = {"iterationMS": "combined", "forwardMS": "forward", "backwardMS": "bac
 
 
 @dataclass(frozen=True)
-class Dataset:
+class Side:
     """The executions of one dataset that have a published row."""
 
     path: Path
@@ -34,7 +34,7 @@ class Dataset:
     skipped: list[Skipped]
 
 
-def load(path: Path, workers: int = 8) -> Dataset:
+def load(path: Path, workers: int = 8) -> Side:
     """Read a dataset folder; a folder without one usable shard is not a dataset (``ValueError``)."""
     path = Path(path)
     if not path.is_dir():
@@ -65,4 +65,4 @@ def load(path: Path, workers: int = 8) -> Dataset:
         found = f"{len(skipped)} unusable shard file(s)" if skipped else "no shards/execution=*/*.parquet"
         raise ValueError(f"not a dataset: {str(path)!r} has no usable shard ({found})")
     described = describe(scan.newest[i] for i in rows)
-    return Dataset(path, rows, samples, described, sorted(skipped, key=lambda s: s.path))
+    return Side(path, rows, samples, described, sorted(skipped, key=lambda s: s.path))
