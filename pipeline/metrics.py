@@ -14,6 +14,22 @@ from pipeline.vocabulary import KINDS, PHASES, WORK_MULTIPLE
 
 def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
     """Max over ranks of the per-rank median of per-iteration window times (one phase's rows)."""
+    _, _, medians = _rank_medians(rank, window_ms, iterations)
+    return float(medians.max())
+
+
+def slowest_rank_samples(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+    """Sorted per-iteration window times of the rank whose median ``slowest_rank_ms`` reports (the
+    lowest such rank on ties): the samples behind the published number, for its uncertainty."""
+    values, starts, medians = _rank_medians(rank, window_ms, iterations)
+    slowest = int(np.argmax(medians))
+    return values[starts[slowest] : starts[slowest + 1]]
+
+
+def _rank_medians(
+    rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-iteration times sorted by (rank, time), each rank's start in them (plus the end), medians."""
     rank = np.asarray(rank)
     per_iteration = _per_iteration_ms(window_ms, iterations)
     if rank.shape != per_iteration.shape:
@@ -25,7 +41,7 @@ def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndar
     values = per_iteration[order]
     _, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
     medians = 0.5 * (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2])
-    return float(medians.max())
+    return values, np.append(starts, values.size), medians
 
 
 def phase_ms(

@@ -3,9 +3,11 @@ raw parquet rows, pairing and selection, skipped and missing files, determinism,
 
 from __future__ import annotations
 
+import base64
 import csv
 import json
 import math
+import re
 import shutil
 import statistics
 import subprocess
@@ -240,7 +242,8 @@ def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None
     shutil.copy(Dataset(published).ledger_path, Dataset(moved).ledger_path)
     again = aggregate(moved, tmp_path / "out", workers=1)
     names = sorted(p.name for p in again.files)
-    assert len(names) == 3 + 3  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure
+    assert len(names) == 3 + 3 + 1  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure; page
+    assert "report.html" in names
     for name in names:
         assert (tmp_path / "out" / name).read_bytes() == (published / name).read_bytes(), name
 
@@ -253,6 +256,27 @@ def test_figures_are_pngs_of_sensible_size(published: Path) -> None:
         height, width = image.shape[:2]
         assert 300 < height < 3000 and 500 < width < 4000, (name, image.shape)
         assert image[..., :3].std() > 0.05  # not blank
+
+
+def test_report_page_is_self_contained_and_shows_the_dataset(published: Path) -> None:
+    page = (published / "report.html").read_text()
+    assert re.search(r"https?://", page) is None and "<script" not in page
+    sources = re.findall(r'<img [^>]*src="([^"]*)"', page)
+    figures = ("mok-comparison-ep8.png", "mok-comparison-ep32.png", "mok-comparison-saved-state.png")
+    assert sources == [
+        f"data:image/png;base64,{base64.b64encode((published / f).read_bytes()).decode()}" for f in figures
+    ]
+    assert str(published) not in page  # nothing depends on where the dataset lives
+    grid = page[page.index("Completeness of the matrix") : page.index("Iteration time per EP")]
+    assert grid.count(">missing<") == 3 and grid.count(">done<") == 14
+    for path in (
+        f"shards/execution={TORN}/attempt-2.parquet",
+        f"shards/execution={FUTURE}/attempt-3.parquet",
+    ):
+        assert f"<td>{path}</td>" in grid
+    for pair in _rows(published / PAIRS_NAME):
+        assert f"<td>{pair['workload_id']}</td><td>{pair['pipeline']}</td>" in page
+    assert "NVIDIA H200 (13)" in page and "cpu (1)" in page  # what ran, per execution
 
 
 def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, capsys) -> None:

@@ -7,7 +7,7 @@ Stages, bottom to top (a module may import its own stage and those below):
   3 pipeline.moe, pipeline.data
   4 pipeline.bench
   5 pipeline.launch, pipeline.report
-  6 pipeline.status, pipeline.compose (the Hydra adapter)
+  6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
   7 entry points: pipeline.run, pipeline.aggregate, pipeline.resubmit, every ``__main__`` module
 Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
 define the matrix and the data contracts import no launcher.
@@ -38,6 +38,7 @@ STAGES = {
     "pipeline.report": 5,
     "pipeline.status": 6,
     "pipeline.compose": 6,
+    "pipeline.compare": 6,
     "pipeline.run": 7,
     "pipeline.aggregate": 7,
     "pipeline.resubmit": 7,

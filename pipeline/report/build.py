@@ -13,6 +13,7 @@ from pipeline.matrix import EXECUTION_BY_ID, counts
 from pipeline.report import executions, pairs
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
+from pipeline.report.page import write_report
 from pipeline.report.publish import csv_text, json_text, write_atomic
 
 CSV_NAME = "mok-comparison.csv"
@@ -79,7 +80,8 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     write_atomic(files[1], csv_text(pair_rows, pairs.COLUMNS))
     write_atomic(files[2], json_text(document))
     if figures:
-        files += write_figures(out, rows, pair_rows, states)
+        pngs = write_figures(out, rows, pair_rows, states)
+        files += [*pngs, write_report(out, document, scan.newest, pngs)]
     return Aggregate(files=files, skipped=skipped, missing=missing, document=document)
 
 

@@ -32,11 +32,11 @@ def write_figures(
     written = []
     for ep in sorted({r["ep"] for r in rows}):
         path = Path(out) / f"mok-comparison-ep{ep}.png"
-        write_atomic(path, _png(time_figure(ep, rows, pairs)))
+        write_atomic(path, png(time_figure(ep, rows, pairs)))
         written.append(path)
     if states:
         path = Path(out) / "mok-comparison-saved-state.png"
-        write_atomic(path, _png(saved_state_figure(states, pairs)))
+        write_atomic(path, png(saved_state_figure(states, pairs)))
         written.append(path)
     return written
 
@@ -183,7 +183,8 @@ def _label(shape: str, ep: int) -> str:
     return shape.replace(f"-ep{ep}", "").replace("-f3072-profile", "")
 
 
-def _png(fig: Figure) -> bytes:
+def png(fig: Figure) -> bytes:
+    """The figure as PNG bytes without a software stamp (the same figure gives the same bytes)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, metadata=PNG_METADATA)
     return buffer.getvalue()

@@ -1,0 +1,131 @@
+"""``python -m pipeline.compare BASE NEW``: what got faster, what got slower, and is it real.
+
+Exit status: 1 when any time is ``slower`` (significant and beyond the threshold), 0 otherwise, 2 for
+bad input (not a dataset, no common executions, a bad option), with a one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
+from pipeline.compare.comparison import any_slower, compare
+from pipeline.compare.page import write_page
+from pipeline.compare.side import load
+from pipeline.report.publish import json_text
+
+PROG = "python -m pipeline.compare"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line too (no usage block), like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("base", type=Path, help="dataset directory measured before (holds shards/)")
+    parser.add_argument("new", type=Path, help="dataset directory measured after")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD,
+        help=f"smallest relative change that counts (default {DEFAULT_THRESHOLD}, i.e. 5%%)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of text")
+    parser.add_argument("--out", type=Path, default=None, help="also write comparison.html into this folder")
+    parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
+    args = parser.parse_args(argv)
+    try:
+        check_threshold(args.threshold)  # before reading two datasets
+        document = compare(load(args.base, args.workers), load(args.new, args.workers), args.threshold)
+        page = None if args.out is None else write_page(args.out, document)
+    except (ValueError, OSError) as exc:
+        parser.exit(2, f"{PROG}: error: {exc}\n")
+    for side in ("base", "new"):
+        for skipped in document[side]["skipped"]:
+            print(f"skipped ({side}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
+    if args.json:
+        print(json_text(document), end="")
+    else:
+        print(text(document))
+    if page is not None:
+        print(f"wrote {page}", file=sys.stderr)
+    return 1 if any_slower(document) else 0
+
+
+def text(document: dict[str, Any]) -> str:
+    """The comparison for a terminal: what differs between the datasets first, then the changes."""
+    lines = [
+        f"{side.upper():4} {document[side]['dataset']}: {document[side]['executions']} executions"
+        for side in ("base", "new")
+    ]
+    for differ in document["settings_differ"]:
+        lines.append(
+            f"settings differ: {differ['setting']}: {_values(differ['base'])} -> {_values(differ['new'])}"
+        )
+    for side in ("base", "new"):
+        only = document[f"only_in_{side}"]
+        if only:
+            lines.append(f"only in {side.upper()} ({len(only)}): {' '.join(only)}")
+    lines.append(bounds_text(document))
+    changed = [t for t in document["times"] if t["change"] != "unchanged"]
+    lines.append(f"times, NEW / BASE with {100 * document['confidence']:g}% interval: {len(changed)} changed")
+    for t in sorted(changed, key=lambda t: (t["change"] != "slower", -abs(math.log(t["ratio"])))):
+        lines.append(
+            f"  {t['change']:9} {t['metric']:11} {t['execution_id']}  {t['base']:.4g} -> {t['new']:.4g} ms  "
+            f"x{t['ratio']:.3f} {_interval(t)}"
+        )
+    speedups = [s for s in document["speedups"] if s["change"] != "unchanged"]
+    lines.append(f"speedups (MoK / Dist-MoE time), NEW / BASE: {len(speedups)} changed")
+    for s in speedups:
+        lines.append(
+            f"  {s['change']:9} {s['workload_id']} {s['pipeline']}  {s['base']:.3f} -> {s['new']:.3f}  "
+            f"x{s['ratio']:.3f} {_interval(s)}"
+        )
+    flips = [s for s in document["selections"] if s["flipped"]]
+    lines.append(f"selected Dist-MoE pipeline: {len(flips)} of {len(document['selections'])} flipped")
+    for s in flips:
+        verdict = "significant" if s["significant"] else "within noise"
+        lines.append(
+            f"  {s['workload_id']}: {s['base']} -> {s['new']}, NEW time ratio x{s['ratio']:.3f} "
+            f"{_interval(s)} ({verdict})"
+        )
+    counts = document["counts"]
+    lines.append(
+        f"{counts['slower']} slower, {counts['faster']} faster, {counts['unchanged']} unchanged of "
+        f"{len(document['times'])} times; speedups {counts['speedup_higher']} higher, "
+        f"{counts['speedup_lower']} lower of {len(document['speedups'])}; "
+        f"{counts['selections_flipped']} of {counts['selections']} selections flipped"
+    )
+    return "\n".join(lines)
+
+
+def bounds_text(document: dict[str, Any]) -> str:
+    """What a ratio must exceed to count, and why (the threshold, or the run-to-run scatter)."""
+    bounds, sigma = document["bounds"], document["run_to_run_sigma"]
+    scatter = (
+        f"run-to-run scatter sigma {sigma:.3f} (log ratio, from {len(document['times'])} times)"
+        if sigma is not None
+        else "no run-to-run scatter estimate (too few times)"
+    )
+    return (
+        f"threshold {100 * document['threshold']:g}%, {scatter}: a change counts beyond "
+        f"x{bounds['times']:.3f} for times, x{bounds['speedups']:.3f} for speedups"
+    )
+
+
+def _values(values: list[str]) -> str:
+    return ", ".join(values)
+
+
+def _interval(entry: dict[str, Any]) -> str:
+    if entry["low"] is None:
+        return "[no interval: too few windows]"
+    return f"[{entry['low']:.3f}, {entry['high']:.3f}]"

@@ -1,0 +1,196 @@
+"""``report.html``: the published dataset as one page a person can open from disk.
+
+What ran (device, scale, provenance), how complete the launched matrix is, the per-EP time figures,
+the pairs with their speedups, every execution's times, and the saved-state evidence of the packing
+cases. It is built from the aggregate's document, its figure files and the shards' metadata only, and
+names no absolute path, so the same shards give the same bytes wherever the dataset lives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.data.reader import Shard
+from pipeline.matrix import VARIANTS, WORKLOADS, Execution
+from pipeline.report import html
+from pipeline.report.provenance import describe, time_span
+from pipeline.report.publish import write_atomic
+
+REPORT_NAME = "report.html"
+TITLE = "MoK vs Dist-MoE: expert-parallel MoE layer benchmark"
+
+
+def write_report(
+    out: Path, document: dict[str, Any], shards: Mapping[str, Shard], figures: Sequence[Path]
+) -> Path:
+    """Write ``report.html`` into ``out`` from the aggregate ``document``, the winning ``shards`` by
+    execution id and the figure files just written; return its path."""
+    path = Path(out) / REPORT_NAME
+    write_atomic(path, report_html(document, shards, {Path(f).name: Path(f).read_bytes() for f in figures}))
+    return path
+
+
+def report_html(document: dict[str, Any], shards: Mapping[str, Shard], pngs: Mapping[str, bytes]) -> str:
+    """The page's text; ``pngs`` maps figure file names to their bytes."""
+    published = [shards[r["execution_id"]] for r in document["executions"]]
+    saved = {name: data for name, data in pngs.items() if "saved-state" in name}
+    times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order, as written
+    return html.page(
+        TITLE,
+        [
+            _what_ran(document, published),
+            _completeness(document),
+            html.section(
+                "Iteration time per EP degree",
+                html.paragraph(
+                    "MoK against the selected (fastest) Dist-MoE pipeline of each matched workload; "
+                    "the number above each pair is MoK time / Dist-MoE time (above 1: Dist-MoE faster)."
+                ),
+                *(html.image(data, f"figure {name}") for name, data in times.items()),
+            ),
+            _pairs(document["pairs"]),
+            _executions(document["executions"]),
+            _saved_state(document["saved_state"], saved),
+        ],
+    )
+
+
+def _what_ran(document: dict[str, Any], shards: list[Shard]) -> str:
+    counts = document["meta"]["counts"]
+    rows: list[list[html.Cell]] = [
+        [field, "; ".join(f"{value} ({n})" for value, n in values.items())]
+        for field, values in describe(shards).items()
+    ]
+    span = time_span(shards)
+    if span is not None:
+        rows.append(["ran", f"{span[0]} to {span[1]}"])
+    return html.section(
+        "What ran",
+        html.paragraph(
+            f"{counts['executions']} executions, {counts['matched_workloads']} matched workloads, "
+            f"{counts['pairs']} pairs (schema version {document['meta']['schema_version']}). Each value "
+            "below is followed by the number of executions that recorded it."
+        ),
+        html.table(["field", "values (executions)"], rows),
+    )
+
+
+def _completeness(document: dict[str, Any]) -> str:
+    meta = document["meta"]
+    done = {r["execution_id"] for r in document["executions"]}
+    missing = set(meta["missing"])
+    launched = meta["launched"]
+    grid: list[list[html.Cell]] = []
+    for workload in WORKLOADS:
+        cells: list[html.Cell] = [workload.name]
+        for variant in VARIANTS:
+            execution_id = Execution(workload, variant).execution_id
+            if execution_id in done:
+                cells.append(("done", "done"))
+            elif execution_id in missing:
+                cells.append(("missing", "missing"))
+            else:
+                cells.append(("not launched", "absent"))
+        grid.append(cells)
+    skipped = [[s["path"], s["reason"]] for s in meta["shards_skipped"]]
+    parts = [
+        html.paragraph(
+            f"{len(done)} executions published; {launched['executions']} launched in the matrix (from the "
+            f"{launched['source']}), {len(missing)} of them without a usable shard; "
+            f"{len(meta['shards_read'])} shard file(s) read, {len(skipped)} skipped."
+        ),
+        html.table(["workload", *(v.name for v in VARIANTS)], grid),
+    ]
+    if skipped:
+        parts.append(html.table(["skipped shard", "reason"], skipped))
+    if launched["not_in_matrix"]:
+        parts.append(html.paragraph(f"launched but not in the matrix: {' '.join(launched['not_in_matrix'])}"))
+    return html.section("Completeness of the matrix", *parts)
+
+
+def _pairs(pairs: list[dict[str, Any]]) -> str:
+    columns = [
+        "workload",
+        "Dist-MoE pipeline",
+        "MoK ms",
+        "Dist-MoE ms",
+        "speedup",
+        "selected",
+        "forward ratio",
+    ]
+    columns.append("backward ratio")
+    rows: list[list[html.Cell]] = [
+        [
+            p["workload_id"],
+            p["pipeline"],
+            html.number(p["mokIterationMS"]),
+            html.number(p["distIterationMS"]),
+            (html.number(p["speedup"], 3), "higher" if p["speedup"] > 1 else ""),
+            ("selected", "done") if p["selected"] else "",
+            html.number(p["forwardMSRatio"], 3),
+            html.number(p["backwardMSRatio"], 3),
+        ]
+        for p in pairs
+    ]
+    return html.section(
+        "Pairs",
+        html.paragraph(
+            "speedup = MoK iteration time / Dist-MoE iteration time (slowest GPU); forward and backward "
+            "ratios are Dist-MoE / MoK. The selected pipeline is the fastest Dist-MoE one of its workload."
+        ),
+        html.table(columns, rows, numeric=columns[2:5] + columns[6:]),
+    )
+
+
+def _executions(rows: list[dict[str, Any]]) -> str:
+    columns = ["execution", "ranks", "iteration ms", "forward ms", "backward ms", "useful TFLOP/s per GPU"]
+    columns += ["device", "attempt"]
+    body: list[list[html.Cell]] = [
+        [
+            r["execution_id"],
+            str(r["ranks"]),
+            html.number(r["iterationMS"]),
+            html.number(r["forwardMS"]),
+            html.number(r["backwardMS"]),
+            html.number(r["usefulTFLOPsPerGPU"]),
+            r["device"],
+            str(r["attempt"]),
+        ]
+        for r in rows
+    ]
+    return html.section(
+        "Executions",
+        html.paragraph("Times are the slowest rank's median over its timing windows, per iteration."),
+        html.table(columns, body, numeric=columns[1:6]),
+    )
+
+
+def _saved_state(states: list[dict[str, Any]], pngs: Mapping[str, bytes]) -> str:
+    if not states:
+        return html.section("Saved state of the packing cases", html.paragraph("No packing execution ran."))
+    columns = ["case", "execution", "budget / (T x K)", "layers recomputing", "recomputed rows", "overflow"]
+    rows: list[list[html.Cell]] = []
+    for s in sorted(states, key=lambda s: (s["ep"], s["precision"], s["profile"], s["execution_id"])):
+        layers, unit = s["layers"], s["balanced_rows"]
+        recomputing = [str(x["layer"]) for x in layers if x["recomputed_rows"] > 0]
+        rows.append(
+            [
+                f"EP{s['ep']} {s['precision']} profile {s['profile']}",
+                s["execution_id"],
+                html.number(max(x["budget_rows"] for x in layers) / unit, 3),
+                " ".join(recomputing) or "none",
+                str(sum(x["recomputed_rows"] for x in layers)),
+                ("overflow", "missing") if s["capacity_overflow"] else "no",
+            ]
+        )
+    return html.section(
+        "Saved state of the packing cases",
+        html.paragraph(
+            "Per packing execution, as its shard recorded it: MoK's budget is per layer, Dist-MoE's one slot "
+            "is shared by all ten layers; T x K is a layer's routed rows on the tracked GPU at load 1."
+        ),
+        *(html.image(data, f"figure {name}") for name, data in pngs.items()),
+        html.table(columns, rows, numeric=columns[2:3] + columns[4:5]),
+    )

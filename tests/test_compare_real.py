@@ -1,0 +1,188 @@
+"""``pipeline.compare`` on datasets the local launcher really wrote (scale=ci, two gloo ranks): a copy
+with one execution's windows 1.3x slower, the dataset against itself and against a rerun of the same
+sweep, settings and membership differences, bad input, and the comparison page."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.compare import load
+from pipeline.compare.cli import main
+from pipeline.data.dataset import Dataset
+from pipeline.data.schema import METADATA_KEY
+from pipeline.report import aggregate
+from pipeline.report.page import REPORT_NAME
+
+pytestmark = pytest.mark.slow
+WORKLOADS = "inference-ep8-f1536,packing-ep32-profile-a"
+
+
+def _sweep(dataset: Path) -> Path:
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.run",
+            "--multirun",
+            f"workload={WORKLOADS}",
+            "variant=glob(*)",
+            "scale=ci",
+            f"dataset_dir={dataset}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return dataset
+
+
+@pytest.fixture(scope="session")
+def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The same ten-execution sweep run twice, one after the other."""
+    return _sweep(tmp_path_factory.mktemp("first")), _sweep(tmp_path_factory.mktemp("rerun"))
+
+
+def _copy(dataset: Path, to: Path, without: tuple[str, ...] = ()) -> Path:
+    shutil.copytree(dataset / "shards", to / "shards")
+    for execution_id in without:
+        shutil.rmtree(Dataset(to).shard_dir(execution_id))
+    return to
+
+
+def _rewrite(
+    dataset: Path, execution_id: str | None, factor: float = 1.0, git_sha: str | None = None
+) -> None:
+    """Scale the window times of one execution's shards (all of them if None), or set their git sha,
+    rewriting the parquet files with their metadata."""
+    pattern = f"execution={execution_id or '*'}/*.parquet"
+    for path in sorted((dataset / "shards").glob(pattern)):
+        table = pq.read_table(path)
+        meta = json.loads(table.schema.metadata[METADATA_KEY])
+        column = table.schema.get_field_index("window_ms")
+        table = table.set_column(
+            column, table.schema.field(column), pc.multiply(table.column(column), factor)
+        )
+        if git_sha is not None:
+            meta["provenance"]["git_sha"] = git_sha
+        pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), path)
+
+
+def _compare(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, dict]:
+    status = main([*arguments, "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def test_one_execution_made_slower_is_reported_alone(sweeps, tmp_path, capsys) -> None:
+    first = sweeps[0]
+    samples = load(first).samples
+    # Five windows per side: a 1.3x shift is resolvable by a rank test only where the windows do not
+    # overlap it much, so scale the execution with the tightest windows (see docs/compare.md for the
+    # detection rate over all of them).
+    chosen = min(samples, key=lambda i: samples[i]["iterationMS"].max() / samples[i]["iterationMS"].min())
+    slower = _copy(first, tmp_path / "slower")
+    _rewrite(slower, chosen, factor=1.3)
+    status, document = _compare(capsys, str(first), str(slower))
+    assert status == 1
+    changed = [
+        (t["execution_id"], t["metric"], t["change"]) for t in document["times"] if t["change"] != "unchanged"
+    ]
+    assert (chosen, "iterationMS", "slower") in changed, document["times"]
+    assert {execution_id for execution_id, _, _ in changed} == {chosen}
+    assert {change for _, _, change in changed} == {"slower"}
+    for t in document["times"]:
+        assert t["ratio"] == pytest.approx(1.3 if t["execution_id"] == chosen else 1.0, rel=1e-12)
+    assert document["run_to_run_sigma"] == 0.0 and document["bounds"]["times"] == pytest.approx(1.05)
+    # the pairs of the scaled execution move by 1.3 (up when MoK got slower, down for Dist-MoE)
+    moved = {s["dist_execution_id"] for s in document["speedups"] if s["ratio"] != pytest.approx(1.0)}
+    partners = {s["dist_execution_id"] for s in document["speedups"] if chosen in s.values()}
+    assert moved == partners
+
+
+def test_the_same_dataset_and_a_rerun_report_nothing_slower(sweeps, capsys) -> None:
+    first, rerun = sweeps
+    status, itself = _compare(capsys, str(first), str(first))
+    assert status == 0 and itself["counts"]["unchanged"] == len(itself["times"]) == 25
+    assert all(t["ratio"] == 1.0 and t["low"] < 1 < t["high"] for t in itself["times"])
+    assert not any(s["flipped"] for s in itself["selections"]) and itself["settings_differ"] == []
+    status, document = _compare(capsys, str(first), str(rerun))
+    assert status == 0 and document["counts"]["slower"] == 0, [
+        t for t in document["times"] if t["change"] == "slower"
+    ]
+    assert document["only_in_base"] == document["only_in_new"] == []
+    # the tree may move between (or during) the two sweeps; nothing else can
+    assert {d["setting"] for d in document["settings_differ"]} <= {"git_sha"}
+    assert document["run_to_run_sigma"] > 0  # two runs on a shared CPU differ; the bound says by how much
+    assert document["bounds"]["times"] >= 1.05
+
+
+def test_differences_between_the_datasets_are_listed_first(sweeps, tmp_path, capsys) -> None:
+    first = sweeps[0]
+    ids = sorted(load(first).rows)
+    base = _copy(first, tmp_path / "base", without=(ids[0],))
+    new = _copy(first, tmp_path / "new", without=(ids[1],))
+    _rewrite(new, None, git_sha="f" * 40)
+    assert main([str(base), str(new)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[2].startswith("settings differ: git_sha: ") and lines[2].endswith(f"-> {'f' * 40}")
+    assert lines[3] == f"only in BASE (1): {ids[1]}" and lines[4] == f"only in NEW (1): {ids[0]}"
+    assert lines[5].startswith("threshold 5%") and lines[-1].startswith("0 slower")
+
+
+def test_bad_input_is_one_line_and_exit_two(sweeps, tmp_path) -> None:
+    first = sweeps[0]
+    ids = sorted(load(first).rows)
+    only_first = _copy(first, tmp_path / "a", without=tuple(ids[1:]))
+    only_second = _copy(first, tmp_path / "b", without=(ids[0], *ids[2:]))
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (
+            [str(tmp_path / "absent"), str(first)],
+            f"not a dataset: '{tmp_path / 'absent'}' is not a directory",
+        ),
+        ([str(tmp_path / "empty"), str(first)], "has no usable shard (no shards/execution=*/*.parquet)"),
+        ([str(only_first), str(only_second)], "no common executions: "),
+        ([str(first), str(first), "--threshold", "-0.1"], "threshold must be a finite number >= 0"),
+    ]
+    for arguments, message in cases:
+        run = subprocess.run(
+            [sys.executable, "-m", "pipeline.compare", *arguments],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 2 and run.stdout == "", run
+        assert run.stderr.count("\n") == 1 and message in run.stderr, run.stderr
+
+
+def _self_contained(page: str) -> None:
+    """No reference leaves the file: no http(s) URL, no script, every image a PNG data URI."""
+    assert re.search(r"https?://", page) is None and "<script" not in page
+    sources = re.findall(r'<img [^>]*src="([^"]*)"', page)
+    assert sources and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert not re.search(r'(href|src)="(?!data:)', page)
+
+
+def test_comparison_page_and_report_page_are_self_contained(sweeps, tmp_path, capsys) -> None:
+    first, rerun = sweeps
+    assert main([str(first), str(rerun), "--out", str(tmp_path / "cmp")]) == 0
+    page = (tmp_path / "cmp" / "comparison.html").read_text()
+    _self_contained(page)
+    for heading in ("The two datasets", "Time ratios", "Changed times", "Speedups", "Selected", "All times"):
+        assert f"<h2>{heading}" in page
+    assert page.count("<img ") == 1 and page.count("<table>") >= 4  # "Changed times" may be "None."
+    assert all(page.count(f"<td>{i}</td>") >= 2 for i in load(first).rows)  # every time is listed
+    aggregate(first, tmp_path / "published")
+    report = (tmp_path / "published" / REPORT_NAME).read_text()
+    _self_contained(report)
+    assert report.count("<img ") == 3 and report.count("<table>") == 5  # EP8, EP32, saved state
+    assert "packing-ep32-f3072-profile-a-bf16-mok-native" in report and "ci (10)" in report
