@@ -22,6 +22,7 @@ BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
 # CuTe backend -> (the arch its kernels are compiled for, the compute-capability major it runs on)
 _CUTE_ARCHES = {"cute-sm90": ("sm_90a", 9), "cute-sm100": ("sm_100a", 10)}
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
+VARIANTS = ("auto", "default")
 
 
 @cache
@@ -57,6 +58,11 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"kernel variant {variant!r} is not allowed; allowed: {', '.join(VARIANTS)}")
+
+
 def _impl(backend: str, device: torch.device) -> Any:
     """The module or object with the four entry points of the resolved backend."""
     name = resolve_backend(backend, device)
@@ -82,6 +88,7 @@ def grouped_gemm(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """``out[rows of g] = a[rows of g] @ b[g]^T``; a [M, K], b [G, N, K] -> [M, N]. FP32 accumulation."""
     _check_float("a", a, 2)
@@ -91,6 +98,7 @@ def grouped_gemm(
             f"a {a.dtype} {tuple(a.shape)} and b {b.dtype} {tuple(b.shape)} must share K and dtype"
         )
     _check_offs(offs, b.shape[0], a.device)
+    _check_variant(variant)
     return _impl(backend, a.device).grouped_gemm(a, b, offs, out_dtype or a.dtype)
 
 
@@ -101,6 +109,7 @@ def grouped_gemm_dgrad(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """Input gradient of :func:`grouped_gemm`: ``out[rows of g] = dy[rows of g] @ b[g]``; dy [M, N]."""
     _check_float("dy", dy, 2)
@@ -110,6 +119,7 @@ def grouped_gemm_dgrad(
             f"dy {dy.dtype} {tuple(dy.shape)} and b {b.dtype} {tuple(b.shape)} must share N and dtype"
         )
     _check_offs(offs, b.shape[0], dy.device)
+    _check_variant(variant)
     return _impl(backend, dy.device).grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype)
 
 
@@ -120,6 +130,7 @@ def grouped_gemm_wgrad(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """Weight gradient of :func:`grouped_gemm`: ``out[g] = dy[rows of g]^T @ x[rows of g]`` -> [G, N, K],
     grouped along the reduction dimension; empty groups give zeros."""
@@ -130,6 +141,7 @@ def grouped_gemm_wgrad(
             f"dy {dy.dtype} {tuple(dy.shape)} and x {x.dtype} {tuple(x.shape)} must share M and dtype"
         )
     _check_offs(offs, offs.shape[0], dy.device)
+    _check_variant(variant)
     return _impl(backend, dy.device).grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype)
 
 
@@ -140,6 +152,7 @@ def grouped_gemm_mx(
     *,
     out_dtype: torch.dtype = torch.bfloat16,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """MXFP8 form of :func:`grouped_gemm`: E4M3 operands with E8M0 scales per 32 elements along K."""
     if a.data.dim() != 2 or b.data.dim() != 3 or a.shape[1] != b.shape[2]:
@@ -147,4 +160,5 @@ def grouped_gemm_mx(
             f"MX operands must be a [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}"
         )
     _check_offs(offs, b.shape[0], a.data.device)
+    _check_variant(variant)
     return _impl(backend, a.data.device).grouped_gemm_mx(a, b, offs, out_dtype)

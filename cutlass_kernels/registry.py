@@ -46,6 +46,11 @@ def all_specs(arch: str) -> list[KernelSpec]:
     return specs
 
 
+def variants(arch: str, op: str) -> tuple[str, ...]:
+    """Kernel variants of ``op`` (fprop, dgrad, wgrad, mx) on ``arch``, timed side by side by the check."""
+    return ("default",)
+
+
 def kernel_for(spec: KernelSpec) -> Any:
     if spec.mx:
         return _KERNELS[spec.arch, True](spec.tile_m, spec.tile_n)
