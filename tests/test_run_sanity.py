@@ -65,7 +65,8 @@ def test_a_wrong_grouped_gemm_fails_the_gate(tmp_path, function, factor, workloa
     done = execution(dataset, workload, "mok-bf16", pythonpath=site)
     execution_id = f"{workload}-bf16-mok-native"
     assert done.returncode != 0
-    assert not shard_dir(dataset, execution_id).exists() or not any(shard_dir(dataset, execution_id).iterdir())
+    shards = shard_dir(dataset, execution_id)
+    assert not shards.exists() or not any(shards.iterdir())
     status = run("pipeline.status", str(dataset))
     assert status.returncode == 1
     (line,) = [ln for ln in status.stdout.splitlines() if execution_id in ln]
