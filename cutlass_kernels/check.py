@@ -273,8 +273,8 @@ def problem(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.
     m, groups = sum(sizes) + tail, len(sizes)
     offs = offsets(sizes, device)
 
-    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
-        return (torch.randn(*shape, device=device) * scale).bfloat16()
+    def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:  # drawn in BF16: no FP32 temporaries
+        return torch.randn(*shape, device=device, dtype=torch.bfloat16).mul_(scale)
 
     if op == "fprop":
         return Problem(op, sizes, offs, randn(m, k), randn(groups, n, k, scale=k**-0.5), tail)
@@ -376,16 +376,14 @@ def smoke_one(t: Target, index: int, op: str, out_dtype: torch.dtype, variant: s
     """Compile kernel ``index`` of the arch (keeping its cubin for the SASS check; the dry run compiles
     nothing) and run ``op`` once on a tiny problem; print the record."""
     record: dict[str, Any] = {"variant": variant}
-    if not t.dry_run:
+    if not t.dry_run:  # compiled with its PTX and cubin kept (the dispatch below reuses it in-process)
         from cutlass_kernels import registry
+        from cutlass_kernels.cute_base import compile_spec
 
+        spec = registry.all_specs(t.arch)[index]
         start = time.perf_counter()
-        compiled = registry.compiled(registry.all_specs(t.arch)[index])
+        compile_spec(spec, registry.kernel_for(spec), work / "cubins")
         record["compile_s"] = round(time.perf_counter() - start, 2)
-        cubin = getattr(compiled, "__cubin__", None)
-        if cubin:
-            (work / "cubins").mkdir(parents=True, exist_ok=True)
-            (work / "cubins" / f"{registry.all_specs(t.arch)[index].name}.cubin").write_bytes(cubin)
     prob = problem(op, [3, 0, 70, 130], 192, 96, 5, t.device)
     start = time.perf_counter()
     out = prob.call(out_dtype, t.backend, variant)
@@ -600,20 +598,23 @@ def sass(t: Target, results: Path, work: Path) -> bool:
     tool = cuobjdump()
     base = {"stage": "correctness", "op": "sass", "variant": "default"}
     if not cubins or tool is None:
-        why = "no cubins (the dry run compiles no kernel)" if not cubins else "cuobjdump not found"
+        why = "cuobjdump not found"
+        if not cubins:
+            why = "the dry run compiles no kernel" if t.dry_run else f"no cubins in {work / 'cubins'} (smoke)"
         append(results, {**base, "case": "sass", "status": "skip", "reason": why})
         return True
     ok = True
     for cubin in cubins:
         rec = {**base, "case": f"sass {cubin.stem}"}
         try:
-            text = subprocess.run(
-                [tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=60
-            ).stdout
+            done = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as e:
-            append(results, {**rec, "status": "fail", "error": f"cuobjdump: {e}"})
-            ok = False
+            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {e}"})
             continue
+        if done.returncode:  # e.g. nvdisasm missing: the tool failed, not the kernel
+            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.stderr.strip()[:300]}"})
+            continue
+        text = done.stdout
         mma, spills = len(TC_INSTRUCTION.findall(text)), len(SPILL_INSTRUCTION.findall(text))
         passed = mma > 0 and spills == 0
         extra = {} if passed else {"error": f"{mma} tensor-core MMA and {spills} local-memory instructions"}
