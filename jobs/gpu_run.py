@@ -96,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-run-"))
+    try:
+        return _run_all(args, stages, limits, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # unpacked wheels, compile cache, scratch dataset
+
+
+def _run_all(args: argparse.Namespace, stages: list[str], limits: dict[str, float], work: Path) -> int:
     with open(args.out_dir / "log.txt", "a", buffering=1) as log:
         run = Run(
             args.out_dir,
