@@ -82,12 +82,15 @@ def test_a_correct_execution_records_and_publishes_its_verdict(tmp_path):
     (path,) = shard_dir(dataset, "training-ep32-f1536-mxfp8-dist-moe-fp8-dispatch").iterdir()
     verdict = read_shard(path).meta["sanity"]
     assert verdict["passed"] is True and set(verdict["errors"]) == {"y", "dx", "dw1", "dw2"}
-    assert 0 < verdict["max_error"] <= verdict["tolerance"] == 1e-5
+    activations = sanity.SLICE_TOKENS * 6 * 32  # top-6, d_ff 1536 / 48 at scale=ci
+    assert verdict["tolerance"] == sanity.tolerance(torch.float32, "mxfp8", activations)
+    assert 0 < verdict["max_error"] <= verdict["tolerance"] < 1e-2
     published = run("pipeline.aggregate", str(dataset))
     assert published.returncode == 0, published.stderr[-3000:]
     with open(dataset / "mok-comparison.csv") as f:
         (row,) = list(csv.DictReader(f))
-    assert row["sanityPassed"] == "true" and float(row["sanityTolerance"]) == 1e-5
+    assert row["sanityPassed"] == "true"
+    assert float(row["sanityTolerance"]) == pytest.approx(verdict["tolerance"], rel=1e-3)
     assert float(row["sanityMaxError"]) == pytest.approx(verdict["max_error"], rel=1e-3)
 
 
@@ -117,5 +120,5 @@ def test_gate_errors_agree_with_the_independent_float64_reference(precision):
     ref = reference_moe(x.double(), choice, weight, *full, mx_mode=mode, dtype=torch.bfloat16)
     expected = float((y.double() - ref).norm() / ref.norm())
     assert errors["y"] == pytest.approx(expected, rel=1e-6)
-    assert 0 < errors["y"] <= sanity.tolerance(torch.bfloat16, precision)
+    assert 0 < errors["y"] <= sanity.tolerance(torch.bfloat16, precision, sanity.SLICE_TOKENS * 6 * 64)
     assert not (choice == chosen[-1]).any()  # one expert of the slice is empty

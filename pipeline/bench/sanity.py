@@ -8,12 +8,18 @@ real layer, its process group and its kernels, on the rank's own device.
 
 Tolerances (normwise relative error) are those of the layer tests, where they are derived: float32
 1e-5; bfloat16 2^-6 (about four bf16 roundings per output); bfloat16 MXFP8 0.04 (a bf16 rounding that
-moves an operand across an E4M3 boundary adds ~0.011 normwise). Experts outside the slice must get
-exactly zero gradient. A failure on any rank fails every rank with :class:`SanityError`.
+moves an operand across an E4M3 boundary adds ~0.011 normwise). Float32 MXFP8 adds the same effect for
+the rare intermediate activation whose float32 value sits within rounding of an E4M3 boundary (the
+layer's and the reference's GEMM-1 outputs differ in the last bits, so it quantizes one E4M3 step,
+2^-3, apart): measured in 2 of 40 fresh slices at scale=cpu, errors 7e-5 and 1.6e-4 instead of
+3e-7; the tolerance allows up to FLIPS such activations of rms size with 2x headroom,
+2^-2 sqrt(FLIPS / activations). Experts outside the slice must get exactly zero gradient. A failure on
+any rank fails every rank with :class:`SanityError`.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -25,15 +31,17 @@ from pipeline.moe import LayerStack, MoELayer
 
 SLICE_TOKENS = 32  # x top-6 = 192 routed rows over <= 8 experts: every group has an M tail
 EXTRA_EXPERTS = 2  # experts in the slice beyond top_k (one of them left empty)
+FLIPS = 4  # float32 MXFP8: activations allowed to round to the neighbouring E4M3 value
 
 
 class SanityError(RuntimeError):
     """An execution's layer disagrees with the reference beyond the tolerance."""
 
 
-def tolerance(dtype: torch.dtype, precision: str) -> float:
+def tolerance(dtype: torch.dtype, precision: str, activations: int) -> float:
+    """Normwise tolerance of a slice whose routed rows hold ``activations`` SwiGLU outputs."""
     if dtype == torch.float32:
-        return 1e-5
+        return 1e-5 + (2.0**-2 * math.sqrt(FLIPS / activations) if precision == "mxfp8" else 0.0)
     return 0.04 if precision == "mxfp8" else 2.0**-6
 
 
@@ -54,7 +62,7 @@ def gate(stack: LayerStack, backward: bool, seed: int) -> dict[str, Any]:
     if layer.group.size > 1:
         ranks = [{} for _ in range(layer.group.size)]
         dist.all_gather_object(ranks, mine, group=layer.group.handle)
-    tol = tolerance(layer.cfg.dtype, layer.cfg.precision)
+    tol = tolerance(layer.cfg.dtype, layer.cfg.precision, SLICE_TOKENS * layer.cfg.top_k * layer.cfg.d_ff)
     worst = {name: max(r["errors"][name] for r in ranks) for name in errors}
     max_error = max(worst.values())
     verdict = {
