@@ -33,6 +33,7 @@ TOTAL_S = 360  # the whole run, so a partial rerun still fits a 15-minute device
 STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
 LIMITS_S = {"env": 30, "smoke": 50, "correctness": 60, "timing": 60, "tests": 40, "pipeline": 120}
 PLANTED_LIMIT_S = 5
+UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
 AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
 CUDA_TESTS = ("tests/test_moe_layer.py::test_nccl_one_rank", "tests/test_run_graphs.py")
 # each kind; MoK and Dist-MoE; BF16 and MXFP8 (the fp8-dispatch Dist-MoE pipeline runs MXFP8 GEMMs)
@@ -153,7 +154,7 @@ def _no_gpu() -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return "nvidia-smi not found"
-    done = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    done = _bounded([smi, "-L"])
     if done.returncode != 0 or "GPU" not in done.stdout:
         return f"nvidia-smi -L: {(done.stdout + done.stderr).strip()[:200] or 'no GPU listed'}"
     return None
@@ -254,7 +255,7 @@ def _env(run: Run, limit: float) -> tuple[int | None, str]:
     argv = run.python("-m", "cutlass_kernels", "env", "--results", str(run.results), *_flag(run))
     if not run.dry_run and (smi := shutil.which("nvidia-smi")):
         query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
-        done = subprocess.run([smi, f"--query-gpu={query}", "--format=csv"], capture_output=True, text=True)
+        done = _bounded([smi, f"--query-gpu={query}", "--format=csv"])
         run.record("env", name="nvidia-smi", status="info", output=done.stdout.strip())
     rc, _ = run_session(run, argv, limit)
     return rc, ""
@@ -269,7 +270,7 @@ def _unpack(run: Run, whl: Path) -> None:
     if archive.exists():
         start = time.monotonic()
         site.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(["tar", "xJf", str(archive), "-C", str(site)], capture_output=True, text=True)
+        done = _bounded(["tar", "xJf", str(archive), "-C", str(site)])
         needed = importlib.util.find_spec("cutlass") is None
         run.record(
             "env",
@@ -288,9 +289,7 @@ def _unpack(run: Run, whl: Path) -> None:
         start = time.monotonic()
         target = run.work / "py"
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        done = subprocess.run(
-            [*pip, "--target", str(target), *map(str, wheels)], capture_output=True, text=True
-        )
+        done = _bounded([*pip, "--target", str(target), *map(str, wheels)])
         missing = [p for p in PY_PACKAGES if importlib.util.find_spec(p) is None]
         run.record(
             "env",
@@ -308,6 +307,14 @@ def _unpack(run: Run, whl: Path) -> None:
         run.record("env", name="install py wheels", status="skip", reason=f"no {whl / 'py'}/*.whl")
     if paths:
         run.env["PYTHONPATH"] = os.pathsep.join([*paths, run.env["PYTHONPATH"]])
+
+
+def _bounded(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` with at most UNPACK_S seconds (a timeout is a failed result, exit status 124)."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=UNPACK_S)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {UNPACK_S} s")
 
 
 def _tests(run: Run, limit: float) -> tuple[int | None, str]:

@@ -77,6 +77,7 @@ def test_a_plain_run_without_a_gpu_exits_2_in_one_line(tmp_path):
 def test_dry_run_of_every_stage_with_a_failing_and_a_hanging_one(tmp_path):
     out, whl = tmp_path / "out", packed_wheels(tmp_path / "whl")
     plants = ["--plant", "fail:smoke", "--plant", "hang:correctness", "--limit", "planted-hang=3"]
+    plants += ["--limit", "smoke=120", "--limit", "correctness=120"]  # two shared cores, not sixteen
     done = gpu_run(str(out), "--dry-run", "--whl", str(whl), *plants)
     assert done.returncode == 1, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
