@@ -523,14 +523,40 @@ def _nan_prefill(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
     return ptr
 
 
+def kernel_path(t: Target, prob: Problem, out_dtype: torch.dtype) -> str:
+    """The path the dispatch takes for these operands: ``kernel``, or why it falls back to torch (then
+    a check would test torch, not the kernel)."""
+    if t.backend == "torch":
+        return "torch backend"
+    from cutlass_kernels import cute_backend as cb
+    from cutlass_kernels import registry
+
+    lhs, rhs, prefix = prob.lhs, prob.rhs, ""
+    if prob.op == "mx":
+        if registry.has_mx_kernel(t.arch):
+            reason = cb.mx_unsupported_reason(lhs, rhs, prob.offs, out_dtype)
+            return f"torch fallback: {reason}" if reason else "kernel"
+        lhs, rhs, prefix = cb.dequantize_bf16(lhs), cb.dequantize_bf16(rhs), "dequantized to BF16, "
+    if prob.op == "wgrad":
+        reason = cb.wgrad_unsupported_reason(lhs, rhs, prob.offs, out_dtype)
+    else:
+        reason = cb.unsupported_reason(
+            lhs, rhs.permute(2, 1, 0) if prob.op == "dgrad" else rhs.permute(1, 2, 0), prob.offs, out_dtype
+        )
+    return prefix + (f"torch fallback: {reason}" if reason else "kernel")
+
+
 def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) -> dict[str, Any]:
+    path = kernel_path(t, prob, out_dtype)
+    if "torch fallback" in path:
+        return {"status": "fail", "path": path, "error": f"the operands would not reach the kernel: {path}"}
     ptr = _nan_prefill(prob.out_shape(), out_dtype, t.device)
     out = prob.call(out_dtype, t.backend, variant)
     if t.device.type == "cuda":
         torch.cuda.synchronize(t.device)
     prefilled = out.data_ptr() == ptr
     err, tol = prob.error(out), tolerance(out_dtype, t.backend)
-    result: dict[str, Any] = {"max_rel_err": err, "tol": tol, "nan_prefill": prefilled}
+    result: dict[str, Any] = {"max_rel_err": err, "tol": tol, "nan_prefill": prefilled, "path": path}
     problems = [] if err <= tol else [f"max relative error {err:.3g} > {tol:g}"]
     if prob.tail and prob.op != "wgrad":
         if t.backend == "torch" or not prefilled:

@@ -123,3 +123,15 @@ def test_wgrad_ignores_rows_past_the_last_group_end():
     prob = check.problem("wgrad", [3, 0, 5], 16, 32, 4, torch.device("cpu"))
     assert float(prob.lhs[-4:].float().abs().min()) > 9e3  # large values a kernel must not sum in
     assert prob.error(prob.call(torch.float32, "torch", "default")) < 1e-2
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad", "mx"])
+def test_operands_that_would_not_reach_the_kernel_fail_the_case(op: str):
+    """CPU tensors never reach a CuTe kernel: a check that would test the torch fallback instead fails."""
+    pytest.importorskip("cutlass")
+    cute = check.Target(torch.device("cpu"), "cute-sm90", "sm_90a", False)
+    prob = check.problem(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
+    path = check.kernel_path(cute, prob, torch.bfloat16)
+    assert "torch fallback: " in path and (op != "mx" or path.startswith("dequantized to BF16, "))
+    result = check._check_case(cute, prob, torch.bfloat16, "default")
+    assert result["status"] == "fail" and "would not reach the kernel" in result["error"]
