@@ -609,6 +609,17 @@ def _check_graph(t: Target, op: str, variant: str, gen: torch.Generator) -> dict
     return {"status": "pass" if err <= tol else "fail", "max_rel_err": err, "tol": tol}
 
 
+def sass_counts(text: str) -> dict[str, int]:
+    """Tensor-core MMA instructions, local-memory loads / stores (spills) in all, and those between the
+    first and the last MMA: the MMA issue loop, the part of a warp-specialized kernel whose spills
+    slow the main loop (others are in setup or the epilogue, reported but not failed)."""
+    lines = text.splitlines()
+    mma = [i for i, line in enumerate(lines) if TC_INSTRUCTION.search(line)]
+    local = [i for i, line in enumerate(lines) if SPILL_INSTRUCTION.search(line)]
+    inside = [i for i in local if mma and mma[0] < i < mma[-1]]
+    return {"mma": len(mma), "local": len(local), "local_in_mma_loop": len(inside)}
+
+
 def cuobjdump() -> str | None:
     found = shutil.which("cuobjdump")
     if found:
@@ -618,8 +629,9 @@ def cuobjdump() -> str | None:
 
 
 def sass(t: Target, results: Path, work: Path) -> bool:
-    """Each kept cubin's SASS must hold tensor-core MMAs (HGMMA / UTC*MMA) and no local-memory
-    loads or stores (spills); skipped, with the reason, where cuobjdump or the cubins are absent."""
+    """Each kept cubin's SASS must hold tensor-core MMAs (HGMMA / UTC*MMA) and no local-memory loads or
+    stores (spills) in its MMA loop (:func:`sass_counts`); skipped, with the reason, where cuobjdump
+    (or its nvdisasm) or the cubins are absent."""
     cubins = sorted((work / "cubins").glob("*.cubin"))
     tool = cuobjdump()
     base = {"stage": "correctness", "op": "sass", "variant": "default"}
@@ -641,11 +653,16 @@ def sass(t: Target, results: Path, work: Path) -> bool:
             append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.stderr.strip()[:300]}"})
             continue
         text = done.stdout
-        mma, spills = len(TC_INSTRUCTION.findall(text)), len(SPILL_INSTRUCTION.findall(text))
-        passed = mma > 0 and spills == 0
-        extra = {} if passed else {"error": f"{mma} tensor-core MMA and {spills} local-memory instructions"}
-        append(
-            results, {**rec, "status": "pass" if passed else "fail", "mma": mma, "spills": spills, **extra}
+        counts = sass_counts(text)
+        passed = counts["mma"] > 0 and counts["local_in_mma_loop"] == 0
+        extra = (
+            {}
+            if passed
+            else {
+                "error": f"{counts['mma']} tensor-core MMA and {counts['local_in_mma_loop']} "
+                "local-memory instructions between the first and last MMA"
+            }
         )
+        append(results, {**rec, "status": "pass" if passed else "fail", **counts, **extra})
         ok &= passed
     return ok

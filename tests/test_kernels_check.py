@@ -135,3 +135,18 @@ def test_operands_that_would_not_reach_the_kernel_fail_the_case(op: str):
     assert "torch fallback: " in path and (op != "mx" or path.startswith("dequantized to BF16, "))
     result = check._check_case(cute, prob, torch.bfloat16, "default")
     assert result["status"] == "fail" and "would not reach the kernel" in result["error"]
+
+
+def test_sass_counts_spills_inside_the_mma_loop_apart_from_the_others():
+    sass = "\n".join(
+        [
+            "        /*0010*/                   STL [R1], R2 ;",
+            "        /*0020*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT ;",
+            "        /*0030*/                   LDL.64 R4, [R1+0x8] ;",
+            "        /*0040*/                   UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR8] ;",
+            "        /*0050*/                   LDL.LU R6, [R1] ;",
+            "        /*0060*/                   FADD R1, R2, R3 ;",
+        ]
+    )
+    assert check.sass_counts(sass) == {"mma": 2, "local": 3, "local_in_mma_loop": 1}
+    assert check.sass_counts("FADD R1, R2, R3 ;") == {"mma": 0, "local": 0, "local_in_mma_loop": 0}
