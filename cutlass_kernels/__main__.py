@@ -1,6 +1,7 @@
 """``python -m cutlass_kernels compile --arch sm_90a|sm_100a --out DIR`` compiles every CuTe kernel of an
-arch without a GPU and writes its PTX and cubin; ``python -m cutlass_kernels check [--out FILE.json]``
-checks and times the kernels on the local GPU."""
+arch without a GPU and writes its PTX and cubin. The other commands are the kernel stages of
+``jobs/gpu-run.sh`` (``env``, ``smoke``, ``correctness``, ``timing``), each appending its records to
+``--results FILE``; ``--dry-run`` runs them on the CPU through the torch backend."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 ARCHES = ("sm_90a", "sm_100a")
+STAGES = ("env", "smoke", "correctness", "timing")
 
 
 def _compile(arch: str, out: Path) -> int:
@@ -26,10 +28,29 @@ def _compile(arch: str, out: Path) -> int:
     return 0
 
 
-def _check(out: Path | None, quick: bool) -> int:
-    from cutlass_kernels.check import run_check
+def _stage(args: argparse.Namespace) -> int:
+    import torch
 
-    return run_check(out, quick)
+    from cutlass_kernels import bench, check
+
+    try:
+        t = check.target(args.dry_run)
+    except check.NoTarget as e:
+        print(f"python -m cutlass_kernels {args.command}: {e}", file=sys.stderr)
+        return 2
+    if args.command == "env":
+        check.append(args.results, check.env_record(t))
+        return 0
+    if args.command == "smoke":
+        return check.smoke(t, args.results, args.work)
+    if args.command == "smoke-one":
+        out_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.out_dtype]
+        return check.smoke_one(t, args.index, args.op, out_dtype, args.variant, args.work)
+    if args.command == "correctness":
+        return check.correctness(t, args.results, args.work)
+    if args.command == "correctness-op":
+        return check.correctness_op(t, args.op, args.variant, args.results)
+    return bench.timing(t, args.results)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,13 +59,29 @@ def main(argv: list[str] | None = None) -> int:
     comp = sub.add_parser("compile", help="compile every kernel of an arch with fake tensors (no GPU needed)")
     comp.add_argument("--arch", required=True, choices=ARCHES)
     comp.add_argument("--out", required=True, type=Path, help="directory for <kernel>.ptx / <kernel>.cubin")
-    chk = sub.add_parser("check", help="correctness vs an FP32 reference, then timings, on the local GPU")
-    chk.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
-    chk.add_argument("--quick", action="store_true", help="correctness only, on small shapes")
+    helps = {
+        "env": "device, driver, clocks and versions",
+        "smoke": "each kernel once on a tiny problem, each in its own process",
+        "correctness": "every op x output dtype against an FP32 reference, graph replay, SASS",
+        "timing": "graph-replay and dispatch timings of the kernels that passed",
+        "smoke-one": "(internal) one kernel of the smoke stage",
+        "correctness-op": "(internal) one op x variant of the correctness stage",
+    }
+    for name, text in helps.items():
+        stage = sub.add_parser(name, help=text)
+        stage.add_argument("--results", type=Path, default=Path(os.devnull), help="append JSON lines here")
+        stage.add_argument("--work", type=Path, default=Path("outputs/gpu-run-work"), help="scratch folder")
+        stage.add_argument("--dry-run", action="store_true", help="on the CPU, through the torch backend")
+        if name == "smoke-one":
+            stage.add_argument("--index", type=int, required=True, help="the kernel's place in all_specs")
+            stage.add_argument("--out-dtype", required=True, choices=("bfloat16", "float32"))
+        if name in ("smoke-one", "correctness-op"):
+            stage.add_argument("--variant", default="default")
+            stage.add_argument("--op", required=True, choices=("fprop", "dgrad", "wgrad", "mx"))
     args = parser.parse_args(argv)
     if args.command == "compile":
         return _compile(args.arch, args.out)
-    return _check(args.out, args.quick)
+    return _stage(args)
 
 
 if __name__ == "__main__":

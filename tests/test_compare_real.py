@@ -23,7 +23,7 @@ from pipeline.report import aggregate
 from pipeline.report.page import REPORT_NAME
 
 pytestmark = pytest.mark.slow
-WORKLOADS = "inference-ep8-f1536,packing-ep32-profile-a"
+WORKLOADS = "inference-ep8-f1536,packing-ep32-f3072-profile-a"
 
 
 def _sweep(dataset: Path) -> Path:

@@ -1,12 +1,13 @@
-"""The GPU check's routings, shapes and reference, and its refusal to run without a GPU."""
+"""The GPU check's routings, shapes, reference and records, and its refusal to run without a GPU."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cutlass_kernels import check
+from cutlass_kernels import bench, check
 from cutlass_kernels.__main__ import main
+from cutlass_kernels.results import append, read
 
 
 @pytest.mark.parametrize("groups, rows, empty", [(256, 32768, 8), (6, 12288, 1), (3, 5, 2)])
@@ -17,7 +18,7 @@ def test_random_sizes_sum_to_rows_with_empty_groups(groups: int, rows: int, empt
 
 
 def test_timing_shapes_cover_seed003_and_every_report_rank_shape():
-    shapes = {s.name: s for s in check.timing_shapes()}
+    shapes = {s.name: s for s in bench.timing_shapes()}
     assert (shapes["seed003-up"].groups, shapes["seed003-up"].n, shapes["seed003-up"].k) == (256, 4096, 8192)
     assert (shapes["seed003-down"].n, shapes["seed003-down"].k) == (8192, 2048)
     for f in (1536, 3072, 6144):
@@ -39,9 +40,13 @@ def test_reference_is_the_per_group_product():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
-def test_check_without_gpu_exits_nonzero_with_a_message(capsys: pytest.CaptureFixture[str]):
-    assert main(["check"]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+@pytest.mark.parametrize("stage", ["env", "smoke", "correctness", "timing"])
+def test_stages_without_gpu_exit_2_with_a_message(stage: str, capsys: pytest.CaptureFixture[str]):
+    assert main([stage]) == 2
+    assert (
+        capsys.readouterr().err
+        == f"python -m cutlass_kernels {stage}: the check needs a CUDA GPU, and torch sees none\n"
+    )
 
 
 def test_chunked_quantization_equals_whole_tensor_quantization():
@@ -49,14 +54,6 @@ def test_chunked_quantization_equals_whole_tensor_quantization():
     whole, chunked = check.quantize_mx(x), check.quantize_chunked(x, chunk=4)
     assert torch.equal(whole.data.view(torch.uint8), chunked.data.view(torch.uint8))
     assert torch.equal(whole.scale, chunked.scale)
-
-
-def test_mx_path_off_gpu_is_the_dequantizing_one():
-    a = check.quantize_mx(torch.randn(8, 256))
-    b = check.quantize_mx(torch.randn(2, 128, 256))
-    offs = torch.tensor([3, 8], dtype=torch.int32)
-    assert check.mx_path("cute-sm100", a, b, offs) == "dequant-bf16"
-    assert check.mx_path("cute-sm90", a, b, offs) == "dequant-bf16"
 
 
 def test_wgrad_error_is_measured_per_group_including_empty_ones():
@@ -80,11 +77,76 @@ def test_reference_of_mx_operands_is_that_of_their_dequantized_values():
     )
 
 
-def test_a_raising_case_is_recorded_as_failed_with_its_error():
-    def broken() -> float:
+def test_a_raising_check_is_recorded_as_failed_with_its_error(tmp_path):
+    results = tmp_path / "results.jsonl"
+    checker = check.Checker(check.target(dry_run=True), "fprop", "default", results, seed=1)
+
+    def broken() -> dict:
         raise RuntimeError("illegal memory access")
 
-    failed = check._attempt("case", "fprop", torch.bfloat16, broken)
-    passed = check._attempt("case", "fprop", torch.float32, lambda: 1e-6)
-    assert not failed.ok and "illegal memory access" in failed.error
-    assert passed.ok and passed.error == "" and passed.tol == 1e-3
+    checker.attempt("case", torch.bfloat16, broken)
+    checker.attempt("case", torch.float32, lambda: {"status": "pass", "max_rel_err": 1e-6})
+    failed, passed = read(results)
+    assert (failed["status"], failed["key"], checker.failures) == ("fail", "fprop/bfloat16/default", 1)
+    assert "RuntimeError: illegal memory access" in failed["error"]
+    assert passed["status"] == "pass" and passed["out_dtype"] == "float32"
+    assert check.failed_keys(results) == {"fprop/bfloat16/default"}
+
+
+def test_a_kernel_that_failed_its_smoke_test_is_skipped_later(tmp_path):
+    results = tmp_path / "results.jsonl"
+    append(results, {"stage": "smoke", "key": "wgrad/float32/default", "status": "fail", "error": "hang"})
+    checker = check.Checker(
+        check.target(dry_run=True), "wgrad", "default", results, 2, check.failed_keys(results)
+    )
+    checker.attempt("case", torch.float32, lambda: {"status": "pass"})
+    assert read(results)[-1]["status"] == "skip" and "failed its smoke test" in read(results)[-1]["reason"]
+
+
+def test_results_survive_a_torn_last_line_and_keep_non_finite_numbers(tmp_path):
+    results = tmp_path / "results.jsonl"
+    append(results, {"stage": "timing", "ms": float("nan"), "errors": [float("inf")]})
+    with open(results, "a") as f:
+        f.write('{"stage": "tim')  # killed mid-write
+    assert read(results) == [{"stage": "timing", "ms": "nan", "errors": ["inf"]}]
+
+
+def test_an_unwritten_row_is_an_infinite_error():
+    prob = check.problem("fprop", [3, 0, 5], 16, 32, 2, torch.device("cpu"))
+    out = prob.call(torch.float32, "torch", "default")
+    assert prob.error(out) < check.tolerance(torch.float32, "torch")
+    out[4] = float("nan")  # a row of group 2 the kernel never wrote (NaN-prefilled)
+    assert prob.error(out) == float("inf")
+
+
+def test_wgrad_ignores_rows_past_the_last_group_end():
+    prob = check.problem("wgrad", [3, 0, 5], 16, 32, 4, torch.device("cpu"))
+    assert float(prob.lhs[-4:].float().abs().min()) > 9e3  # large values a kernel must not sum in
+    assert prob.error(prob.call(torch.float32, "torch", "default")) < 1e-2
+
+
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad", "mx"])
+def test_operands_that_would_not_reach_the_kernel_fail_the_case(op: str):
+    """CPU tensors never reach a CuTe kernel: a check that would test the torch fallback instead fails."""
+    pytest.importorskip("cutlass")
+    cute = check.Target(torch.device("cpu"), "cute-sm90", "sm_90a", False)
+    prob = check.problem(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
+    path = check.kernel_path(cute, prob, torch.bfloat16)
+    assert "torch fallback: " in path and (op != "mx" or path.startswith("BF16 values, "))
+    result = check._check_case(cute, prob, torch.bfloat16, "default")
+    assert result["status"] == "fail" and "would not reach the kernel" in result["error"]
+
+
+def test_sass_counts_spills_inside_the_mma_loop_apart_from_the_others():
+    sass = "\n".join(
+        [
+            "        /*0010*/                   STL [R1], R2 ;",
+            "        /*0020*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], RZ, !UPT ;",
+            "        /*0030*/                   LDL.64 R4, [R1+0x8] ;",
+            "        /*0040*/                   UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR8] ;",
+            "        /*0050*/                   LDL.LU R6, [R1] ;",
+            "        /*0060*/                   FADD R1, R2, R3 ;",
+        ]
+    )
+    assert check.sass_counts(sass) == {"mma": 2, "local": 3, "local_in_mma_loop": 1}
+    assert check.sass_counts("FADD R1, R2, R3 ;") == {"mma": 0, "local": 0, "local_in_mma_loop": 0}

@@ -9,7 +9,7 @@ import numpy as np
 import torch.distributed as dist
 
 from pipeline import REPO_ROOT
-from pipeline.bench import distributed, graphs
+from pipeline.bench import distributed, graphs, sanity
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
 from pipeline.bench.nvlink import nvlink_rates
 from pipeline.bench.timing import Clock, time_windows
@@ -40,6 +40,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
         started_at = ledger.now()
         work = build_work(execution, shape, ctx.rank, ctx.device, config["seed"])
         backward = work.backward if work.grads is not None else None
+        verdict = sanity.gate(work.stack, backward is not None, config["seed"])
         clock = Clock(ctx.device)
         steps = graphs.capture(work.forward, backward, ctx.device, shape.warmup)
         times = time_windows(
@@ -88,6 +89,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
                 },
                 "nvlink": nvlink_summary([r["nvlink"] for r in ranks]),
                 "saved_state": saved_state_evidence(shape, ranks[0]["saved_state"]),
+                "sanity": verdict,
             }
             path = write_shard(dataset, execution_id, attempt, rows, meta)
             ledger.append(

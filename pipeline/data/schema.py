@@ -22,7 +22,13 @@ The file's key-value metadata ``execution`` holds one JSON object:
 - ``nvlink``: ``tx_bytes_per_s``, ``rx_bytes_per_s`` (averaged over GPUs; null where unsupported),
   ``sample_seconds``, ``reason`` (why null, else null);
 - ``saved_state``: one object per timed layer: ``layer``, ``load_factor``, ``factor``,
-  ``budget_rows``, ``routed_rows``, ``retained_rows``, ``recomputed_rows``, ``overflow`` (bool).
+  ``budget_rows``, ``routed_rows``, ``retained_rows``, ``recomputed_rows``, ``overflow`` (bool);
+- ``sanity`` (:mod:`pipeline.bench.sanity`, the correctness gate run before timing): ``passed`` (bool;
+  always true in a written shard, since a failing execution writes none), ``max_error`` and
+  ``tolerance`` (normwise relative, worst over ranks and tensors), ``errors`` (tensor name -> worst
+  error over ranks: ``y``, and ``dx``, ``dw1``, ``dw2`` for kinds with a backward), ``tokens`` (slice
+  size per rank), ``seconds`` (slowest rank's gate time). Absent in shards written before the gate;
+  readers accept both.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shape the execution ran
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
 rate is the analytical logical byte model over that time, not measured traffic; the prediction is
-empty when no hardware preset matches the recorded device (e.g. CPU runs).
+empty when no hardware preset matches the recorded device (e.g. CPU runs). The sanity columns are the
+execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise error, its tolerance and
+the verdict; empty for shards written before the gate existed.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ COLUMNS = (
     "job_id",
     "predictedMS",
     "measuredOverPredicted",
+    "sanityMaxError",
+    "sanityTolerance",
+    "sanityPassed",
 )
 
 
@@ -61,6 +66,7 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
     nvlink = shard.meta.get("nvlink") or {}
     peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
+    sanity = shard.meta.get("sanity") or {}  # shards written before the correctness gate have none
     return {
         **{k: ident[k] for k in COLUMNS if k in ident},
         "iterationMS": ms,
@@ -73,6 +79,9 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "peakAllocatedGiB": _scaled(peak, GIB),
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
+        "sanityMaxError": sanity.get("max_error"),
+        "sanityTolerance": sanity.get("tolerance"),
+        "sanityPassed": sanity.get("passed"),
     }
 
 
