@@ -36,6 +36,19 @@ def decode_k_grouped(tile: Any, tiles_m: Any, tiles_n: Any) -> tuple[Any, Any, A
     return group, m_local, n_tile
 
 
+def cluster_row(pair_row: Any, rank: Any, tile_m: int) -> Any:
+    """First row of the ``rank``-th M tile of a cluster whose walk (in ``cluster_m * tile_m``-row
+    units) put it at ``pair_row``; at or past the group end when the group's M-tile count runs out
+    before ``rank``."""
+    return pair_row + rank * tile_m
+
+
+def half_has_rows(rows_left: Any, half: Any, half_m: int) -> Any:
+    """Whether the ``half``-th ``half_m``-row slice of a tile with ``rows_left`` rows in its group
+    holds any of them (a consumer warpgroup whose slice holds none skips its MMA)."""
+    return half * half_m < rows_left
+
+
 def m_tile_prefix(offs: list[int], tile_m: int) -> list[int]:
     """Cumulative M-tile counts, ``[0, t_0, t_0 + t_1, ...]`` (what the kernel keeps in shared memory)."""
     prefix = [0]
