@@ -1,0 +1,201 @@
+"""The sm90 kernel variants: their tile walks against a naive enumeration of every (group, row, N
+tile), and (slow, about 25 s a variant) their compiled PTX holding what each variant claims, with
+no register spills."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutlass_kernels import tile_schedule
+
+TILE_M, HALF_M = 128, 64
+
+
+def _offs(sizes: list[int]) -> list[int]:
+    ends, total = [], 0
+    for s in sizes:
+        total += s
+        ends.append(total)
+    return ends
+
+
+def _naive_tiles(sizes: list[int], tile_m: int, n_tiles: int) -> list[tuple[int, int, int, int]]:
+    tiles, start = [], 0
+    for g, size in enumerate(sizes):
+        tiles += [
+            (g, row, start + size, n) for row in range(start, start + size, tile_m) for n in range(n_tiles)
+        ]
+        start += size
+    return tiles
+
+
+def _random_sizes(rng: random.Random) -> list[int]:
+    return [
+        rng.choice([0, 0, 1, 64, 65, 127, 128, 129, 256, 257, rng.randint(0, 900)])
+        for _ in range(rng.randint(1, 60))
+    ]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cluster_pairs_cover_every_tile_once_and_share_the_b_tile(seed: int):
+    rng = random.Random(seed)
+    sizes = _random_sizes(rng)
+    n_tiles, clusters = rng.randint(1, 5), rng.randint(1, 30)
+    computed, empty = [], []
+    for cluster in range(clusters):
+        # the walk of a cluster: what its CTAs' producers and consumers all decode
+        for group, pair_row, end, n in tile_schedule.cta_tiles(
+            _offs(sizes), 2 * TILE_M, n_tiles, cluster, clusters
+        ):
+            for rank in range(2):
+                row = tile_schedule.cluster_row(pair_row, rank, TILE_M)
+                (computed if row < end else empty).append((group, row, end, n))
+
+    assert sorted(computed) == sorted(_naive_tiles(sizes, TILE_M, n_tiles))  # each tile once, none invented
+    # a CTA without rows is only ever the second of its group's last pair, in a group of odd tile count
+    starts = [0, *_offs(sizes)]
+    for group, row, _, _ in empty:
+        m_tiles = tile_schedule.m_tiles(sizes[group], TILE_M)
+        assert m_tiles % 2 == 1 and row == starts[group] + m_tiles * TILE_M
+    odd_groups = sum(tile_schedule.m_tiles(s, TILE_M) % 2 for s in sizes)
+    assert len(empty) == odd_groups * n_tiles
+
+
+@pytest.mark.parametrize("rows_out", [1, 64, 128, 129, 256, 300, 640])
+def test_cluster_pairs_of_the_k_grouped_walk_cover_every_output_row_tile(rows_out: int):
+    # K-grouped: every group owns a whole grid of pairs of M tiles over its rows_out output rows
+    groups, n_tiles = 3, 2
+    pairs = tile_schedule.m_tiles(rows_out, 2 * TILE_M)
+    seen = []
+    for tile in range(groups * pairs * n_tiles):
+        group, pair, n = tile_schedule.decode_k_grouped(tile, pairs, n_tiles)
+        for rank in range(2):
+            row = tile_schedule.cluster_row(pair * 2 * TILE_M, rank, TILE_M)
+            if row < rows_out:
+                seen.append((group, row, n))
+    expected = [
+        (g, row, n) for g in range(groups) for row in range(0, rows_out, TILE_M) for n in range(n_tiles)
+    ]
+    assert sorted(seen) == sorted(expected)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_active_halves_are_exactly_the_64_row_tiles(seed: int):
+    rng = random.Random(100 + seed)
+    sizes = _random_sizes(rng)
+    n_tiles = rng.randint(1, 4)
+    halves = [
+        (group, row + half * HALF_M, end, n)
+        for group, row, end, n in _naive_tiles(sizes, TILE_M, n_tiles)
+        for half in range(2)
+        if tile_schedule.half_has_rows(end - row, half, HALF_M)
+    ]
+    assert sorted(halves) == sorted(_naive_tiles(sizes, HALF_M, n_tiles))
+
+
+# ---- compiled PTX (fresh process per variant: the DSL reads its target arch when first imported) ----
+
+needs_dsl = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
+)
+OPS_OUTS = [(op, out) for op in ("fprop", "dgrad", "wgrad") for out in ("bfloat16", "float32")]
+_COMPILE = """
+import sys
+from pathlib import Path
+import torch
+from cutlass_kernels.cute_base import KernelSpec, compile_spec
+from cutlass_kernels.{module} import {cls}
+out_dir = Path(sys.argv[1])
+for op, out in {ops_outs!r}:
+    spec = KernelSpec("sm_90a", op, torch.bfloat16, getattr(torch, out), 128, 256)
+    compile_spec(spec, {cls}(128, 256, k_grouped=op == "wgrad"), out_dir)
+"""
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+MULTICAST_LOAD = re.compile(
+    r"cp\.async\.bulk\.tensor\.[23]d\.shared::cluster\.global\.tile\.\S*multicast::cluster"
+)
+
+
+def _compile_variant(module: str, cls: str, out_dir: Path) -> dict[tuple[str, str], str]:
+    code = _COMPILE.format(module=module, cls=cls, ops_outs=OPS_OUTS)
+    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(out_dir)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out_dir,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {
+        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_sm_90a.ptx").read_text()
+        for op, out in OPS_OUTS
+    }
+
+
+def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    ptx = tmp_path / "check.ptx"
+    ptx.write_text(ptx_text)
+    done = subprocess.run(
+        ["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in done.stderr
+    assert re.search(r"Used \d+ registers", done.stderr)
+
+
+def _assert_common(ptx: str) -> None:
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tma_epilogue", "Sm90TmaEpilogueGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert ptx.count(TMA_STORE) >= 8, (op, out)  # one per 8 KiB slice of a 128 x 256 tile
+        assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
+        # 16-bit C goes registers -> shared by stmatrix, FP32 by vector shared stores
+        assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
+        assert "st.global" in ptx  # predicated stores stay for tiles cut by a group end
+        assert "multicast::cluster" not in ptx
+        _assert_no_spills(ptx, tmp_path)
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tail64_keeps_the_default_stores_and_loads(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tail64", "Sm90Tail64Gemm", tmp_path).items():
+        _assert_common(ptx)
+        assert TMA_STORE not in ptx and "stmatrix" not in ptx and "multicast::cluster" not in ptx, (op, out)
+        _assert_no_spills(ptx, tmp_path)
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_cluster_multicasts_b_and_launches_2x1_clusters(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_cluster", "Sm90ClusterGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert MULTICAST_LOAD.search(ptx), (op, out)
+        assert "%cluster_ctarank" in ptx and "barrier.cluster.wait" in ptx
+        # stages are released to both CTAs of the cluster
+        assert "mbarrier.arrive.shared::cluster.b64" in ptx and "mapa.shared::cluster" in ptx
+        _assert_no_spills(ptx, tmp_path)
+    launch_ir = "\n".join(p.read_text() for p in tmp_path.glob("*_clean.mlir"))
+    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == len(OPS_OUTS)
