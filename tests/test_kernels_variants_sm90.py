@@ -50,7 +50,8 @@ def test_cluster_pairs_cover_every_tile_once_and_share_the_b_tile(seed: int):
     rng = random.Random(seed)
     sizes = _random_sizes(rng)
     n_tiles, clusters = rng.randint(1, 5), rng.randint(1, 30)
-    computed, empty = [], []
+    computed: list[tuple[int, int, int, int]] = []
+    empty: list[tuple[int, int, int, int]] = []
     for cluster in range(clusters):
         # the walk of a cluster: what its CTAs' producers and consumers all decode
         for group, pair_row, end, n in tile_schedule.cta_tiles(
