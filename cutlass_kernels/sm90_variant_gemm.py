@@ -40,6 +40,24 @@ _STORE_WARP = 4  # the first consumer warp issues the TMA stores
 CLUSTER_SHAPES = (1, 2)
 
 
+def epilogue_tile(tile_m: int, c_width: int) -> tuple[int, int]:
+    """The ``tile_m x epi_n`` slice of C one shared buffer holds (``c_width`` bits per element)."""
+    return tile_m, _EPI_BUFFER_BYTES * 8 // (tile_m * c_width)
+
+
+def epilogue_r2s(tiled_mma: Any, c_dtype: Any, c_layout: Any, acc_dtype: Any) -> Any:
+    """The register -> shared copy of the accumulator, laid out as the stmatrix atom tiled over
+    ``tiled_mma``'s C (``stmatrix`` itself for 16-bit C, vector shared stores otherwise)."""
+    r2s_atom = sm90_utils.get_smem_store_op(c_layout, c_dtype, acc_dtype)
+    c_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_layout.is_m_major_c(), 4), c_dtype)
+    return cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(c_atom, tiled_mma))
+
+
+def slice_value(s: int, v: int, per_slice: int) -> int:
+    """Index, in the accumulator retiled by :func:`epilogue_r2s`, of value ``v`` of C slice ``s``."""
+    return s * per_slice + v
+
+
 class Sm90VariantGemm:
     """A compiled-once grouped GEMM with the interface of ``Sm90GroupedGemm``, plus the switches in
     the module docstring."""
@@ -87,7 +105,7 @@ class Sm90VariantGemm:
         # the walk runs over cluster_m consecutive M tiles of one group at a time
         self.problem = GroupedProblem(self.k_grouped, self.tile_m * self.cluster_m, self.tile_n, tile_k)
         # C slices: their layout is built (and passed to the kernel) either way, allocated with tma_store
-        self.epi_tile = (self.tile_m, _EPI_BUFFER_BYTES * 8 // (self.tile_m * self.c_dtype.width))
+        self.epi_tile = epilogue_tile(self.tile_m, self.c_dtype.width)
         self.epi_smem = sm90_utils.make_smem_layout_epi(
             self.c_dtype, self.c_layout, self.epi_tile, _EPI_BUFFERS
         )
@@ -163,7 +181,7 @@ class Sm90VariantGemm:
         ).launch(
             grid=(grid, 1, 1),
             block=(self.threads, 1, 1),
-            cluster=(self.cluster_m, 1, 1),
+            cluster=(self.cluster_m, 1, 1) if self.cluster_m > 1 else None,
             stream=stream,
         )
 
@@ -388,11 +406,7 @@ class Sm90VariantGemm:
         """Register -> shared copy (stmatrix for 16-bit C) of the accumulator, the staged C buffers,
         and the TMA store group that rotates them."""
         sC = storage.sC.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
-        r2s_atom = sm90_utils.get_smem_store_op(self.c_layout, self.c_dtype, self.acc_dtype)
-        c_atom = cute.make_copy_atom(
-            cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_layout.is_m_major_c(), 4), self.c_dtype
-        )
-        r2s = cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(c_atom, tiled_mma))
+        r2s = epilogue_r2s(tiled_mma, self.c_dtype, self.c_layout, self.acc_dtype)
         thr_r2s = r2s.get_slice(consumer_tidx)
         store_group = pipeline.PipelineTmaStore.create(
             num_stages=_EPI_BUFFERS,
@@ -422,7 +436,7 @@ class Sm90VariantGemm:
         slice_order = cute.make_layout(slice_grid, stride=(slice_grid[1], 1))
         for s in cutlass.range_constexpr(slices):
             for v in cutlass.range_constexpr(per_slice):
-                frag[v] = tRS_acc[s * per_slice + v]
+                frag[v] = tRS_acc[slice_value(s, v, per_slice)]
             frag_out.store(frag.load().to(self.c_dtype))
             buffer = (epi_count + s) % _EPI_BUFFERS
             cute.copy(r2s, frag_out, tRS_sC[(None, None, None, buffer)])

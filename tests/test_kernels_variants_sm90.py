@@ -5,6 +5,7 @@ no register spills."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import random
 import re
@@ -160,6 +161,10 @@ def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
     assert re.search(r"Used \d+ registers", done.stderr)
 
 
+def _launch_ir(out_dir: Path) -> str:
+    return "\n".join(p.read_text() for p in out_dir.glob("*_clean.mlir"))
+
+
 def _assert_common(ptx: str) -> None:
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
@@ -177,6 +182,9 @@ def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
         assert "st.global" in ptx  # predicated stores stay for tiles cut by a group end
         assert "multicast::cluster" not in ptx
         _assert_no_spills(ptx, tmp_path)
+    assert "cluster_launch = false" in _launch_ir(tmp_path) and "cluster_launch = true" not in _launch_ir(
+        tmp_path
+    )
 
 
 @needs_dsl
@@ -186,6 +194,9 @@ def test_tail64_keeps_the_default_stores_and_loads(tmp_path: Path):
         _assert_common(ptx)
         assert TMA_STORE not in ptx and "stmatrix" not in ptx and "multicast::cluster" not in ptx, (op, out)
         _assert_no_spills(ptx, tmp_path)
+    assert "cluster_launch = false" in _launch_ir(tmp_path) and "cluster_launch = true" not in _launch_ir(
+        tmp_path
+    )
 
 
 @needs_dsl
@@ -198,5 +209,59 @@ def test_cluster_multicasts_b_and_launches_2x1_clusters(tmp_path: Path):
         # stages are released to both CTAs of the cluster
         assert "mbarrier.arrive.shared::cluster.b64" in ptx and "mapa.shared::cluster" in ptx
         _assert_no_spills(ptx, tmp_path)
-    launch_ir = "\n".join(p.read_text() for p in tmp_path.glob("*_clean.mlir"))
-    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == len(OPS_OUTS)
+    assert _launch_ir(tmp_path).count("exact_cluster_dim = array<i64: 2, 1, 1>") == len(OPS_OUTS)
+
+
+_EPILOGUE_MAP = """
+import json, sys
+import cutlass, cutlass.cute as cute, cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+from cutlass_kernels.sm90_variant_gemm import epilogue_r2s, epilogue_tile, slice_value
+
+found = {}
+
+@cute.jit
+def walk(c_dtype: cutlass.Constexpr):
+    # the kernel's tiled MMA: two consumer warpgroups of 64 x 256 each
+    k = warpgroup.OperandMajorMode.K
+    mma = sm90_utils.make_trivial_tiled_mma(
+        cutlass.BFloat16, cutlass.BFloat16, k, k, cutlass.Float32, (2, 1, 1), tiler_mn=(64, 256)
+    )
+    r2s = epilogue_r2s(mma, c_dtype, utils.LayoutEnum.ROW_MAJOR, cutlass.Float32)
+    epi = epilogue_tile(128, c_dtype.width)
+    for t in cutlass.range_constexpr(256):
+        acc_coords = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
+        slice_coords = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
+        per = cute.size(slice_coords)
+        for s in cutlass.range_constexpr(256 // epi[1]):
+            for v in cutlass.range_constexpr(per):
+                r, c = acc_coords[slice_value(s, v, per)]
+                sr, sc = slice_coords[v]
+                found.setdefault("pairs", []).append([int(r), int(c), int(sr), int(sc) + s * epi[1]])
+
+walk(getattr(cutlass, sys.argv[1]))
+print(json.dumps(found["pairs"]))
+"""
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize("c_dtype", ["BFloat16", "Float32"])
+def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_dtype: str, tmp_path: Path):
+    # every thread's accumulator value v of slice s must be the element the register -> shared copy
+    # expects there: same (row, column) of the 128 x 256 tile, every element exactly once
+    script = tmp_path / "epilogue_map.py"  # the DSL compiles from source files only
+    script.write_text(_EPILOGUE_MAP)
+    done = subprocess.run(
+        [sys.executable, str(script), c_dtype],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    pairs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(pairs) == 128 * 256
+    assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
+    assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
