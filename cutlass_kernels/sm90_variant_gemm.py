@@ -36,7 +36,7 @@ _THREADS_PER_WG = 128
 _EPI_BUFFER_BYTES = 8192  # one tile_m x epi_n slice of C in shared memory
 _EPI_BUFFERS = 3  # TMA stores in flight; with 4 ring stages of 128x256x64 they still fit
 _EPI_BARRIER = 1  # named barrier of the consumer warpgroups (0 is the CTA barrier)
-_STORE_WARP = 4  # the first consumer warp issues the TMA stores
+_STORE_THREAD = 4 * 32  # the first consumer thread issues, commits and waits for the TMA stores
 CLUSTER_SHAPES = (1, 2)
 
 
@@ -297,13 +297,13 @@ class Sm90VariantGemm:
             cute.arch.setmaxregister_increase(232)
             self._consume(
                 tiled_mma, ring, sA, sB, tma_c, mC_tma, mC, storage, epi_smem, prefix, offs, walker, walkers,
-                rank, total, tiles_m, tiles_n, k_tiles, rows_out, tidx, warp, wg,
+                rank, total, tiles_m, tiles_n, k_tiles, rows_out, tidx, wg,
             )  # fmt: skip
 
     @cute.jit
     def _consume(
         self, tiled_mma, ring, sA, sB, tma_c, mC_tma, mC, storage, epi_smem, prefix, offs, walker, walkers,
-        rank, total, tiles_m, tiles_n, k_tiles, rows_out, tidx, warp, wg,
+        rank, total, tiles_m, tiles_n, k_tiles, rows_out, tidx, wg,
     ) -> None:  # fmt: skip
         """The consumer warpgroups: main loop and epilogue of every tile of this CTA."""
         n_total = mC.shape[1]
@@ -365,7 +365,7 @@ class Sm90VariantGemm:
             whole_rows = rows_left >= self.tile_m
             if cutlass.const_expr(self.tma_store):
                 if whole_rows:
-                    epi_count = self._store_tma(epi, acc, tma_c, mC_tma, row, n_tile, epi_count, warp)
+                    epi_count = self._store_tma(epi, acc, tma_c, mC_tma, row, n_tile, epi_count, tidx)
                 else:
                     self._store_predicated(acc, tCcC, thr_c, mC, row, n_tile, rows_left, cols_left)
             else:
@@ -377,7 +377,7 @@ class Sm90VariantGemm:
                     self._store_predicated(acc, tCcC, thr_c, mC, row, n_tile, rows_left, cols_left)
             tile = tile + walkers
         if cutlass.const_expr(self.tma_store):
-            if warp == _STORE_WARP:
+            if tidx == _STORE_THREAD:
                 epi[3].producer_tail()
 
     @cute.jit
@@ -415,7 +415,7 @@ class Sm90VariantGemm:
         return r2s, thr_r2s.partition_D(sC), sC, store_group
 
     @cute.jit
-    def _store_tma(self, epi, acc, tma_c, mC_tma, row, n_tile, epi_count, warp):
+    def _store_tma(self, epi, acc, tma_c, mC_tma, row, n_tile, epi_count, tidx):
         """Store a tile whose rows all belong to its group: slice by slice into a free shared
         buffer, then one asynchronous TMA store per slice (N past the tensor end is clipped)."""
         r2s, tRS_sC, sC, store_group = epi
@@ -443,7 +443,8 @@ class Sm90VariantGemm:
             # make the shared writes visible to the TMA unit, then let one warp issue the store
             cute.arch.fence_proxy("async.shared", space="cta")
             barrier.arrive_and_wait()
-            if warp == _STORE_WARP:
+            # one thread: a bulk store is per thread (the DSL elects none for stores, unlike for loads)
+            if tidx == _STORE_THREAD:
                 cute.copy(tma_c, bSG_sC[(None, buffer)], bSG_gC[(None, slice_order.get_hier_coord(s))])
                 store_group.producer_commit()
                 # the next slice's buffer is free once at most _EPI_BUFFERS - 1 stores still read
