@@ -13,8 +13,10 @@ Each option is one trace-time switch; the named variants (``sm90_tma_epilogue``,
   issuing wgmma, which halves that tile's tensor-core time (a 64-row tail tile).
 - ``cluster_m = 2``: a 2x1 thread-block cluster takes two consecutive M tiles of one (group, N tile);
   each CTA loads half of the B tile and multicasts it to both. The tile walk runs over 256-row pairs;
-  the second tile of a pair with an odd M-tile count has no rows: its CTA still takes part in every
-  stage (it receives and sends B, releases stages to both CTAs) but issues no wgmma and stores nothing.
+  a pair with rows for one tile only is split into two 64-row halves, one per CTA
+  (:func:`cutlass_kernels.tile_schedule.cluster_rows`). A CTA whose share has no rows still takes
+  part in every stage (it receives and sends B, releases stages to both CTAs) but issues no wgmma
+  and stores nothing.
 """
 
 from __future__ import annotations
@@ -267,10 +269,10 @@ class Sm90VariantGemm:
                 group = cutlass.Int32(0)
                 tile = walker
                 while tile < total:
-                    group, a_row, n_tile, k_begin, k_end, _, _, _ = tile_work(
+                    group, a_row, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
                         self.problem, prefix, offs, group, tile, tiles_m, tiles_n, k_tiles, rows_out
                     )
-                    a_row = tile_schedule.cluster_row(a_row, rank, self.tile_m)
+                    a_row = a_row + self._cta_rows(row, row_end, rank)[0] - row
                     b_group = 0 if cutlass.const_expr(self.k_grouped) else group
                     gA = cute.local_tile(
                         cute.domain_offset((a_row, 0), mA), cute.select(self.tile_mnk, mode=[0, 2]), (0, None)
@@ -329,7 +331,7 @@ class Sm90VariantGemm:
             group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
                 self.problem, prefix, offs, group, tile, tiles_m, tiles_n, k_tiles, rows_out
             )
-            row = tile_schedule.cluster_row(row, rank, self.tile_m)
+            row, row_end = self._cta_rows(row, row_end, rank)
             rows_left = row_end - row
             active = True
             if cutlass.const_expr(self.skip_empty_halves):
@@ -379,6 +381,15 @@ class Sm90VariantGemm:
         if cutlass.const_expr(self.tma_store):
             if tidx == _STORE_THREAD:
                 epi[3].producer_tail()
+
+    @cute.jit
+    def _cta_rows(self, row, row_end, rank):
+        """This CTA's (first row, row end) of the walk's unit at ``row``: the unit itself without a
+        cluster, else the CTA's tile or half tile of the pair (:func:`tile_schedule.cluster_rows`)."""
+        rows = (row, row_end)
+        if cutlass.const_expr(self.cluster_m > 1):
+            rows = tile_schedule.cluster_rows(row, row_end, rank, self.tile_m, cutlass.min, cutlass.max)
+        return rows
 
     @cute.jit
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read) -> None:

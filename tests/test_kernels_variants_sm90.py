@@ -46,48 +46,63 @@ def _random_sizes(rng: random.Random) -> list[int]:
     ]
 
 
+def _naive_rows(sizes: list[int], n_tiles: int) -> list[tuple[int, int, int]]:
+    """Every output (group, row, N tile) of an M-grouped problem."""
+    starts = [0, *_offs(sizes)]
+    return [
+        (g, r, n)
+        for g, size in enumerate(sizes)
+        for r in range(starts[g], starts[g] + size)
+        for n in range(n_tiles)
+    ]
+
+
+def _cta_share(pair_row: int, end: int, rank: int) -> tuple[int, int]:
+    row, row_end = tile_schedule.cluster_rows(pair_row, end, rank, TILE_M)
+    assert row_end - row <= TILE_M  # never more than the CTA's own tile
+    return row, row_end
+
+
 @pytest.mark.parametrize("seed", range(10))
-def test_cluster_pairs_cover_every_tile_once_and_share_the_b_tile(seed: int):
+def test_cluster_pairs_cover_every_row_once_and_share_the_b_tile(seed: int):
     rng = random.Random(seed)
     sizes = _random_sizes(rng)
     n_tiles, clusters = rng.randint(1, 5), rng.randint(1, 30)
-    computed: list[tuple[int, int, int, int]] = []
-    empty: list[tuple[int, int, int, int]] = []
+    covered, idle, split = [], 0, 0
     for cluster in range(clusters):
-        # the walk of a cluster: what its CTAs' producers and consumers all decode
+        # the walk of a cluster: both CTAs decode the same (group, pair, N tile), hence the same B tile
         for group, pair_row, end, n in tile_schedule.cta_tiles(
             _offs(sizes), 2 * TILE_M, n_tiles, cluster, clusters
         ):
-            for rank in range(2):
-                row = tile_schedule.cluster_row(pair_row, rank, TILE_M)
-                (computed if row < end else empty).append((group, row, end, n))
+            shares = [_cta_share(pair_row, end, rank) for rank in range(2)]
+            covered += [(group, r, n) for row, row_end in shares for r in range(row, row_end)]
+            idle += sum(row >= row_end for row, row_end in shares)
+            if pair_row + TILE_M >= end:  # rows for one tile only: halves, so one warpgroup each
+                split += 1
+                assert all(not tile_schedule.half_has_rows(e - r, 1, HALF_M) for r, e in shares)
 
-    assert sorted(computed) == sorted(_naive_tiles(sizes, TILE_M, n_tiles))  # each tile once, none invented
-    # a CTA without rows is only ever the second of its group's last pair, in a group of odd tile count
-    starts = [0, *_offs(sizes)]
-    for group, row, _, _ in empty:
-        m_tiles = tile_schedule.m_tiles(sizes[group], TILE_M)
-        assert m_tiles % 2 == 1 and row == starts[group] + m_tiles * TILE_M
-    odd_groups = sum(tile_schedule.m_tiles(s, TILE_M) % 2 for s in sizes)
-    assert len(empty) == odd_groups * n_tiles
+    assert sorted(covered) == sorted(_naive_rows(sizes, n_tiles))  # every row once, none invented
+    # a pair with rows for one tile only exists per group of odd M-tile count; a CTA idles only
+    # where that last tile has at most 64 rows
+    odd = [size for size in sizes if tile_schedule.m_tiles(size, TILE_M) % 2]
+    assert split == len(odd) * n_tiles
+    assert idle == sum(1 for size in odd if size % TILE_M and size % TILE_M <= HALF_M) * n_tiles
 
 
-@pytest.mark.parametrize("rows_out", [1, 64, 128, 129, 256, 300, 640])
-def test_cluster_pairs_of_the_k_grouped_walk_cover_every_output_row_tile(rows_out: int):
-    # K-grouped: every group owns a whole grid of pairs of M tiles over its rows_out output rows
+@pytest.mark.parametrize("rows_out", [1, 64, 65, 128, 129, 200, 256, 300, 640])
+def test_cluster_pairs_of_the_k_grouped_walk_cover_every_output_row(rows_out: int):
+    # K-grouped: every group owns a whole grid of row pairs over its rows_out output rows of C
     groups, n_tiles = 3, 2
     pairs = tile_schedule.m_tiles(rows_out, 2 * TILE_M)
-    seen = []
+    covered = []
     for tile in range(groups * pairs * n_tiles):
         group, pair, n = tile_schedule.decode_k_grouped(tile, pairs, n_tiles)
+        first, end = group * rows_out + pair * 2 * TILE_M, (group + 1) * rows_out
         for rank in range(2):
-            row = tile_schedule.cluster_row(pair * 2 * TILE_M, rank, TILE_M)
-            if row < rows_out:
-                seen.append((group, row, n))
-    expected = [
-        (g, row, n) for g in range(groups) for row in range(0, rows_out, TILE_M) for n in range(n_tiles)
-    ]
-    assert sorted(seen) == sorted(expected)
+            row, row_end = _cta_share(first, end, rank)
+            covered += [(group, r - group * rows_out, n) for r in range(row, row_end)]
+    expected = [(g, r, n) for g in range(groups) for r in range(rows_out) for n in range(n_tiles)]
+    assert sorted(covered) == sorted(expected)
 
 
 @pytest.mark.parametrize("seed", range(6))
