@@ -280,3 +280,14 @@ def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_d
     assert len(pairs) == 128 * 256
     assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
     assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tma_cluster_combines_multicast_and_tma_stores(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tma_cluster", "Sm90TmaClusterGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert MULTICAST_LOAD.search(ptx) and ptx.count(TMA_STORE) >= 8, (op, out)
+        assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
+        _assert_no_spills(ptx, tmp_path)
+    assert _launch_ir(tmp_path).count("exact_cluster_dim = array<i64: 2, 1, 1>") == len(OPS_OUTS)
