@@ -17,26 +17,9 @@ from pathlib import Path
 import pytest
 
 from cutlass_kernels import tile_schedule
+from tests.test_kernels_schedule import _naive_tiles, _offs
 
 TILE_M, HALF_M = 128, 64
-
-
-def _offs(sizes: list[int]) -> list[int]:
-    ends, total = [], 0
-    for s in sizes:
-        total += s
-        ends.append(total)
-    return ends
-
-
-def _naive_tiles(sizes: list[int], tile_m: int, n_tiles: int) -> list[tuple[int, int, int, int]]:
-    tiles, start = [], 0
-    for g, size in enumerate(sizes):
-        tiles += [
-            (g, row, start + size, n) for row in range(start, start + size, tile_m) for n in range(n_tiles)
-        ]
-        start += size
-    return tiles
 
 
 def _random_sizes(rng: random.Random) -> list[int]:
