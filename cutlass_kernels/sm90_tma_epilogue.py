@@ -4,8 +4,9 @@ shared memory (``stmatrix`` for 16-bit C) -> global memory by asynchronous TMA s
 Chosen over ping-pong consumers because it keeps the 128 x 256 tile that both warpgroups share: a
 ping-pong warpgroup owns whole tiles, and a 128 x 256 FP32 accumulator (256 registers per thread)
 does not fit one warpgroup, so ping-pong would halve the tile to 128 x 128 and double each tile's A
-traffic per FLOP. Tiles cut by a group end keep predicated register stores (their rows past the
-group belong to another group's tile); see :mod:`cutlass_kernels.sm90_variant_gemm`.
+traffic per FLOP. Tiles cut by a group end leave shared memory by 16-byte stores of their rows in
+the group only (their rows past the group belong to another group's tile); see
+:mod:`cutlass_kernels.sm90_variant_gemm`.
 """
 
 from __future__ import annotations

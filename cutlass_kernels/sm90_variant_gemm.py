@@ -4,10 +4,11 @@
 Each option is one trace-time switch; the named variants (``sm90_tma_epilogue``, ``sm90_tail64``,
 ``sm90_cluster``) pick them, so one kernel body carries every combination:
 
-- ``tma_store``: tiles with all their rows in one group go through shared memory (``stmatrix`` for
-  16-bit C) and a TMA store per ``tile_m x epi_n`` slice, issued asynchronously, so the global writes
-  overlap the next tile's main loop; tiles cut by a group end keep the per-element predicated stores
-  (their rows past the group belong to another group's tile), the N tail is clipped by TMA itself.
+- ``tma_store``: C goes through shared memory (``stmatrix`` for 16-bit C) in ``tile_m x epi_n``
+  slices. A tile with all its rows in one group leaves by one asynchronous TMA store per slice, so
+  the global writes overlap the next tile's main loop (the N tail is clipped by TMA itself); a tile
+  cut by a group end leaves by 16-byte stores of its rows inside the group only (its rows past the
+  group belong to another group's tile).
 - ``skip_empty_halves``: each consumer warpgroup owns 64 rows of the tile; one whose rows all lie
   past the group end (a group's last tile with at most 64 rows left) consumes the ring without
   issuing wgmma, which halves that tile's tensor-core time (a 64-row tail tile).
@@ -53,6 +54,16 @@ def epilogue_r2s(tiled_mma: Any, c_dtype: Any, c_layout: Any, acc_dtype: Any) ->
     r2s_atom = sm90_utils.get_smem_store_op(c_layout, c_dtype, acc_dtype)
     c_atom = cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(c_layout.is_m_major_c(), 4), c_dtype)
     return cute.make_tiled_copy_S(r2s_atom, cute.make_tiled_copy_C_atom(c_atom, tiled_mma))
+
+
+def epilogue_s2g(c_dtype: Any, epi_tile: tuple[int, int], threads: int) -> Any:
+    """The shared -> global copy of one C slice: 16 bytes a thread, the threads of a row side by side,
+    so every store is whole 16-byte pieces of one row (rows and N are multiples of them)."""
+    vec = 128 // c_dtype.width
+    per_row = epi_tile[1] // vec
+    atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), c_dtype, num_bits_per_copy=128)
+    thr = cute.make_layout((threads // per_row, per_row), stride=(per_row, 1))
+    return cute.make_tiled_copy_tv(atom, thr, cute.make_layout((1, vec)))
 
 
 def slice_value(s: int, v: int, per_slice: int) -> int:
@@ -366,10 +377,9 @@ class Sm90VariantGemm:
             cols_left = n_total - n_tile * self.tile_n
             whole_rows = rows_left >= self.tile_m
             if cutlass.const_expr(self.tma_store):
-                if whole_rows:
-                    epi_count = self._store_tma(epi, acc, tma_c, mC_tma, row, n_tile, epi_count, tidx)
-                else:
-                    self._store_predicated(acc, tCcC, thr_c, mC, row, n_tile, rows_left, cols_left)
+                epi_count = self._store_staged(
+                    epi, acc, tma_c, mC_tma, mC, row, n_tile, rows_left, cols_left, epi_count, tidx
+                )
             else:
                 out.store(acc.load().to(self.c_dtype))
                 if whole_rows & (cols_left >= self.tile_n):
@@ -380,7 +390,7 @@ class Sm90VariantGemm:
             tile = tile + walkers
         if cutlass.const_expr(self.tma_store):
             if tidx == _STORE_THREAD:
-                epi[3].producer_tail()
+                epi[-1].producer_tail()
 
     @cute.jit
     def _cta_rows(self, row, row_end, rank):
@@ -414,51 +424,77 @@ class Sm90VariantGemm:
 
     @cute.jit
     def _make_epilogue(self, tiled_mma, storage, epi_smem, consumer_tidx):
-        """Register -> shared copy (stmatrix for 16-bit C) of the accumulator, the staged C buffers,
-        and the TMA store group that rotates them."""
+        """The staged C buffers with their two partitions: the register -> shared copy (stmatrix for
+        16-bit C) and the shared -> global copy of cut tiles (16 bytes a thread, row by row); the
+        coordinates of the latter; and the TMA store group that rotates the buffers."""
         sC = storage.sC.get_tensor(epi_smem.outer, swizzle=epi_smem.inner)
         r2s = epilogue_r2s(tiled_mma, self.c_dtype, self.c_layout, self.acc_dtype)
-        thr_r2s = r2s.get_slice(consumer_tidx)
+        s2g = epilogue_s2g(self.c_dtype, self.epi_tile, self.consumer_threads)
+        thr_s2g = s2g.get_slice(consumer_tidx)
         store_group = pipeline.PipelineTmaStore.create(
             num_stages=_EPI_BUFFERS,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
         )
-        return r2s, thr_r2s.partition_D(sC), sC, store_group
+        return (
+            r2s,
+            r2s.get_slice(consumer_tidx).partition_D(sC),
+            sC,
+            s2g,
+            thr_s2g,
+            thr_s2g.partition_S(sC),
+            thr_s2g.partition_D(cute.make_identity_tensor(self.epi_tile)),
+            store_group,
+        )
 
     @cute.jit
-    def _store_tma(self, epi, acc, tma_c, mC_tma, row, n_tile, epi_count, tidx):
-        """Store a tile whose rows all belong to its group: slice by slice into a free shared
-        buffer, then one asynchronous TMA store per slice (N past the tensor end is clipped)."""
-        r2s, tRS_sC, sC, store_group = epi
+    def _store_staged(self, epi, acc, tma_c, mC_tma, mC, row, n_tile, rows_left, cols_left, epi_count, tidx):
+        """Store a tile slice by slice through a free shared buffer. A tile whose rows all belong to
+        its group leaves by one asynchronous TMA store per slice (N past the tensor end is clipped);
+        a tile cut by its group end by 16-byte stores of the rows inside the group (and N) only."""
+        r2s, tRS_sC, sC, s2g, thr_s2g, tSG_sC, tSG_cC, store_group = epi
         barrier = pipeline.NamedBarrier(barrier_id=_EPI_BARRIER, num_threads=self.consumer_threads)
+        whole = rows_left >= self.tile_m
         tRS_acc = r2s.retile(acc)
         slice_shape = cute.shape(tRS_sC[(None, None, None, 0)])
         frag = cute.make_rmem_tensor(slice_shape, self.acc_dtype)
         frag_out = cute.make_rmem_tensor(slice_shape, self.c_dtype)
         per_slice = cute.size(frag)
+        slices = self.tile_n // self.epi_tile[1]
         tile_mn = cute.select(self.tile_mnk, mode=[0, 1])
         gC = cute.local_tile(cute.domain_offset((row, 0), mC_tma), tile_mn, (0, n_tile))
-        gC_slices = cute.zipped_divide(gC, self.epi_tile)
         bSG_sC, bSG_gC = cpasync.tma_partition(
-            tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), gC_slices
+            tma_c, 0, cute.make_layout(1), cute.group_modes(sC, 0, 2), cute.zipped_divide(gC, self.epi_tile)
         )
-        slices = cute.size(gC_slices, mode=[1])
-        slice_grid = gC_slices.shape[1]
-        slice_order = cute.make_layout(slice_grid, stride=(slice_grid[1], 1))
+        if not whole:
+            # plain stores reuse buffers that no TMA store may still be reading
+            if tidx == _STORE_THREAD:
+                store_group.producer_tail()
+            barrier.arrive_and_wait()
         for s in cutlass.range_constexpr(slices):
             for v in cutlass.range_constexpr(per_slice):
                 frag[v] = tRS_acc[slice_value(s, v, per_slice)]
             frag_out.store(frag.load().to(self.c_dtype))
             buffer = (epi_count + s) % _EPI_BUFFERS
             cute.copy(r2s, frag_out, tRS_sC[(None, None, None, buffer)])
-            # make the shared writes visible to the TMA unit, then let one warp issue the store
+            # make the shared writes visible to the TMA unit (and to the other threads)
             cute.arch.fence_proxy("async.shared", space="cta")
             barrier.arrive_and_wait()
-            # one thread: a bulk store is per thread (the DSL elects none for stores, unlike for loads)
-            if tidx == _STORE_THREAD:
-                cute.copy(tma_c, bSG_sC[(None, buffer)], bSG_gC[(None, slice_order.get_hier_coord(s))])
-                store_group.producer_commit()
-                # the next slice's buffer is free once at most _EPI_BUFFERS - 1 stores still read
-                store_group.producer_acquire()
+            if whole:
+                # one thread: a bulk store is per thread (the DSL elects none for stores, unlike loads)
+                if tidx == _STORE_THREAD:
+                    cute.copy(tma_c, bSG_sC[(None, buffer)], bSG_gC[(None, (0, s))])
+                    store_group.producer_commit()
+                    # the next slice's buffer is free once at most _EPI_BUFFERS - 1 stores still read
+                    store_group.producer_acquire()
+            else:
+                gS = cute.local_tile(
+                    cute.domain_offset((row, 0), mC), self.epi_tile, (0, n_tile * slices + s)
+                )
+                tSG_gC = thr_s2g.partition_D(gS)
+                for i in cutlass.range_constexpr(cute.size(tSG_gC, mode=[1])):
+                    for j in cutlass.range_constexpr(cute.size(tSG_gC, mode=[2])):
+                        r, col = tSG_cC[(0, i, j)]
+                        if (r < rows_left) & (col + s * self.epi_tile[1] < cols_left):
+                            cute.copy(s2g, tSG_sC[(None, i, j, buffer)], tSG_gC[(None, i, j)])
             barrier.arrive_and_wait()
         return epi_count + slices

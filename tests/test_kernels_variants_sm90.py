@@ -177,7 +177,8 @@ def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
         assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
         # 16-bit C goes registers -> shared by stmatrix, FP32 by vector shared stores
         assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
-        assert "st.global" in ptx  # predicated stores stay for tiles cut by a group end
+        # tiles cut by a group end: 16-byte stores of their rows from shared memory, no scalar ones
+        assert "st.global.v4.b32" in ptx and "st.global.b16" not in ptx, (op, out)
         assert "multicast::cluster" not in ptx
         _assert_no_spills(ptx, tmp_path)
     assert "cluster_launch = false" in _launch_ir(tmp_path) and "cluster_launch = true" not in _launch_ir(
@@ -215,7 +216,7 @@ import json, sys
 import cutlass, cutlass.cute as cute, cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass_kernels.sm90_variant_gemm import epilogue_r2s, epilogue_tile, slice_value
+from cutlass_kernels.sm90_variant_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
 
 found = {}
 
@@ -237,9 +238,17 @@ def walk(c_dtype: cutlass.Constexpr):
                 r, c = acc_coords[slice_value(s, v, per)]
                 sr, sc = slice_coords[v]
                 found.setdefault("pairs", []).append([int(r), int(c), int(sr), int(sc) + s * epi[1]])
+    # the shared -> global copy of cut tiles: each thread's 16-byte pieces, as (row, first column, width)
+    s2g = epilogue_s2g(c_dtype, epi, 256)
+    for t in cutlass.range_constexpr(256):
+        coords = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
+        for i in cutlass.range_constexpr(cute.size(coords, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(coords, mode=[2])):
+                piece = [coords[(v, i, j)] for v in range(cute.size(coords, mode=[0]))]
+                found.setdefault("pieces", []).append([[int(r), int(c)] for r, c in piece])
 
 walk(getattr(cutlass, sys.argv[1]))
-print(json.dumps(found["pairs"]))
+print(json.dumps(found))
 """
 
 
@@ -259,10 +268,17 @@ def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_d
         env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    pairs = json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    pairs = found["pairs"]
     assert len(pairs) == 128 * 256
     assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
     assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
+    # cut tiles: 16-byte pieces, each within one row and contiguous, together the slice exactly once
+    width, slice_cols = {"BFloat16": (8, 32), "Float32": (4, 16)}[c_dtype]  # a slice is 8 KiB
+    pieces = found["pieces"]
+    assert all(len(p) == width and p == [[p[0][0], p[0][1] + v] for v in range(width)] for p in pieces)
+    covered = sorted((r, c) for p in pieces for r, c in p)
+    assert covered == sorted((r, c) for r in range(128) for c in range(slice_cols))
 
 
 @needs_dsl
