@@ -5,7 +5,10 @@ group ``g`` owns rows ``[offs[g-1], offs[g])`` and any group may be empty. Group
 data: backends must not recompile per routing or sync the host.
 
 Backends: ``torch`` (reference; CPU and fallback), ``cute-sm90`` (Hopper), ``cute-sm100`` (Blackwell);
-``auto`` picks by the tensors' device.
+``auto`` picks by the tensors' device. ``variant`` names one of the CuTe backend's kernels for the op
+(:func:`cutlass_kernels.registry.variants`); ``auto`` takes the per-shape choice
+(:mod:`cutlass_kernels.choices`). A named variant runs or raises ValueError saying why it cannot take
+the operands; the torch backend has no variants, so it takes ``auto`` only.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 
 from cutlass_kernels import torch_backend
-from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.mxfp8 import MXTensor, quantize_mx
 
 BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
 # CuTe backend -> (the arch its kernels are compiled for, the compute-capability major it runs on)
@@ -57,10 +60,18 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-def _impl(backend: str, device: torch.device) -> Any:
-    """The module or object with the four entry points of the resolved backend."""
+def _impl(backend: str, device: torch.device, variant: str) -> tuple[Any, tuple[str, ...]]:
+    """The module or object with the four entry points of the resolved backend, and the trailing
+    arguments it takes: the variant for a CuTe backend, none for torch (which has no variants)."""
     name = resolve_backend(backend, device)
-    return torch_backend if name == "torch" else _cute_backend(name)
+    if name != "torch":
+        return _cute_backend(name), (variant,)
+    if variant != "auto":
+        raise ValueError(
+            f"variant {variant!r} names a CuTe kernel, but backend {backend!r} resolved to torch on "
+            f"{device}, which has none; allowed: auto"
+        )
+    return torch_backend, ()
 
 
 def _check_offs(offs: torch.Tensor, groups: int, device: torch.device) -> None:
@@ -82,6 +93,7 @@ def grouped_gemm(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """``out[rows of g] = a[rows of g] @ b[g]^T``; a [M, K], b [G, N, K] -> [M, N]. FP32 accumulation."""
     _check_float("a", a, 2)
@@ -91,7 +103,8 @@ def grouped_gemm(
             f"a {a.dtype} {tuple(a.shape)} and b {b.dtype} {tuple(b.shape)} must share K and dtype"
         )
     _check_offs(offs, b.shape[0], a.device)
-    return _impl(backend, a.device).grouped_gemm(a, b, offs, out_dtype or a.dtype)
+    impl, extra = _impl(backend, a.device, variant)
+    return impl.grouped_gemm(a, b, offs, out_dtype or a.dtype, *extra)
 
 
 def grouped_gemm_dgrad(
@@ -101,6 +114,7 @@ def grouped_gemm_dgrad(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """Input gradient of :func:`grouped_gemm`: ``out[rows of g] = dy[rows of g] @ b[g]``; dy [M, N]."""
     _check_float("dy", dy, 2)
@@ -110,7 +124,8 @@ def grouped_gemm_dgrad(
             f"dy {dy.dtype} {tuple(dy.shape)} and b {b.dtype} {tuple(b.shape)} must share N and dtype"
         )
     _check_offs(offs, b.shape[0], dy.device)
-    return _impl(backend, dy.device).grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype)
+    impl, extra = _impl(backend, dy.device, variant)
+    return impl.grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype, *extra)
 
 
 def grouped_gemm_wgrad(
@@ -120,6 +135,7 @@ def grouped_gemm_wgrad(
     *,
     out_dtype: torch.dtype | None = None,
     backend: str = "auto",
+    variant: str = "auto",
 ) -> torch.Tensor:
     """Weight gradient of :func:`grouped_gemm`: ``out[g] = dy[rows of g]^T @ x[rows of g]`` -> [G, N, K],
     grouped along the reduction dimension; empty groups give zeros."""
@@ -130,21 +146,44 @@ def grouped_gemm_wgrad(
             f"dy {dy.dtype} {tuple(dy.shape)} and x {x.dtype} {tuple(x.shape)} must share M and dtype"
         )
     _check_offs(offs, offs.shape[0], dy.device)
-    return _impl(backend, dy.device).grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype)
+    impl, extra = _impl(backend, dy.device, variant)
+    return impl.grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype, *extra)
 
 
 def grouped_gemm_mx(
-    a: MXTensor,
+    a: MXTensor | torch.Tensor,
     b: MXTensor,
     offs: torch.Tensor,
     *,
     out_dtype: torch.dtype = torch.bfloat16,
     backend: str = "auto",
+    variant: str = "auto",
+    mode: str | None = None,
+    b_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """MXFP8 form of :func:`grouped_gemm`: E4M3 operands with E8M0 scales per 32 elements along K."""
-    if a.data.dim() != 2 or b.data.dim() != 3 or a.shape[1] != b.shape[2]:
+    """MXFP8 form of :func:`grouped_gemm`: E4M3 operands with E8M0 scales per 32 elements along K.
+
+    ``a`` may come unquantized (a float [M, K] tensor) with its scale ``mode``: the product is then that
+    of ``quantize_mx(a, mode)``, and a backend that multiplies BF16 values fake-quantizes it straight
+    to BF16. ``b_values``, when given, must be ``b``'s values (``b.dequantize()``, as a layer caches
+    them): a backend that multiplies BF16 values uses BF16 ones instead of dequantizing ``b`` again."""
+    if isinstance(a, MXTensor) != (mode is None):
+        raise ValueError(f"mode={mode!r}: give a scale mode with an unquantized a, and only then")
+    if isinstance(a, torch.Tensor):
+        _check_float("a", a, 2)
+    if len(a.shape) != 2 or b.data.dim() != 3 or a.shape[1] != b.shape[2]:
         raise ValueError(
             f"MX operands must be a [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}"
         )
-    _check_offs(offs, b.shape[0], a.data.device)
-    return _impl(backend, a.data.device).grouped_gemm_mx(a, b, offs, out_dtype)
+    if b_values is not None and (b_values.shape != b.shape or b_values.dtype not in _FLOAT_DTYPES):
+        raise ValueError(
+            f"b_values must be b's float32/bfloat16 values of shape {tuple(b.shape)}, "
+            f"got {b_values.dtype} {tuple(b_values.shape)}"
+        )
+    device = a.data.device if isinstance(a, MXTensor) else a.device
+    _check_offs(offs, b.shape[0], device)
+    impl, extra = _impl(backend, device, variant)
+    if extra:
+        return impl.grouped_gemm_mx(a, b, offs, out_dtype, *extra, mode, b_values)
+    a_mx = a if isinstance(a, MXTensor) else quantize_mx(a, str(mode))  # the reference: exact MX product
+    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype)

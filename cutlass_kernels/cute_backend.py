@@ -1,13 +1,20 @@
 """The four grouped-GEMM entry points on top of the CuTe kernels of one arch, with the torch fallback
 for what those kernels do not cover.
 
-Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY and contiguous-K B, 1 to
-``MAX_GROUPS`` groups, for the forward GEMM and dgrad (B read transposed in place). wgrad copies dY and
-X into per-group zero-padded row chunks of the kernel's K tile (device ops, no sync) and runs the
-K-grouped kernel on them. The MXFP8 form runs the block-scaled kernel where the arch has one (sm100a; K
-and N multiples of 128), else dequantizes both operands to BF16 (exact for E4M3 values times E8M0
-scales within BF16's exponent range) and runs the BF16 kernel. FP32 operands and anything else go to
-:mod:`cutlass_kernels.torch_backend`.
+Covered: BF16 operands, BF16 or FP32 output, row-major 16-byte-aligned A / dY and B stored [G, N, K]
+with contiguous K (the layout both the fprop kernel, K-major, and the dgrad kernel, reading B^T in
+place N-major, were compiled for: a B of any other stride order would be read wrongly, so it is
+refused), 1 to ``MAX_GROUPS`` groups. wgrad copies dY and X into per-group zero-padded row chunks of
+the kernel's K tile (device ops, no sync) and runs the K-grouped kernel on them, unless the variant
+reads row-major dY and X in place. The MXFP8 form runs
+the block-scaled kernel where the arch has one (sm100a; K and N multiples of 128), else multiplies
+BF16 values on the BF16 kernel: B's cached values where the caller passes them, else B dequantized
+(exact for E4M3 values times E8M0 scales within BF16's exponent range), and A dequantized, or
+fake-quantized straight to BF16 when it comes unquantized.
+
+Which variant runs: :func:`cutlass_kernels.registry.choose`. With ``variant="auto"`` operands a kernel
+does not cover go to :mod:`cutlass_kernels.torch_backend`; a variant named explicitly either runs or
+raises ValueError with the reason (the caller asked for that kernel, not for a result by any means).
 Launches read ``offs`` on the device and never synchronize the host. Output rows at or past
 ``offs[-1]`` are left unwritten, as with ``torch._grouped_mm``.
 """
@@ -21,6 +28,7 @@ import torch
 from cuda.bindings import driver
 
 from cutlass_kernels import mx_layout, registry, tile_schedule, torch_backend
+from cutlass_kernels.choices import CHOICES, Choice, Problem
 from cutlass_kernels.cute_base import (
     ALIGN_BYTES,
     MAX_GROUPS,
@@ -30,9 +38,12 @@ from cutlass_kernels.cute_base import (
     sm_count,
     to_cute,
 )
-from cutlass_kernels.mxfp8 import BLOCK, MXTensor, scale_values
+from cutlass_kernels.mxfp8 import BLOCK, MXTensor, fake_quantize, quantize_mx, scale_values
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
+# the mode of the kernel's (N, K, G) view of B with unit stride, as each op's kernel was compiled
+_B_UNIT_MODE = {"fprop": 1, "dgrad": 0}
+_B_MAJOR = {"fprop": "K-major", "dgrad": "N-major"}
 
 
 @cache
@@ -41,13 +52,13 @@ def _sm_count(device_index: int) -> int:
 
 
 def unsupported_reason(
-    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, *, op: str
 ) -> str:
-    """Why the BF16 kernel cannot take these operands (``""`` when it can). ``b_kernel`` is B in the
-    kernel's (N, K, G) view."""
+    """Why the BF16 ``op`` kernel (``fprop`` or ``dgrad``) cannot take these operands (``""`` when it
+    can). ``b_kernel`` is B in the kernel's (N, K, G) view."""
     if a.dtype != torch.bfloat16 or b_kernel.dtype != torch.bfloat16:
         return f"operands are {a.dtype}, the kernels take bfloat16"
-    return _layout_reason(a, b_kernel, offs, out_dtype)
+    return _layout_reason(a, b_kernel, offs, out_dtype, op)
 
 
 def wgrad_unsupported_reason(
@@ -63,6 +74,16 @@ def wgrad_unsupported_reason(
     return _problem_reason(offs, (*dy.shape, x.shape[1]), out_dtype) or _device_reason(dy)
 
 
+def rows_in_place_reason(dy: torch.Tensor, x: torch.Tensor) -> str:
+    """Why a wgrad kernel that reads dY and X in place cannot take them (``""`` when it can): TMA
+    needs row-major operands with 16-byte aligned rows and base addresses."""
+    vec = ALIGN_BYTES // dy.element_size()
+    for name, t in (("dY", dy), ("X", x)):
+        if t.stride(1) != 1 or t.stride(0) % vec or t.data_ptr() % ALIGN_BYTES:
+            return f"{name} {tuple(t.shape)} strides {t.stride()} are not row-major with 16-byte aligned rows"
+    return ""
+
+
 def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> str:
     """Why the block-scaled kernel cannot take these MX operands (``""`` when it can)."""
     k, n = a.shape[1], b.shape[1]
@@ -70,18 +91,24 @@ def mx_unsupported_reason(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtyp
         return f"K={k} and N={n} must be multiples of {_MX_MULTIPLE} for the block-scaled kernel"
     if not (a.scale.is_contiguous() and b.scale.is_contiguous()):
         return "MX scales are not contiguous"
-    return _layout_reason(a.data, b.data.permute(1, 2, 0), offs, out_dtype)
+    return _layout_reason(a.data, b.data.permute(1, 2, 0), offs, out_dtype, "fprop")
 
 
 def _layout_reason(
-    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+    a: torch.Tensor, b_kernel: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, op: str
 ) -> str:
     reason = _problem_reason(offs, (*a.shape, b_kernel.shape[0]), out_dtype)
     vec = ALIGN_BYTES // a.element_size()
     if not reason and (a.stride(1) != 1 or a.stride(0) % vec or a.shape[1] % vec or b_kernel.shape[0] % vec):
         reason = f"A {tuple(a.shape)} strides {a.stride()} are not row-major with 16-byte aligned rows"
-    if not reason and (1 not in b_kernel.stride()[:2] or any(s % vec for s in b_kernel.stride() if s != 1)):
-        reason = f"B strides {b_kernel.stride()} are not contiguous with 16-byte aligned rows"
+    unit = _B_UNIT_MODE[op]
+    if not reason and (
+        b_kernel.stride(unit) != 1 or any(s % vec for i, s in enumerate(b_kernel.stride()) if i != unit)
+    ):
+        reason = (
+            f"B strides {b_kernel.stride()} of the (N, K, G) view are not the {_B_MAJOR[op]} layout with "
+            f"16-byte aligned rows that the {op} kernel was compiled for"
+        )
     if not reason and any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
         reason = "operand base addresses are not 16-byte aligned"
     return reason or _device_reason(a)
@@ -128,51 +155,121 @@ def dequantize_bf16(t: MXTensor) -> torch.Tensor:
     return (values * scale_values(t.scale).to(torch.bfloat16).unsqueeze(-1)).flatten(-2)
 
 
+def bf16_operands(
+    a: MXTensor | torch.Tensor, b: MXTensor, mode: str | None, b_values: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The BF16 values the MX GEMM multiplies, for arches without block-scaled MMA: A fake-quantized
+    straight to BF16 when it comes unquantized (no E4M3 / E8M0 tensors), else dequantized; B's cached
+    values when they are BF16 (FP32 ones would cost more to convert than B to dequantize), else B
+    dequantized."""
+    a_bf16 = (
+        fake_quantize(a, str(mode), torch.bfloat16) if isinstance(a, torch.Tensor) else dequantize_bf16(a)
+    )
+    if b_values is not None and b_values.dtype == torch.bfloat16:
+        return a_bf16, b_values
+    return a_bf16, dequantize_bf16(b)
+
+
 def _rows_out(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
     """The uninitialized [M, N] output of a row-grouped GEMM of a [M, K] by b [G, N, K]."""
     return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
 
 
 class CuteBackend:
-    """The backend module interface (:mod:`cutlass_kernels.api`) for one arch."""
+    """The backend module interface (:mod:`cutlass_kernels.api`) for one arch; ``choices``: the
+    per-shape variant table that ``variant="auto"`` consults."""
 
-    def __init__(self, arch: str) -> None:
-        self.arch = arch
+    def __init__(self, arch: str, choices: tuple[Choice, ...] = CHOICES) -> None:
+        self.arch, self.choices = arch, choices
 
-    def grouped_gemm(self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype):
+    def _variant(self, problem: Problem, requested: str, reason: str) -> str | None:
+        """The variant to launch, or None to fall back to torch: ``reason`` (why no kernel of the op
+        can take the operands) sends ``auto`` to torch and is an error for a named variant."""
+        if reason:
+            if requested != "auto":
+                registry.choose(self.arch, problem, requested, ())  # an unknown name is the first error
+                raise ValueError(f"variant {requested!r} cannot take these {problem.op} operands: {reason}")
+            return None
+        return registry.choose(self.arch, problem, requested, self.choices)
+
+    def grouped_gemm(
+        self, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, variant: str
+    ) -> torch.Tensor:
+        return self._fprop(a, b, offs, out_dtype, variant, "fprop")
+
+    def _fprop(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        offs: torch.Tensor,
+        out_dtype: torch.dtype,
+        variant: str,
+        op: str,
+    ) -> torch.Tensor:
+        """The BF16 fprop kernel, its variant chosen as for ``op`` (``fprop``, or ``mx`` where the MX
+        path multiplies BF16 values on it)."""
         b_kernel = b.permute(1, 2, 0)  # [G, N, K] -> (N, K, G), K-major
-        if unsupported_reason(a, b_kernel, offs, out_dtype):
+        problem = Problem(op, b.shape[0], a.shape[0], b.shape[1], b.shape[2], out_dtype)
+        name = self._variant(problem, variant, unsupported_reason(a, b_kernel, offs, out_dtype, op="fprop"))
+        if name is None:
             return torch_backend.grouped_gemm(a, b, offs, out_dtype)
-        spec = registry.spec_for(self.arch, "fprop", a.dtype, out_dtype)
+        spec = registry.spec_for(self.arch, "fprop", a.dtype, out_dtype, name)
         return launch(spec, _rows_out(a, b, out_dtype), a, b_kernel, offs)
 
     def grouped_gemm_dgrad(
-        self, dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
-    ):
+        self, dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, variant: str
+    ) -> torch.Tensor:
         b_kernel = b.permute(2, 1, 0)  # [G, N, K] -> (K, N, G): the reduction runs over N, N-major
-        if unsupported_reason(dy, b_kernel, offs, out_dtype):
+        problem = Problem("dgrad", b.shape[0], dy.shape[0], b.shape[1], b.shape[2], out_dtype)
+        reason = unsupported_reason(dy, b_kernel, offs, out_dtype, op="dgrad")
+        name = self._variant(problem, variant, reason)
+        if name is None:
             return torch_backend.grouped_gemm_dgrad(dy, b, offs, out_dtype)
-        spec = registry.spec_for(self.arch, "dgrad", dy.dtype, out_dtype)
+        spec = registry.spec_for(self.arch, "dgrad", dy.dtype, out_dtype, name)
         return launch(spec, _rows_out(dy, b.transpose(1, 2), out_dtype), dy, b_kernel, offs)
 
     def grouped_gemm_wgrad(
-        self, dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
-    ):
-        if wgrad_unsupported_reason(dy, x, offs, out_dtype):
+        self, dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, variant: str
+    ) -> torch.Tensor:
+        problem = Problem("wgrad", offs.shape[0], dy.shape[0], dy.shape[1], x.shape[1], out_dtype)
+        name = self._variant(problem, variant, wgrad_unsupported_reason(dy, x, offs, out_dtype))
+        if name is None:
             return torch_backend.grouped_gemm_wgrad(dy, x, offs, out_dtype)
-        dy_rows = tile_schedule.pad_rows_per_tile(dy, offs, WGRAD_CHUNK)
-        x_rows = tile_schedule.pad_rows_per_tile(x, offs, WGRAD_CHUNK)
+        in_place = registry.variant(self.arch, name).wgrad_in_place
+        if in_place and (reason := rows_in_place_reason(dy, x)):
+            if variant != "auto":
+                raise ValueError(f"variant {variant!r} cannot take these wgrad operands: {reason}")
+            name, in_place = "default", False
+        if in_place:
+            dy_rows, x_rows = dy, x
+        else:
+            dy_rows = tile_schedule.pad_rows_per_tile(dy, offs, WGRAD_CHUNK)
+            x_rows = tile_schedule.pad_rows_per_tile(x, offs, WGRAD_CHUNK)
         groups, n, k = offs.shape[0], dy.shape[1], x.shape[1]
         out = torch.empty(groups, n, k, dtype=out_dtype, device=dy.device)
-        spec = registry.spec_for(self.arch, "wgrad", dy.dtype, out_dtype)
+        spec = registry.spec_for(self.arch, "wgrad", dy.dtype, out_dtype, name)
         launch(spec, out.view(groups * n, k), dy_rows.T, x_rows.T, offs)
         return out
 
-    def grouped_gemm_mx(self, a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype):
-        if registry.has_mx_kernel(self.arch) and not mx_unsupported_reason(a, b, offs, out_dtype):
-            sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a.scale, offs))
-            sfb = mx_layout.atom_layout(b.scale)
-            spec = registry.mx_spec_for(self.arch, out_dtype)
-            out = _rows_out(a.data, b.data, out_dtype)
-            return launch(spec, out, a.data, b.data.permute(1, 2, 0), offs, sfa, sfb)
-        return self.grouped_gemm(dequantize_bf16(a), dequantize_bf16(b), offs, out_dtype)
+    def grouped_gemm_mx(
+        self,
+        a: MXTensor | torch.Tensor,
+        b: MXTensor,
+        offs: torch.Tensor,
+        out_dtype: torch.dtype,
+        variant: str,
+        mode: str | None,
+        b_values: torch.Tensor | None,
+    ) -> torch.Tensor:
+        if not registry.has_mx_kernel(self.arch):
+            return self._fprop(*bf16_operands(a, b, mode, b_values), offs, out_dtype, variant, "mx")
+        a_mx = quantize_mx(a, str(mode)) if isinstance(a, torch.Tensor) else a
+        problem = Problem("mx", b.shape[0], a.shape[0], b.shape[1], b.shape[2], out_dtype)
+        name = self._variant(problem, variant, mx_unsupported_reason(a_mx, b, offs, out_dtype))
+        if name is None:  # shapes the block-scaled kernel does not tile: BF16 values on the BF16 kernel
+            return self.grouped_gemm(*bf16_operands(a_mx, b, mode, b_values), offs, out_dtype, "auto")
+        spec = registry.mx_spec_for(self.arch, out_dtype, name)
+        sfa = mx_layout.atom_layout(mx_layout.pad_per_tile(a_mx.scale, offs, spec.tile_m))
+        sfb = mx_layout.atom_layout(b.scale)
+        out = _rows_out(a_mx.data, b.data, out_dtype)
+        return launch(spec, out, a_mx.data, b.data.permute(1, 2, 0), offs, sfa, sfb)

@@ -8,6 +8,7 @@ routing (new ``offs``) or a new token count reuses the compiled kernel. Compilin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ _CUTE_DTYPES = {
     torch.float8_e4m3fn: cutlass.Float8E4M3FN,
 }
 MX_ATOM_BYTES = 512  # one 128-row x 4-column scale atom of the block-scaled MMA
+_VARIANT_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,9 @@ class KernelSpec:
     ``op`` is ``fprop`` (B stored [G, N, K], K-major), ``dgrad`` (the same GEMM against B^T: B
     stored [G, K_out, N_red], so the kernel reads it N-major) or ``wgrad`` (K-grouped: per group
     dY^T X over the group's rows, both read N-major from row-padded copies). ``mx``: E4M3 operands with
-    E8M0 scales per 32 elements of K (block-scaled MMA; sm100a fprop only).
+    E8M0 scales per 32 elements of K (block-scaled MMA; sm100a fprop only). ``variant``: which of the
+    arch's registered kernels of this op (:mod:`cutlass_kernels.registry`); part of the name unless
+    ``default``.
     """
 
     arch: str
@@ -51,6 +55,7 @@ class KernelSpec:
     tile_m: int
     tile_n: int
     mx: bool = False
+    variant: str = "default"
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHES:
@@ -59,12 +64,17 @@ class KernelSpec:
             raise ValueError(f"op {self.op!r} is not allowed; allowed: {', '.join(OPS)}")
         if self.mx and (self.arch, self.op, self.in_dtype) != ("sm_100a", "fprop", torch.float8_e4m3fn):
             raise ValueError(f"MX kernels are sm_100a fprop with float8_e4m3fn operands, got {self}")
+        if not _VARIANT_NAME.fullmatch(self.variant):
+            raise ValueError(
+                f"variant name {self.variant!r} is not allowed; allowed: lower-case a-z, 0-9, '_'"
+            )
 
     @property
     def name(self) -> str:
         dtypes = f"{str(self.in_dtype).removeprefix('torch.')}-{str(self.out_dtype).removeprefix('torch.')}"
         op = f"{self.op}_mx" if self.mx else self.op
-        return f"grouped_{op}_{dtypes}_{self.tile_m}x{self.tile_n}_{self.arch}"
+        variant = "" if self.variant == "default" else f"_{self.variant}"
+        return f"grouped_{op}_{dtypes}_{self.tile_m}x{self.tile_n}{variant}_{self.arch}"
 
 
 def cute_dtype(dtype: torch.dtype) -> type[cutlass.Numeric]:

@@ -5,7 +5,8 @@ tcgen05 block-scaled MMA takes its scales from 128-row x 4-column atoms (512 byt
 K-block fastest, then row block, then group (CUTLASS's ``tile_atom_to_shape_SF`` for 32-element
 blocks). A grouped GEMM's A tiles start at arbitrary rows, so the A scales are first re-laid per
 tile: tile ``t`` of the kernel's tile order (:mod:`cutlass_kernels.tile_schedule`) gets rows
-``[128 t, 128 t + 128)`` of a padded matrix, computed from ``offs`` with device ops only.
+``[T t, T t + T)`` of a padded matrix (``T``: the kernel's M tile, 128, or 256 on CTA pairs),
+computed from ``offs`` with device ops only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ def atom_layout(scale: torch.Tensor) -> torch.Tensor:
     return blocks.permute(order).contiguous().reshape(-1)
 
 
-def pad_per_tile(scale: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """A's scale rows moved to their 128-row M tiles (:func:`tile_schedule.pad_rows_per_tile`)."""
-    return tile_schedule.pad_rows_per_tile(scale, offs, ATOM_ROWS)
+def pad_per_tile(scale: torch.Tensor, offs: torch.Tensor, tile_rows: int = ATOM_ROWS) -> torch.Tensor:
+    """A's scale rows moved to their M tiles of ``tile_rows`` (a multiple of 128) rows
+    (:func:`tile_schedule.pad_rows_per_tile`)."""
+    if tile_rows % ATOM_ROWS:
+        raise ValueError(
+            f"scale tiles of {tile_rows} rows are not allowed; allowed: multiples of {ATOM_ROWS}"
+        )
+    return tile_schedule.pad_rows_per_tile(scale, offs, tile_rows)

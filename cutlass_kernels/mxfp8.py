@@ -59,21 +59,34 @@ def _block_exponent(amax: torch.Tensor, mode: str) -> torch.Tensor:
     return e.clamp(-E8M0_BIAS, E8M0_BIAS)
 
 
-def quantize_mx(x: torch.Tensor, mode: str = "exact") -> MXTensor:
-    """Quantize along the last dimension (its size must be a multiple of 32)."""
+def _check_quantizable(x: torch.Tensor, mode: str) -> None:
     if mode not in SCALE_MODES:
         raise ValueError(f"MXFP8 scale mode {mode!r} is not allowed; allowed: {', '.join(SCALE_MODES)}")
     if x.dim() == 0 or x.shape[-1] % BLOCK:
         raise ValueError(f"MXFP8 needs a last dimension divisible by {BLOCK}, got shape {tuple(x.shape)}")
     if not x.is_floating_point():
         raise ValueError(f"MXFP8 quantizes floating-point tensors, got {x.dtype}")
+
+
+def _quantized_blocks(x: torch.Tensor, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """E4M3 blocks of 32 along the last dimension and each block's scale exponent."""
+    _check_quantizable(x, mode)
     blocks = x.detach().to(torch.float32).unflatten(-1, (-1, BLOCK))
     e = _block_exponent(blocks.abs().amax(dim=-1), mode)
     scaled = blocks * torch.ldexp(torch.ones_like(e, dtype=torch.float32), -e).unsqueeze(-1)
-    data = scaled.clamp(-E4M3_MAX, E4M3_MAX).flatten(-2).to(torch.float8_e4m3fn)
-    return MXTensor(data, (e + E8M0_BIAS).to(torch.uint8))
+    return scaled.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn), e
 
 
-def fake_quantize(x: torch.Tensor, mode: str = "exact") -> torch.Tensor:
-    """Quantize and dequantize back to ``x.dtype``: the values an MXFP8 GEMM actually multiplies."""
-    return quantize_mx(x, mode).dequantize(x.dtype)
+def quantize_mx(x: torch.Tensor, mode: str = "exact") -> MXTensor:
+    """Quantize along the last dimension (its size must be a multiple of 32)."""
+    data, e = _quantized_blocks(x, mode)
+    return MXTensor(data.flatten(-2), (e + E8M0_BIAS).to(torch.uint8))
+
+
+def fake_quantize(x: torch.Tensor, mode: str = "exact", dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The values an MXFP8 GEMM actually multiplies, in ``dtype`` (default ``x.dtype``): equal to
+    ``quantize_mx(x, mode).dequantize(dtype)`` bit for bit, without building the E8M0 scale tensor or
+    keeping the E4M3 one."""
+    data, e = _quantized_blocks(x, mode)
+    scale = torch.ldexp(torch.ones_like(e, dtype=torch.float32), e).unsqueeze(-1)
+    return (data.to(torch.float32) * scale).flatten(-2).to(dtype or x.dtype)

@@ -1,55 +1,196 @@
-"""Which CuTe kernels exist per arch, and compiling all of them (with PTX and cubin) for the CLI."""
+"""Which CuTe kernels exist per arch: named variants per op, the choice among them for a call, and
+compiling all of them (with PTX and cubin) for the CLI.
+
+A variant is one kernel design (tile shape, epilogue, cluster, ...) registered under a name for the
+ops it serves, with a function saying why it cannot take a given problem (``""`` when it can). Every
+arch has a ``default`` variant serving every op; it is what runs unless a caller names another or the
+per-shape choice table (:mod:`cutlass_kernels.choices`) holds a measured-better one. Ops are
+``fprop``, ``dgrad``, ``wgrad`` and ``mx``; on an arch without block-scaled MMA the MX path runs the
+BF16 ``fprop`` kernel on the operands' BF16 values, so there its variants are the ``fprop`` ones. A new
+variant is one more :class:`Variant` in its arch's entry of ``_VARIANTS``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from cutlass_kernels import choices
+from cutlass_kernels.choices import Choice, Problem
 from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
+from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
+from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm, Sm100PairMxGroupedGemm
 
-_KERNELS: dict[tuple[str, bool], type] = {
-    ("sm_90a", False): Sm90GroupedGemm,
-    ("sm_100a", False): Sm100GroupedGemm,
-    ("sm_100a", True): Sm100MxGroupedGemm,
-}
+VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
+BF16_OPS = ("fprop", "dgrad", "wgrad")
 TILE_MN = (128, 256)
 MX_TILE_MN = (128, 128)  # two 128-column accumulators + scales fit the 512 tensor-memory columns
 OUT_DTYPES = (torch.bfloat16, torch.float32)
 
 
-def spec_for(arch: str, op: str, in_dtype: torch.dtype, out_dtype: torch.dtype) -> KernelSpec:
-    return KernelSpec(arch, op, in_dtype, out_dtype, *TILE_MN)
+def takes_any(problem: Problem) -> str:
+    """The refusal function of a variant that takes every problem the backend hands it."""
+    return ""
 
 
-def mx_spec_for(arch: str, out_dtype: torch.dtype) -> KernelSpec:
-    return KernelSpec(arch, "fprop", torch.float8_e4m3fn, out_dtype, *MX_TILE_MN, mx=True)
+@dataclass(frozen=True)
+class Variant:
+    """One named kernel design of an arch: ``kernel(spec)`` builds its kernel object for a spec,
+    ``ops`` are the ops it serves, ``refuses(problem)`` says why it cannot take a problem (``""``: it
+    can), and its BF16 and MX tiles name its specs. ``wgrad_in_place``: its wgrad reads dY and X
+    where they lie (row-major), not from per-group padded copies."""
+
+    name: str
+    ops: tuple[str, ...]
+    kernel: Callable[[KernelSpec], Any]
+    refuses: Callable[[Problem], str] = takes_any
+    tile_mn: tuple[int, int] = TILE_MN
+    mx_tile_mn: tuple[int, int] = MX_TILE_MN
+    wgrad_in_place: bool = False
+
+    def __post_init__(self) -> None:
+        bad = [op for op in self.ops if op not in VARIANT_OPS]
+        if bad or not self.ops:
+            raise ValueError(f"variant {self.name!r} ops {self.ops} are not allowed; allowed: {VARIANT_OPS}")
+
+
+def _sm90_default(spec: KernelSpec) -> Any:
+    return Sm90GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
+
+
+def _sm100_default(spec: KernelSpec) -> Any:
+    if spec.mx:
+        return Sm100MxGroupedGemm(spec.tile_m, spec.tile_n)
+    return Sm100GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
+
+
+def _sm100_pair(spec: KernelSpec) -> Any:
+    if spec.mx:
+        return Sm100PairMxGroupedGemm(spec.tile_m, spec.tile_n)
+    return Sm100PairGroupedGemm(spec.tile_m, spec.tile_n)
+
+
+# arch -> its variants, "default" first
+_VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "sm_90a": (
+        Variant("default", BF16_OPS, _sm90_default),
+        Variant("inplace", ("wgrad",), lambda s: Sm90InPlaceWgrad(s.tile_m, s.tile_n), wgrad_in_place=True),
+    ),
+    "sm_100a": (
+        Variant("default", VARIANT_OPS, _sm100_default),
+        Variant("cta2", ("fprop", "dgrad", "mx"), _sm100_pair, tile_mn=(256, 256), mx_tile_mn=(256, 256)),
+        Variant(
+            "cta2_mcast",
+            ("fprop", "dgrad"),
+            lambda s: Sm100PairGroupedGemm(s.tile_m, s.tile_n, cluster_n=2),
+            tile_mn=(256, 256),
+        ),
+        Variant(
+            "wide",
+            ("mx",),
+            lambda s: Sm100MxGroupedGemm(s.tile_m, s.tile_n, acc_stages=1),
+            mx_tile_mn=(128, 256),
+        ),
+    ),
+}
+
+
+def _check_arch(arch: str) -> None:
+    if arch not in ARCHES:
+        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
 
 
 def has_mx_kernel(arch: str) -> bool:
-    return (arch, True) in _KERNELS
+    _check_arch(arch)
+    return "mx" in _VARIANTS[arch][0].ops
+
+
+def _kernel_op(arch: str, op: str) -> str:
+    """The op whose kernels serve ``op`` on ``arch`` (``mx`` -> ``fprop`` without block-scaled MMA)."""
+    return "fprop" if op == "mx" and not has_mx_kernel(arch) else op
+
+
+def variants(arch: str, op: str) -> tuple[str, ...]:
+    """The names of the variants serving ``op`` on ``arch``, ``default`` first."""
+    _check_arch(arch)
+    if op not in VARIANT_OPS:
+        raise ValueError(f"op {op!r} is not allowed; allowed: {', '.join(VARIANT_OPS)}")
+    served = _kernel_op(arch, op)
+    return tuple(v.name for v in _VARIANTS[arch] if served in v.ops)
+
+
+def variant(arch: str, name: str) -> Variant:
+    _check_arch(arch)
+    found = [v for v in _VARIANTS[arch] if v.name == name]
+    if not found:
+        allowed = ", ".join(v.name for v in _VARIANTS[arch])
+        raise ValueError(f"variant {name!r} is not allowed on {arch}; allowed: {allowed}")
+    return found[0]
+
+
+def choose(
+    arch: str, problem: Problem, requested: str = "auto", table: Iterable[Choice] = choices.CHOICES
+) -> str:
+    """The variant to run for ``problem``: ``requested`` itself when named (a ValueError says why it
+    cannot be), else the choice ``table`` holds for the problem's class where that variant serves the
+    op and takes the problem, else ``default``. Refusal functions see the op of the kernel that runs
+    (``fprop`` for ``mx`` without block-scaled MMA)."""
+    names = variants(arch, problem.op)
+    kernel_problem = replace(problem, op=_kernel_op(arch, problem.op))
+    if requested != "auto":
+        if requested not in names:
+            allowed = ", ".join(("auto", *names))
+            raise ValueError(
+                f"variant {requested!r} is not allowed for {problem.op} on {arch}; allowed: {allowed}"
+            )
+        reason = variant(arch, requested).refuses(kernel_problem)
+        if reason:
+            raise ValueError(f"variant {requested!r} cannot take this {problem.op} problem: {reason}")
+        return requested
+    picked = choices.lookup(table, arch, problem)
+    if picked in names and not variant(arch, picked).refuses(kernel_problem):
+        return picked
+    return "default"
+
+
+def spec_for(
+    arch: str, op: str, in_dtype: torch.dtype, out_dtype: torch.dtype, name: str = "default"
+) -> KernelSpec:
+    """The BF16 kernel spec of variant ``name`` for ``op`` (``fprop``, ``dgrad`` or ``wgrad``)."""
+    return KernelSpec(arch, op, in_dtype, out_dtype, *variant(arch, name).tile_mn, variant=name)
+
+
+def mx_spec_for(arch: str, out_dtype: torch.dtype, name: str = "default") -> KernelSpec:
+    """The block-scaled kernel spec of variant ``name`` (arches with block-scaled MMA only)."""
+    tile = variant(arch, name).mx_tile_mn
+    return KernelSpec(arch, "fprop", torch.float8_e4m3fn, out_dtype, *tile, mx=True, variant=name)
 
 
 def all_specs(arch: str) -> list[KernelSpec]:
-    """Every kernel the ``arch`` backend launches: BF16 fprop, dgrad and wgrad, BF16 or FP32 out, and
-    the MXFP8 fprop where the arch has block-scaled MMA."""
-    if arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    specs = [
-        spec_for(arch, op, torch.bfloat16, out) for op in ("fprop", "dgrad", "wgrad") for out in OUT_DTYPES
-    ]
-    if has_mx_kernel(arch):
-        specs += [mx_spec_for(arch, out) for out in OUT_DTYPES]
+    """Every kernel the ``arch`` backend launches: each variant's BF16 fprop, dgrad and wgrad (those it
+    serves), BF16 or FP32 out, and its MXFP8 fprop where the arch has block-scaled MMA."""
+    _check_arch(arch)
+    specs = []
+    for v in _VARIANTS[arch]:
+        specs += [
+            spec_for(arch, op, torch.bfloat16, out, v.name)
+            for op in BF16_OPS
+            if op in v.ops
+            for out in OUT_DTYPES
+        ]
+        if has_mx_kernel(arch) and "mx" in v.ops:
+            specs += [mx_spec_for(arch, out, v.name) for out in OUT_DTYPES]
     return specs
 
 
 def kernel_for(spec: KernelSpec) -> Any:
-    if spec.mx:
-        return _KERNELS[spec.arch, True](spec.tile_m, spec.tile_n)
-    return _KERNELS[spec.arch, False](spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
+    return variant(spec.arch, spec.variant).kernel(spec)
 
 
 def compiled(spec: KernelSpec) -> Any:

@@ -33,6 +33,7 @@ _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
 _TMA_WARP = 5
 _ACC_STAGES = 2
+_TMEM_COLUMNS = 512
 _SF_VEC = 32
 _SF_DTYPE = cutlass.Float8E8M0FNU
 
@@ -49,6 +50,8 @@ class Sm100GroupedGemm:
         self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.acc_dtype = cutlass.Float32
         self.use_2cta_instrs = False  # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
+        self.acc_stages = _ACC_STAGES
+        self.cta_group = tcgen05.CtaGroup.ONE  # of the scales' shared -> tensor memory copy
         self.threads = 32 * (len(_EPI_WARPS) + 2)
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
@@ -101,7 +104,7 @@ class Sm100GroupedGemm:
             self.sfb_smem = blockscaled_layout.make_smem_layout_sfb(
                 self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
             )
-        self.acc_cols = self.tile_n * _ACC_STAGES
+        self.acc_cols = self.tile_n * self.acc_stages
         # scales: 4 columns per 32 rows of A (SFA) and of B (SFB) per K tile, after the accumulators
         self.sfa_cols = self.tile_m // 32 * 4
         self.tmem_cols = (
@@ -111,9 +114,9 @@ class Sm100GroupedGemm:
         )
 
     def _acc_fragment(self, tiled_mma: cute.TiledMma) -> cute.Tensor:
-        """The two accumulator stages' tensor-memory layout (MMA, MMA_M, MMA_N, STAGE)."""
+        """The accumulator stages' tensor-memory layout (MMA, MMA_M, MMA_N, STAGE)."""
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
-        return tiled_mma.make_fragment_C(cute.append(acc_shape, _ACC_STAGES))
+        return tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
 
     @cute.jit
     def __call__(
@@ -161,7 +164,7 @@ class Sm100GroupedGemm:
         @cute.struct
         class Storage:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
-            acc_barriers: cute.struct.MemRange[cutlass.Int64, _ACC_STAGES * 2]
+            acc_barriers: cute.struct.MemRange[cutlass.Int64, self.acc_stages * 2]
             tmem_dealloc: cutlass.Int64
             tmem_base: cutlass.Int32
             tile_prefix: cute.struct.MemRange[cutlass.Int32, MAX_GROUPS + 1]
@@ -189,8 +192,22 @@ class Sm100GroupedGemm:
         ).launch(grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
 
     def _scale_tmas(self, a, b, sfa, sfb, one_cta):
-        """TMA atoms for the scales: ``sfa`` holds the per-tile padded A scales, ``sfb`` B's per group,
-        both flat uint8 in the MMA's atom layout (:mod:`cutlass_kernels.mx_layout`)."""
+        """TMA atoms for the scales (:meth:`_scale_tensors`)."""
+        mSFA, mSFB, sfa_stage, sfb_stage = self._scale_tensors(a, b, sfa, sfb)
+        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
+            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
+            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+        )
+        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
+        return tma_sfa, mSFA, tma_sfb, mSFB
+
+    def _scale_tensors(self, a, b, sfa, sfb):
+        """The scales as MMA-layout tensors, and one stage of their shared-memory layouts: ``sfa`` holds
+        the per-tile padded A scales, ``sfb`` B's per group, both flat uint8 in the MMA's atom layout
+        (:mod:`cutlass_kernels.mx_layout`)."""
         k = cute.size(a, mode=[1])
         n, _, groups = b.shape
         padded_rows = cute.size(sfa) // (k // _SF_VEC)
@@ -204,15 +221,7 @@ class Sm100GroupedGemm:
         )
         sfa_stage = cute.slice_(self.sfa_smem, (None, None, None, 0))
         sfb_stage = cute.slice_(self.sfb_smem, (None, None, None, 0))
-        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
-        tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
-            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
-        )
-        tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
-            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
-        )
-        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
-        return tma_sfa, mSFA, tma_sfb, mSFB
+        return mSFA, mSFB, sfa_stage, sfb_stage
 
     @cute.kernel
     def kernel(
@@ -259,7 +268,7 @@ class Sm100GroupedGemm:
         ).make_participants()
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_barriers.data_ptr(),
-            num_stages=_ACC_STAGES,
+            num_stages=self.acc_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, len(_EPI_WARPS)),
             cta_layout_vmnk=one_cta,
@@ -375,7 +384,7 @@ class Sm100GroupedGemm:
                     sfb_smem,
                     blockscaled_layout.make_tmem_layout_sfb,
                 )
-            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, _ACC_STAGES)
+            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.acc_stages)
             group = cutlass.Int32(0)
             tile = cta
             while tile < total:
@@ -419,7 +428,7 @@ class Sm100GroupedGemm:
             tmem.wait_for_alloc()
             acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
             acc_base = cute.make_tensor(acc_ptr, acc_layout)
-            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, _ACC_STAGES)
+            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.acc_stages)
             coords = cute.make_identity_tensor(mC.shape)
             group = cutlass.Int32(0)
             tile = cta
@@ -484,7 +493,7 @@ class Sm100GroupedGemm:
         t_scale = cute.make_tensor(cute.recast_ptr(tmem_ptr, dtype=_SF_DTYPE), layout)
         compact = cute.filter_zeros(t_scale)
         tiled_copy = tcgen05.make_s2t_copy(
-            cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.ONE), _SF_DTYPE), compact
+            cute.make_copy_atom(tcgen05.Cp4x32x128bOp(self.cta_group), _SF_DTYPE), compact
         )
         thr_copy = tiled_copy.get_slice(0)
         source = tcgen05.get_s2t_smem_desc_tensor(
@@ -498,8 +507,16 @@ class Sm100MxGroupedGemm(Sm100GroupedGemm):
 
     mx = True
 
-    def __init__(self, tile_m: int = 128, tile_n: int = 128) -> None:
+    def __init__(self, tile_m: int = 128, tile_n: int = 128, acc_stages: int = _ACC_STAGES) -> None:
         super().__init__(tile_m, tile_n)
+        # tensor memory: accumulators, then 4 scale columns per 32 rows of the A and of the B tile
+        columns = tile_n * acc_stages + (tile_m + tile_n) // 32 * 4
+        if acc_stages not in (1, 2) or columns > _TMEM_COLUMNS:
+            raise ValueError(
+                f"MX tile {tile_m}x{tile_n} with {acc_stages} accumulator stages needs {columns} "
+                f"tensor-memory columns; {_TMEM_COLUMNS} exist (1 or 2 stages)"
+            )
+        self.acc_stages = acc_stages
 
     @cute.jit
     def __call__(

@@ -19,7 +19,21 @@ MMA = {"sm_90a": "wgmma.mma_async", "sm_100a": "tcgen05.mma"}
 OUTS = ("bfloat16", "float32")
 BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
+VARIANT_KERNELS = {
+    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS],
+    "sm_100a": [
+        *(
+            f"grouped_{op}_bfloat16-{out}_256x256_{v}"
+            for v in ("cta2", "cta2_mcast")
+            for op in ("fprop", "dgrad")
+            for out in OUTS
+        ),
+        *(f"grouped_fprop_mx_float8_e4m3fn-{out}_128x256_wide" for out in OUTS),
+        *(f"grouped_fprop_mx_float8_e4m3fn-{out}_256x256_cta2" for out in OUTS),
+    ],
+}
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
+KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items()}
 
 
 @pytest.mark.parametrize("arch", sorted(MMA))
@@ -71,15 +85,17 @@ def test_backend_names_what_its_kernels_do_not_cover():
     offs = torch.tensor([3, 8], dtype=torch.int32)
     b = torch.randn(2, 16, 32, dtype=torch.bfloat16).permute(1, 2, 0)
     a = torch.randn(8, 32, dtype=torch.bfloat16)
-    assert "bfloat16" in unsupported_reason(a.float(), b.float(), offs, torch.float32)
-    assert "output dtype" in unsupported_reason(a, b, offs, torch.float16)
-    assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16)
-    assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16)
-    assert "groups" in unsupported_reason(a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16)
-    assert "non-empty" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16)
-    assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16)
+    assert "bfloat16" in unsupported_reason(a.float(), b.float(), offs, torch.float32, op="fprop")
+    assert "output dtype" in unsupported_reason(a, b, offs, torch.float16, op="fprop")
+    assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16, op="fprop")
+    assert "groups" in unsupported_reason(a, b, torch.zeros(0, dtype=torch.int32), torch.bfloat16, op="fprop")
+    assert "groups" in unsupported_reason(
+        a, b, torch.zeros(1025, dtype=torch.int32), torch.bfloat16, op="fprop"
+    )
+    assert "non-empty" in unsupported_reason(a[:, :0], b[:, :0], offs, torch.bfloat16, op="fprop")
+    assert "A (8, 20)" in unsupported_reason(a[:, :20], b[:, :20], offs, torch.bfloat16, op="fprop")
     assert "B strides" in unsupported_reason(
-        a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16
+        a, b.transpose(0, 1).contiguous().transpose(0, 1), offs, torch.bfloat16, op="fprop"
     )
 
 

@@ -34,3 +34,16 @@ def test_a_scales_are_padded_to_128_row_tiles():
     assert padded.shape == (tile_schedule.padded_rows(200, 3, 128), 1)
     assert padded[:3, 0].tolist() == [1, 2, 3] and padded[128:256, 0].tolist() == list(range(4, 132))
     assert padded[256:325, 0].tolist() == list(range(132, 201))
+
+
+def test_a_scales_of_cta_pair_kernels_are_padded_to_256_row_tiles():
+    offs = torch.tensor([3, 3, 300], dtype=torch.int32)  # an empty group; the last spans two tiles
+    scale = torch.arange(1, 301, dtype=torch.int32).unsqueeze(1)
+    padded = mx_layout.pad_per_tile(scale, offs, 256)
+    assert padded.shape == (tile_schedule.padded_rows(300, 3, 256), 1)
+    assert padded[:3, 0].tolist() == [1, 2, 3] and not padded[3:256].any()
+    assert padded[256:512, 0].tolist() == list(range(4, 260)) and padded[512:553, 0].tolist() == list(
+        range(260, 301)
+    )
+    with pytest.raises(ValueError, match="tiles of 192 rows"):
+        mx_layout.pad_per_tile(scale, offs, 192)

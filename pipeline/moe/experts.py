@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from cutlass_kernels import MXTensor, fake_quantize, quantize_mx
+from cutlass_kernels import MXTensor, fake_quantize
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
 
 
@@ -73,9 +73,13 @@ class GroupedSwiGLU(torch.autograd.Function):
             h = grouped_gemm(x, w1, offs, backend=backend)
             y = grouped_gemm(swiglu(h), w2, offs, backend=backend)
         else:
-            h = grouped_gemm_mx(mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend)
-            a = quantize_mx(swiglu(h), mx.mode)
-            y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend)
+            h = grouped_gemm_mx(
+                mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w1_values
+            )
+            a, w2_values = swiglu(h), mx.w2_values
+            y = grouped_gemm_mx(
+                a, mx.w2, offs, out_dtype=x.dtype, backend=backend, mode=mx.mode, b_values=w2_values
+            )
         ctx.save_for_backward(x, h if retained >= h.shape[0] else h[:retained].clone(), offs)
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
         ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
@@ -112,7 +116,10 @@ class GroupedSwiGLU(torch.autograd.Function):
         start = ctx.retained
         tail = tail_offsets(offs, start)
         if ctx.mx is not None:
-            return grouped_gemm_mx(ctx.mx_tail, ctx.mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend)
+            mx = ctx.mx
+            return grouped_gemm_mx(
+                ctx.mx_tail, mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend, b_values=mx.w1_values
+            )
         return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
 
 
