@@ -22,7 +22,11 @@ import torch
 from cutlass_kernels import choices
 from cutlass_kernels.choices import Choice, Problem
 from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
+from cutlass_kernels.sm90_cluster import Sm90ClusterGemm
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
+from cutlass_kernels.sm90_tail64 import Sm90Tail64Gemm
+from cutlass_kernels.sm90_tma_cluster import Sm90TmaClusterGemm
+from cutlass_kernels.sm90_tma_epilogue import Sm90TmaEpilogueGemm
 from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
 from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm, Sm100PairMxGroupedGemm
@@ -64,6 +68,11 @@ def _sm90_default(spec: KernelSpec) -> Any:
     return Sm90GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
 
 
+def _sm90_variant(cls: type) -> Callable[[KernelSpec], Any]:
+    """The factory of an sm90 variant class constructed as the default kernel is."""
+    return lambda spec: cls(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
+
+
 def _sm100_default(spec: KernelSpec) -> Any:
     if spec.mx:
         return Sm100MxGroupedGemm(spec.tile_m, spec.tile_n)
@@ -81,6 +90,10 @@ _VARIANTS: dict[str, tuple[Variant, ...]] = {
     "sm_90a": (
         Variant("default", BF16_OPS, _sm90_default),
         Variant("inplace", ("wgrad",), lambda s: Sm90InPlaceWgrad(s.tile_m, s.tile_n), wgrad_in_place=True),
+        Variant("tma_epilogue", BF16_OPS, _sm90_variant(Sm90TmaEpilogueGemm)),
+        Variant("tail64", BF16_OPS, _sm90_variant(Sm90Tail64Gemm)),
+        Variant("cluster2x1", BF16_OPS, _sm90_variant(Sm90ClusterGemm)),
+        Variant("tma_cluster2x1", BF16_OPS, _sm90_variant(Sm90TmaClusterGemm)),
     ),
     "sm_100a": (
         Variant("default", VARIANT_OPS, _sm100_default),

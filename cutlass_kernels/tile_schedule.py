@@ -36,6 +36,26 @@ def decode_k_grouped(tile: Any, tiles_m: Any, tiles_n: Any) -> tuple[Any, Any, A
     return group, m_local, n_tile
 
 
+def cluster_rows(
+    pair_row: Any, end: Any, rank: Any, tile_m: int, minimum: Any = min, maximum: Any = max
+) -> tuple[Any, Any]:
+    """(first row, row end) of CTA ``rank`` (0 or 1) of a 2x1 cluster whose walk, in ``2 * tile_m``
+    row pairs, put it at ``pair_row`` of a group ending at row ``end``. With rows for both M tiles
+    each CTA takes one; with rows for one tile only, each takes one ``tile_m / 2``-row half of it, so
+    that no CTA idles a whole tile beside its partner (a half without rows has first row >= end).
+    ``minimum`` / ``maximum``: ``min`` / ``max`` on Python ints, the DSL's on device integers."""
+    both = minimum(1, maximum(0, end - pair_row - tile_m))  # 1: rows past the first tile
+    step = (tile_m // 2) * (1 + both)
+    row = pair_row + rank * step
+    return row, minimum(end, row + step)
+
+
+def half_has_rows(rows_left: Any, half: Any, half_m: int) -> Any:
+    """Whether the ``half``-th ``half_m``-row slice of a tile with ``rows_left`` rows in its group
+    holds any of them (a consumer warpgroup whose slice holds none skips its MMA)."""
+    return half * half_m < rows_left
+
+
 def m_tile_prefix(offs: list[int], tile_m: int) -> list[int]:
     """Cumulative M-tile counts, ``[0, t_0, t_0 + t_1, ...]`` (what the kernel keeps in shared memory)."""
     prefix = [0]

@@ -20,7 +20,13 @@ OUTS = ("bfloat16", "float32")
 BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
 VARIANT_KERNELS = {
-    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS],
+    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS]
+    + [
+        f"grouped_{op}_bfloat16-{out}_128x256_{v}"
+        for v in ("tma_epilogue", "tail64", "cluster2x1", "tma_cluster2x1")
+        for op in ("fprop", "dgrad", "wgrad")
+        for out in OUTS
+    ],
     "sm_100a": [
         *(
             f"grouped_{op}_bfloat16-{out}_256x256_{v}"
@@ -43,7 +49,7 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, tmp_path: Path):
         [sys.executable, "-m", "cutlass_kernels", "compile", "--arch", arch, "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     for name in KERNELS[arch]:

@@ -80,7 +80,8 @@ def extra_variants(registry, monkeypatch: pytest.MonkeyPatch):
         registry.Variant("narrow", ("fprop", "dgrad"), narrow, tile_mn=(128, 128)),
         registry.Variant("picky", ("fprop", "wgrad"), narrow, refuses=n512),
     )
-    monkeypatch.setitem(registry._VARIANTS, "sm_90a", (*registry._VARIANTS["sm_90a"], *added))
+    inplace = registry.variant("sm_90a", "inplace")
+    monkeypatch.setitem(registry._VARIANTS, "sm_90a", (registry._VARIANTS["sm_90a"][0], inplace, *added))
     return added
 
 
@@ -341,6 +342,17 @@ def test_in_place_wgrad_needs_row_major_operands_and_says_so():
         CuteBackend("sm_90a").grouped_gemm_wgrad(dy, x, offs, torch.float32, "inplace")
 
 
+# the sm90 TMA-store epilogue: TMA stores with their bulk groups, 16-byte stores of cut tiles; 2x1
+# clusters: B multicast, stages released to both CTAs (tests/test_kernels_variants_sm90.py has more)
+_TMA_STORE = ("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group", "cp.async.bulk.wait_group.read")
+_TMA_STORE += ("st.global.v4.b32",)
+_CLUSTER = ("multicast::cluster", "mbarrier.arrive.shared::cluster.b64", "barrier.cluster.wait")
+_SM90_EPILOGUE_CLUSTER_CLAIMS = {
+    "tma_epilogue": ("wgmma.mma_async", *_TMA_STORE),
+    "tail64": ("wgmma.mma_async",),
+    "cluster2x1": ("wgmma.mma_async", *_CLUSTER),
+    "tma_cluster2x1": ("wgmma.mma_async", *_TMA_STORE, *_CLUSTER),
+}
 # what each non-default variant's PTX must hold (every registered one needs an entry here)
 VARIANT_PTX = {
     "sm_90a": {
@@ -350,6 +362,7 @@ VARIANT_PTX = {
             "fence.proxy.async.shared::cta",  # ... made visible to wgmma
             "wgmma.mma_async",
         ),
+        **_SM90_EPILOGUE_CLUSTER_CLAIMS,
     },
     "sm_100a": {
         # BF16 and MX: the pair's MMA, 2-CTA TMA loads and tensor memory

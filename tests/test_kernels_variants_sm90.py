@@ -1,0 +1,292 @@
+"""The sm90 kernel variants: their tile walks against a naive enumeration of every (group, row, N
+tile), and (slow, about 25 s a variant) their compiled PTX holding what each variant claims, with
+no register spills."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cutlass_kernels import tile_schedule
+from tests.test_kernels_schedule import _naive_tiles, _offs
+
+TILE_M, HALF_M = 128, 64
+
+
+def _random_sizes(rng: random.Random) -> list[int]:
+    return [
+        rng.choice([0, 0, 1, 64, 65, 127, 128, 129, 256, 257, rng.randint(0, 900)])
+        for _ in range(rng.randint(1, 60))
+    ]
+
+
+def _naive_rows(sizes: list[int], n_tiles: int) -> list[tuple[int, int, int]]:
+    """Every output (group, row, N tile) of an M-grouped problem."""
+    starts = [0, *_offs(sizes)]
+    return [
+        (g, r, n)
+        for g, size in enumerate(sizes)
+        for r in range(starts[g], starts[g] + size)
+        for n in range(n_tiles)
+    ]
+
+
+def _cta_share(pair_row: int, end: int, rank: int) -> tuple[int, int]:
+    row, row_end = tile_schedule.cluster_rows(pair_row, end, rank, TILE_M)
+    assert row_end - row <= TILE_M  # never more than the CTA's own tile
+    return row, row_end
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cluster_pairs_cover_every_row_once_and_share_the_b_tile(seed: int):
+    rng = random.Random(seed)
+    sizes = _random_sizes(rng)
+    n_tiles, clusters = rng.randint(1, 5), rng.randint(1, 30)
+    covered, idle, split = [], 0, 0
+    for cluster in range(clusters):
+        # the walk of a cluster: both CTAs decode the same (group, pair, N tile), hence the same B tile
+        for group, pair_row, end, n in tile_schedule.cta_tiles(
+            _offs(sizes), 2 * TILE_M, n_tiles, cluster, clusters
+        ):
+            shares = [_cta_share(pair_row, end, rank) for rank in range(2)]
+            covered += [(group, r, n) for row, row_end in shares for r in range(row, row_end)]
+            idle += sum(row >= row_end for row, row_end in shares)
+            if pair_row + TILE_M >= end:  # rows for one tile only: halves, so one warpgroup each
+                split += 1
+                assert all(not tile_schedule.half_has_rows(e - r, 1, HALF_M) for r, e in shares)
+
+    assert sorted(covered) == sorted(_naive_rows(sizes, n_tiles))  # every row once, none invented
+    # a pair with rows for one tile only exists per group of odd M-tile count; a CTA idles only
+    # where that last tile has at most 64 rows
+    odd = [size for size in sizes if tile_schedule.m_tiles(size, TILE_M) % 2]
+    assert split == len(odd) * n_tiles
+    assert idle == sum(1 for size in odd if size % TILE_M and size % TILE_M <= HALF_M) * n_tiles
+
+
+@pytest.mark.parametrize("rows_out", [1, 64, 65, 128, 129, 200, 256, 300, 640])
+def test_cluster_pairs_of_the_k_grouped_walk_cover_every_output_row(rows_out: int):
+    # K-grouped: every group owns a whole grid of row pairs over its rows_out output rows of C
+    groups, n_tiles = 3, 2
+    pairs = tile_schedule.m_tiles(rows_out, 2 * TILE_M)
+    covered = []
+    for tile in range(groups * pairs * n_tiles):
+        group, pair, n = tile_schedule.decode_k_grouped(tile, pairs, n_tiles)
+        first, end = group * rows_out + pair * 2 * TILE_M, (group + 1) * rows_out
+        for rank in range(2):
+            row, row_end = _cta_share(first, end, rank)
+            covered += [(group, r - group * rows_out, n) for r in range(row, row_end)]
+    expected = [(g, r, n) for g in range(groups) for r in range(rows_out) for n in range(n_tiles)]
+    assert sorted(covered) == sorted(expected)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_active_halves_are_exactly_the_64_row_tiles(seed: int):
+    rng = random.Random(100 + seed)
+    sizes = _random_sizes(rng)
+    n_tiles = rng.randint(1, 4)
+    halves = [
+        (group, row + half * HALF_M, end, n)
+        for group, row, end, n in _naive_tiles(sizes, TILE_M, n_tiles)
+        for half in range(2)
+        if tile_schedule.half_has_rows(end - row, half, HALF_M)
+    ]
+    assert sorted(halves) == sorted(_naive_tiles(sizes, HALF_M, n_tiles))
+
+
+# ---- compiled PTX (fresh process per variant: the DSL reads its target arch when first imported) ----
+
+needs_dsl = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
+)
+OPS_OUTS = [(op, out) for op in ("fprop", "dgrad", "wgrad") for out in ("bfloat16", "float32")]
+_COMPILE = """
+import sys
+from pathlib import Path
+import torch
+from cutlass_kernels.cute_base import KernelSpec, compile_spec
+from cutlass_kernels.{module} import {cls}
+out_dir = Path(sys.argv[1])
+for op, out in {ops_outs!r}:
+    spec = KernelSpec("sm_90a", op, torch.bfloat16, getattr(torch, out), 128, 256)
+    compile_spec(spec, {cls}(128, 256, k_grouped=op == "wgrad"), out_dir)
+"""
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+MULTICAST_LOAD = re.compile(
+    r"cp\.async\.bulk\.tensor\.[23]d\.shared::cluster\.global\.tile\.\S*multicast::cluster"
+)
+
+
+def _compile_variant(module: str, cls: str, out_dir: Path) -> dict[tuple[str, str], str]:
+    code = _COMPILE.format(module=module, cls=cls, ops_outs=OPS_OUTS)
+    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(out_dir)}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(out_dir)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out_dir,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {
+        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_sm_90a.ptx").read_text()
+        for op, out in OPS_OUTS
+    }
+
+
+def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    ptx = tmp_path / "check.ptx"
+    ptx.write_text(ptx_text)
+    done = subprocess.run(
+        ["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in done.stderr
+    assert re.search(r"Used \d+ registers", done.stderr)
+
+
+def _assert_cluster_launches(out_dir: Path, count: int) -> None:
+    """The kept IR of the compiled kernels launches ``count`` of them on 2x1 clusters, the rest plainly."""
+    launch_ir = "\n".join(p.read_text() for p in out_dir.glob("*_clean.mlir"))
+    assert launch_ir.count("cluster_launch = true") == count
+    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == count
+    assert launch_ir.count("cluster_launch = false") == len(OPS_OUTS) - count
+
+
+def _assert_common(ptx: str) -> None:
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async" in ptx
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tma_epilogue", "Sm90TmaEpilogueGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert ptx.count(TMA_STORE) >= 8, (op, out)  # one per 8 KiB slice of a 128 x 256 tile
+        assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
+        # 16-bit C goes registers -> shared by stmatrix, FP32 by vector shared stores
+        assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
+        # tiles cut by a group end: 16-byte stores of their rows from shared memory, no scalar ones
+        assert "st.global.v4.b32" in ptx and "st.global.b16" not in ptx, (op, out)
+        assert "multicast::cluster" not in ptx
+        _assert_no_spills(ptx, tmp_path)
+    _assert_cluster_launches(tmp_path, 0)
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tail64_keeps_the_default_stores_and_loads(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tail64", "Sm90Tail64Gemm", tmp_path).items():
+        _assert_common(ptx)
+        assert TMA_STORE not in ptx and "stmatrix" not in ptx and "multicast::cluster" not in ptx, (op, out)
+        _assert_no_spills(ptx, tmp_path)
+    _assert_cluster_launches(tmp_path, 0)
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_cluster_multicasts_b_and_launches_2x1_clusters(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_cluster", "Sm90ClusterGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert MULTICAST_LOAD.search(ptx), (op, out)
+        assert "%cluster_ctarank" in ptx and "barrier.cluster.wait" in ptx
+        # stages are released to both CTAs of the cluster
+        assert "mbarrier.arrive.shared::cluster.b64" in ptx and "mapa.shared::cluster" in ptx
+        _assert_no_spills(ptx, tmp_path)
+    _assert_cluster_launches(tmp_path, len(OPS_OUTS))
+
+
+_EPILOGUE_MAP = """
+import json, sys
+import cutlass, cutlass.cute as cute, cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import warpgroup
+from cutlass_kernels.sm90_variant_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
+
+found = {}
+
+@cute.jit
+def walk(c_dtype: cutlass.Constexpr):
+    # the kernel's tiled MMA: two consumer warpgroups of 64 x 256 each
+    k = warpgroup.OperandMajorMode.K
+    mma = sm90_utils.make_trivial_tiled_mma(
+        cutlass.BFloat16, cutlass.BFloat16, k, k, cutlass.Float32, (2, 1, 1), tiler_mn=(64, 256)
+    )
+    r2s = epilogue_r2s(mma, c_dtype, utils.LayoutEnum.ROW_MAJOR, cutlass.Float32)
+    epi = epilogue_tile(128, c_dtype.width)
+    for t in cutlass.range_constexpr(256):
+        acc_coords = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
+        slice_coords = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
+        per = cute.size(slice_coords)
+        for s in cutlass.range_constexpr(256 // epi[1]):
+            for v in cutlass.range_constexpr(per):
+                r, c = acc_coords[slice_value(s, v, per)]
+                sr, sc = slice_coords[v]
+                found.setdefault("pairs", []).append([int(r), int(c), int(sr), int(sc) + s * epi[1]])
+    # the shared -> global copy of cut tiles: each thread's 16-byte pieces, as (row, first column, width)
+    s2g = epilogue_s2g(c_dtype, epi, 256)
+    for t in cutlass.range_constexpr(256):
+        coords = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
+        for i in cutlass.range_constexpr(cute.size(coords, mode=[1])):
+            for j in cutlass.range_constexpr(cute.size(coords, mode=[2])):
+                piece = [coords[(v, i, j)] for v in range(cute.size(coords, mode=[0]))]
+                found.setdefault("pieces", []).append([[int(r), int(c)] for r, c in piece])
+
+walk(getattr(cutlass, sys.argv[1]))
+print(json.dumps(found))
+"""
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize("c_dtype", ["BFloat16", "Float32"])
+def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_dtype: str, tmp_path: Path):
+    # every thread's accumulator value v of slice s must be the element the register -> shared copy
+    # expects there: same (row, column) of the 128 x 256 tile, every element exactly once
+    script = tmp_path / "epilogue_map.py"  # the DSL compiles from source files only
+    script.write_text(_EPILOGUE_MAP)
+    done = subprocess.run(
+        [sys.executable, str(script), c_dtype],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    pairs = found["pairs"]
+    assert len(pairs) == 128 * 256
+    assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
+    assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
+    # cut tiles: 16-byte pieces, each within one row and contiguous, together the slice exactly once
+    width, slice_cols = {"BFloat16": (8, 32), "Float32": (4, 16)}[c_dtype]  # a slice is 8 KiB
+    pieces = found["pieces"]
+    assert all(len(p) == width and p == [[p[0][0], p[0][1] + v] for v in range(width)] for p in pieces)
+    covered = sorted((r, c) for p in pieces for r, c in p)
+    assert covered == sorted((r, c) for r in range(128) for c in range(slice_cols))
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_tma_cluster_combines_multicast_and_tma_stores(tmp_path: Path):
+    for (op, out), ptx in _compile_variant("sm90_tma_cluster", "Sm90TmaClusterGemm", tmp_path).items():
+        _assert_common(ptx)
+        assert MULTICAST_LOAD.search(ptx) and ptx.count(TMA_STORE) >= 8, (op, out)
+        assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
+        _assert_no_spills(ptx, tmp_path)
+    _assert_cluster_launches(tmp_path, len(OPS_OUTS))
