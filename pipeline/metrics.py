@@ -14,6 +14,23 @@ from pipeline.vocabulary import KINDS, PHASES, WORK_MULTIPLE
 
 def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
     """Max over ranks of the per-rank median of per-iteration window times (one phase's rows)."""
+    return float(_rank_medians(rank, window_ms, iterations)[1].max())
+
+
+def slowest_rank_spread(
+    rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> tuple[float, float]:
+    """Min and max per-iteration time over the windows of the slowest rank (the one whose median
+    is the published time): how far that median could move with other windows."""
+    ranks, medians, rank, per_iteration = _rank_medians(rank, window_ms, iterations)
+    mine = per_iteration[rank == ranks[int(np.argmax(medians))]]
+    return float(mine.min()), float(mine.max())
+
+
+def _rank_medians(
+    rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ranks, their medians of per-iteration window times, rank per row, per-iteration ms per row)."""
     rank = np.asarray(rank)
     per_iteration = _per_iteration_ms(window_ms, iterations)
     if rank.shape != per_iteration.shape:
@@ -23,9 +40,9 @@ def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndar
     # Sort by rank, then time, so each rank's windows form one sorted run; pick its middle element(s).
     order = np.lexsort((per_iteration, rank))
     values = per_iteration[order]
-    _, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
+    ranks, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
     medians = 0.5 * (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2])
-    return float(medians.max())
+    return ranks, medians, rank, per_iteration
 
 
 def phase_ms(

@@ -84,7 +84,7 @@ def shard_table(
         "device": [device] * n,
     }
     table = pa.table(columns, schema=SCHEMA)
-    meta = shard_metadata(execution, attempt, job_id, shape, device, rng)
+    meta = shard_metadata(execution, attempt, job_id, shape, device, rng, scale=scale)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
 
 
@@ -95,6 +95,8 @@ def shard_metadata(
     shape: dict[str, Any],
     device: str,
     rng: np.random.Generator,
+    *,
+    scale: str = "full",
 ) -> dict[str, Any]:
     """The ``execution`` metadata object of the schema contract, with random diagnostics."""
     w = execution.workload
@@ -106,7 +108,17 @@ def shard_metadata(
         "workload_id": execution.workload_id,
         "attempt": attempt,
         "job_id": job_id,
-        "config": {"workload": w.name, "variant": execution.variant.name},
+        "config": {
+            "workload": w.name,
+            "variant": execution.variant.name,
+            "scale": {"name": scale},
+            "seed": 0,
+        },
+        "timing": {
+            "clock": "barrier + cuda events" if on_gpu else "barrier + perf_counter",
+            "cuda_graphs": on_gpu,
+            "cuda_graphs_reason": None if on_gpu else "no CUDA graphs on cpu",
+        },
         "shape": shape,
         "provenance": {
             "git_sha": "0" * 40,

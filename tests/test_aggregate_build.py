@@ -84,6 +84,15 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _slowest_combined_windows(shard: Path) -> list[float]:
+    """Per-iteration times of the combined windows of the rank with the largest median, from raw rows."""
+    per_rank: dict[int, list[float]] = defaultdict(list)
+    for row in pq.read_table(shard).to_pylist():
+        if row["phase"] == "combined":
+            per_rank[row["rank"]].append(row["window_ms"] / row["iterations"])
+    return max(per_rank.values(), key=statistics.median)
+
+
 def _naive_times(shard: Path) -> dict[str, float]:
     """Per phase: max over ranks of statistics.median of window_ms / iterations, from raw rows."""
     per_rank: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -141,7 +150,29 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
             )
-        ranks = "2" if row["execution_id"] == GPU_FREE else "4"
+        # What ran, beside the nominal identity columns.
+        spread = _slowest_combined_windows(shard)
+        assert _close(row["windowMinMS"], min(spread)) and _close(row["windowMaxMS"], max(spread))
+        assert float(row["windowMinMS"]) <= float(row["iterationMS"]) <= float(row["windowMaxMS"])
+        ci = row["execution_id"] == GPU_FREE
+        ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["experts"], row["top_k"])
+        assert (
+            ran == ("ci", "16", "64", str(e.workload.d_ff // 48), "384", "6")
+            if ci
+            else ("full", "2048", "7168", str(e.workload.d_ff), "384", "6")
+        )
+        assert row["experts_run"] == str(384 // e.workload.ep * int(row["ranks"]))
+        assert row["tokens_run"] == str(max(shape["layer_tokens"]))
+        assert _close(row["imbalance"], statistics.mean(e.workload.layer_loads))
+        assert (row["windows"], row["iterationsPerWindow"]) == ("5", "2" if ci else "30")
+        assert row["workMultiple"] == str(MULTIPLIER[e.workload.kind])
+        assert (row["dtype"], row["clock"]) == (
+            ("float32", "barrier + perf_counter") if ci else ("bfloat16", "barrier + cuda events")
+        )
+        assert row["cudaGraphs"] == ("false" if ci else "true")
+        assert (row["cudaGraphsReason"] != "") == ci
+        assert (row["seed"], row["git_sha"]) == ("0", "0" * 40)
+        ranks = "2" if ci else "4"
         identity = (e.workload_id, e.workload.kind, str(e.workload.ep), ranks, str(e.workload.d_ff))
         assert (row["workload_id"], row["kind"], row["ep"], row["ranks"], row["d_ff"]) == identity
         assert (row["implementation"], row["pipeline"], row["precision"]) == (
@@ -193,7 +224,12 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
     assert "unreadable parquet" in skipped[f"shards/execution={TORN}/attempt-2.parquet"]
     assert "unknown schema_version 99" in skipped[f"shards/execution={FUTURE}/attempt-3.parquet"]
     assert "incomplete" in skipped[f"shards/execution={INCOMPLETE}/attempt-1.parquet"]
-    assert meta["missing"] == sorted([INCOMPLETE, *NEVER_RAN])
+    assert meta["missing"]["launched_without_shard"] == sorted([INCOMPLETE, *NEVER_RAN])
+    present = {r["execution_id"] for r in json.loads((published / JSON_NAME).read_text())["executions"]}
+    assert len(present) == 14
+    assert meta["missing"]["matrix"] == sorted({e.execution_id for e in EXECUTIONS} - present)
+    assert len(meta["missing"]["matrix"]) == 110 - 14
+    assert meta["matrix"] == {"executions": 110, "matched_workloads": 44, "pairs": 66}
     assert len(meta["shards_read"]) == 14 + 1  # complete first attempts, and the second attempt of NEWER
     assert meta["launched"] == {
         "source": "ledger",
@@ -213,7 +249,8 @@ def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
         _write(tmp_path, e, 1, rng)
     meta = aggregate(tmp_path, figures=False).document["meta"]
     assert meta["launched"]["source"] == "matrix"
-    assert meta["missing"] == sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
+    lacking = sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
+    assert meta["missing"] == {"matrix": lacking, "launched_without_shard": lacking}
     assert (meta["launched"]["executions"], meta["launched"]["pairs"]) == (110, 66)
 
 

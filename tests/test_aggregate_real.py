@@ -22,6 +22,33 @@ def _python(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=600)
 
 
+def _hbm_bytes_by_hand(row: dict[str, str], load: float) -> float:
+    """The byte model of docs/dataset.md, written out from the published columns of one row."""
+    t, d, f, k = (int(row[c]) for c in ("tokens", "d_model", "d_ff_run", "top_k"))
+    per_element = 2.0 if row["precision"] == "bf16" else 1.0 + 1.0 / 32  # E4M3 + an E8M0 per 32
+
+    def experts(rows: float, sets: float, elem: float) -> float:
+        activations = rows * (d * elem + 2 * f * elem + 2.0 * d)
+        return activations + sets * (2 * f * d * elem + d * f * elem)
+
+    routed = experts(load * t * k, int(row["experts"]) / int(row["ep"]), per_element)
+    shared = experts(int(row["shared_experts"]) * t, int(row["shared_experts"]), 2.0)
+    layers = {"inference": 1, "training": 1, "packing": 10}[row["kind"]]
+    forward_equivalents = int(row["workMultiple"]) // layers
+    return forward_equivalents * layers * (routed + shared)
+
+
+def _rates_from_published_columns(row: dict[str, str]) -> None:
+    """useful TFLOP/s and the HBM model recomputed from the published CSV columns alone."""
+    t, d, f, k = (int(row[c]) for c in ("tokens", "d_model", "d_ff_run", "top_k"))
+    seconds = float(row["iterationMS"]) / 1e3
+    useful = 6 * t * (k + 1) * d * f * int(row["workMultiple"]) / seconds / 1e12
+    assert float(row["usefulTFLOPsPerGPU"]) == pytest.approx(useful, rel=2e-5)
+    # the byte model is affine in the load, so the mean factor of the layers gives their sum
+    hbm = _hbm_bytes_by_hand(row, float(row["imbalance"])) / seconds / 1e12
+    assert float(row["hbmModelTBs"]) == pytest.approx(hbm, rel=2e-5)
+
+
 @pytest.mark.slow
 def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     sweep = _python(
@@ -41,7 +68,8 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stderr
 
     meta = json.loads((tmp_path / JSON_NAME).read_text())["meta"]
-    assert meta["missing"] == [] and meta["launched"]["source"] == "ledger"
+    assert meta["missing"]["launched_without_shard"] == [] and meta["launched"]["source"] == "ledger"
+    assert len(meta["missing"]["matrix"]) == 108  # the matrix lacks all but the two that ran
     with (tmp_path / CSV_NAME).open() as f:
         rows = {r["execution_id"]: r for r in csv.DictReader(f)}
     assert sorted(rows) == [DIST, MOK]
@@ -49,6 +77,10 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         assert row["device"] == "cpu" and row["ranks"] == "2" and row["d_ff"] == "3072"
         assert float(row["usefulTFLOPsPerGPU"]) > 0 and float(row["hbmModelTBs"]) > 0
         assert row["predictedMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
+        ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["dtype"], row["cudaGraphs"])
+        assert ran == ("ci", "16", "64", "64", "float32", "false")
+        assert (row["workMultiple"], row["imbalance"]) == ("30", "2.31")
+        _rates_from_published_columns(row)
     with (tmp_path / PAIRS_NAME).open() as f:
         (pair,) = list(csv.DictReader(f))
     assert (pair["dist_execution_id"], pair["mok_execution_id"], pair["selected"]) == (DIST, MOK, "true")

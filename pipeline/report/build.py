@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
-from pipeline.matrix import EXECUTION_BY_ID, counts
+from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS, counts
 from pipeline.report import executions, pairs
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
@@ -26,7 +26,7 @@ class Aggregate:
 
     files: list[Path]
     skipped: list[Skipped]
-    missing: list[str]
+    missing: list[str]  # launched, but no valid shard
     document: dict[str, Any]
 
 
@@ -55,7 +55,8 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped.sort(key=lambda s: s.path)
     pair_rows = pairs.pair_rows(rows)
     ledger = launched(folder)
-    missing = sorted(set(ledger.execution_ids) - {r["execution_id"] for r in rows})
+    present = {r["execution_id"] for r in rows}
+    missing = sorted(set(ledger.execution_ids) - present)  # launched, no valid shard
     expected = counts([EXECUTION_BY_ID[i] for i in ledger.execution_ids if i in EXECUTION_BY_ID])
     document = {
         "meta": {
@@ -66,7 +67,11 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
                 "not_in_matrix": [i for i in ledger.execution_ids if i not in EXECUTION_BY_ID],
                 **_counts(*expected),
             },
-            "missing": missing,
+            "matrix": _counts(*counts(EXECUTIONS)),
+            "missing": {
+                "matrix": sorted({e.execution_id for e in EXECUTIONS} - present),
+                "launched_without_shard": missing,
+            },
             "shards_read": scan.read,
             "shards_skipped": [{"path": s.path, "reason": s.reason} for s in skipped],
         },

@@ -1,4 +1,5 @@
-"""One published row per execution: identity, reduced times, rates and the model's prediction.
+"""One published row per execution: identity, reduced times, rates, the model's prediction and what
+ran (scale, shape run beside the nominal one, windows, clock, CUDA graphs, seed, code version).
 
 Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shape the execution ran
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
@@ -12,7 +13,8 @@ from typing import Any
 
 from pipeline import model
 from pipeline.data.reader import Shard
-from pipeline.metrics import phase_ms, tera_per_second, useful_tflops_per_gpu
+from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
+from pipeline.vocabulary import WORK_MULTIPLE
 
 GIB = 2**30
 # Measured metrics besides the iteration time (pairs publish each as a Dist-MoE / MoK ratio).
@@ -24,6 +26,30 @@ METRICS = (
     "nvlinkTxGBs",
     "nvlinkRxGBs",
     "peakAllocatedGiB",
+)
+# What ran, beside the nominal identity columns (docs/dataset.md defines each with its unit).
+RUN_COLUMNS = (
+    "windowMinMS",
+    "windowMaxMS",
+    "scale",
+    "tokens",
+    "tokens_run",
+    "d_model",
+    "d_ff_run",
+    "experts",
+    "experts_run",
+    "top_k",
+    "shared_experts",
+    "imbalance",
+    "windows",
+    "iterationsPerWindow",
+    "workMultiple",
+    "dtype",
+    "clock",
+    "cudaGraphs",
+    "cudaGraphsReason",
+    "seed",
+    "git_sha",
 )
 COLUMNS = (
     "execution_id",
@@ -43,6 +69,7 @@ COLUMNS = (
     "job_id",
     "predictedMS",
     "measuredOverPredicted",
+    *RUN_COLUMNS,
 )
 
 
@@ -73,6 +100,42 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "peakAllocatedGiB": _scaled(peak, GIB),
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
+        **what_ran(shard),
+    }
+
+
+def what_ran(shard: Shard) -> dict[str, Any]:
+    """The run columns of one shard: the combined phase's slowest-rank window spread, the scale and
+    shape that ran, how it was timed and the code and seed that ran it."""
+    meta, shape = shard.meta, shard.meta["shape"]
+    combined = shard.phase == "combined"
+    low, high = slowest_rank_spread(
+        shard.rank[combined], shard.window_ms[combined], shard.iterations[combined]
+    )
+    config, timing = meta.get("config") or {}, meta.get("timing") or {}
+    loads = shape["layer_loads"]
+    return {
+        "windowMinMS": low,
+        "windowMaxMS": high,
+        "scale": (config.get("scale") or {}).get("name"),
+        "tokens": report_tokens(shape),
+        "tokens_run": max(shape["layer_tokens"]),
+        "d_model": shape["d_model"],
+        "d_ff_run": shape["d_ff"],
+        "experts": shape["num_experts"],
+        "experts_run": shape["layer_experts"],
+        "top_k": shape["top_k"],
+        "shared_experts": shape["num_shared"],
+        "imbalance": sum(loads) / len(loads),
+        "windows": shape["windows"],
+        "iterationsPerWindow": shape["iterations"],
+        "workMultiple": WORK_MULTIPLE[shard.identity["kind"]],
+        "dtype": shape.get("dtype"),
+        "clock": timing.get("clock"),
+        "cudaGraphs": timing.get("cuda_graphs"),
+        "cudaGraphsReason": timing.get("cuda_graphs_reason"),
+        "seed": config.get("seed"),
+        "git_sha": (meta.get("provenance") or {}).get("git_sha"),
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.report.executions import METRICS as RATIO_METRICS
+
 COLUMNS = (
     "dist_execution_id",
     "mok_execution_id",
