@@ -22,7 +22,7 @@ from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, scale_from_config, shape_for
 from pipeline.moe import MoEConfig
-from pipeline.moe.policy import make_policy
+from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
 from pipeline.vocabulary import kind_phases
 
 SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
@@ -140,12 +140,26 @@ def shard_metadata(
             "reason": None if on_gpu else "no GPU",
         },
         "saved_state": saved_state(execution, shape),
+        "policy": _policy(execution, shape).describe(shape["nominal_tokens"], shape["top_k"]),
     }
 
 
 def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, Any]]:
     """Per timed layer, the evidence the layers' own policy (:mod:`pipeline.moe.policy`) gives for the
     tracked GPU's rows, all forwards held before any backward, as a packing stack runs them."""
+    loads = shape["layer_loads"]
+    policy = _policy(execution, shape)
+    return [
+        {
+            **policy.reserve(routed, shape["nominal_tokens"], shape["top_k"], hold=True).as_dict(),
+            "layer": layer,
+            "load_factor": load,
+        }
+        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
+    ]
+
+
+def _policy(execution: Execution, shape: dict[str, Any]) -> MoKBudget | SharedSlot:
     v = execution.variant
     cfg = MoEConfig(
         d_model=shape["d_model"],
@@ -158,16 +172,7 @@ def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, A
         dtype=torch.float32,
         budget_tokens=shape["nominal_tokens"],
     )
-    loads = shape["layer_loads"]
-    policy = make_policy(cfg, layers=len(loads))
-    return [
-        {
-            **policy.reserve(routed, shape["nominal_tokens"], shape["top_k"], hold=True).as_dict(),
-            "layer": layer,
-            "load_factor": load,
-        }
-        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
-    ]
+    return make_policy(cfg, layers=len(shape["layer_loads"]))
 
 
 def write_table(dataset: Path, table: pa.Table) -> Path:

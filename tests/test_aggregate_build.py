@@ -239,7 +239,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 1
+    assert meta["schema_version"] == 2
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
@@ -267,8 +267,10 @@ def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
             assert published_layer == pytest.approx(layer, rel=6e-6)  # six significant digits
         assert state["balanced_rows"] == 2048 * 6
         # profile A exceeds MoK's per-layer budget in two layers; Dist-MoE's shared slot never overflows
-        assert state["capacity_overflow"] is (state["implementation"] == "mok")
-        assert any(layer["overflow"] for layer in recorded) is state["capacity_overflow"]
+        mok = state["implementation"] == "mok"
+        assert state["layers_recomputing"] == (2 if mok else 0)
+        assert state["capacity_flags"] == (None if mok else 0)
+        assert state["policy"]["layers"] == 10 and state["policy"]["host_scratch_bytes"] == 0
 
 
 def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:

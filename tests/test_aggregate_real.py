@@ -88,5 +88,6 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     states = {s["execution_id"]: s for s in json.loads((tmp_path / JSON_NAME).read_text())["saved_state"]}
     recomputing = [layer["layer"] for layer in states[MOK]["layers"] if layer["recomputed_rows"] > 0]
     assert recomputing == [0, 2]  # profile A: two layers exceed MoK's per-layer budget
-    assert states[DIST]["capacity_overflow"] is False
+    assert states[DIST]["capacity_flags"] == 0 and states[MOK]["capacity_flags"] is None
+    assert states[MOK]["layers_recomputing"] == 2 and states[DIST]["layers_recomputing"] == 0
     assert (tmp_path / "mok-comparison-saved-state.png").stat().st_size > 10_000

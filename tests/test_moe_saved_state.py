@@ -51,9 +51,11 @@ def test_mok_budget_is_32768_rows_about_2_67() -> None:
 @pytest.mark.parametrize(("profile", "exceeding"), [("a", 2), ("b", 3), ("balanced", 0)])
 def test_mok_layers_over_budget(profile: str, exceeding: int) -> None:
     _, states, _ = _run_stack(_cfg("mok"), PROFILES[profile])
-    over = [s for s in states if s["overflow"]]
+    over = [s for s in states if s["recomputes"]]
     assert len(over) == exceeding
+    assert all(s["capacity_flag"] is None for s in states)  # MoK has no capacity flag
     for s, f in zip(states, PROFILES[profile], strict=True):
+        assert s["recomputes"] is (s["recomputed_rows"] > 0)
         assert s["routed_rows"] == round(f * T) * K
         assert s["retained_rows"] + s["recomputed_rows"] == s["routed_rows"]
         assert s["retained_rows"] == min(s["routed_rows"], 32768)
@@ -62,15 +64,44 @@ def test_mok_layers_over_budget(profile: str, exceeding: int) -> None:
 @pytest.mark.parametrize("profile", ["balanced", "a", "b"])
 def test_dist_moe_capacity_flag_is_zero(profile: str) -> None:
     stack, states, _ = _run_stack(_cfg("dist-moe"), PROFILES[profile])
-    assert [s["overflow"] for s in states] == [False] * 10
+    assert [s["capacity_flag"] for s in states] == [False] * 10
     assert all(s["recomputed_rows"] == 0 and s["retained_rows"] == s["routed_rows"] for s in states)
+    assert not any(s["recomputes"] for s in states)
+    # budget_rows and factor both mean one layer's share of the pooled slot
+    assert all(s["budget_rows"] == 30720 and s["factor"] == 2.5 for s in states)
+    assert stack.policy.describe(T, K) == {
+        "implementation": "dist-moe",
+        "layers": 10,
+        "requested_factor": 2.5,
+        "layer_budget_rows": 30720,
+        "factor": 2.5,
+        "pooled": True,
+        "activation_rows": 10 * 30720,
+        "scratch_factor": 8.0,
+        "scratch_rows": 8 * T * K,
+        "host_scratch_bytes": 0,
+        "overflow": "capacity flag: raised when the shared slot or the receive scratch would overflow",
+    }
     assert stack.layers[0].policy.used == 0  # every backward gave its rows back to the shared slot
+
+
+def test_mok_stack_policy_is_ten_separate_budgets() -> None:
+    stack, _, _ = _run_stack(_cfg("mok"), PROFILES["a"])
+    described = stack.policy.describe(T, K)
+    assert (described["layers"], described["layer_budget_rows"], described["pooled"]) == (10, 32768, False)
+    assert described["activation_rows"] == 10 * 32768 and described["factor"] == pytest.approx(8 / 3)
+    assert (described["scratch_factor"], described["scratch_rows"], described["host_scratch_bytes"]) == (
+        None,
+        0,
+        0,
+    )
+    assert "recomputed" in described["overflow"]
 
 
 def test_dist_moe_flags_an_overflowing_slot() -> None:
     """A load beyond the receive scratch (8x) raises the capacity flag."""
     _, states, _ = _run_stack(_cfg("dist-moe", tokens=64), [9.0], tokens=64)
-    assert states[0]["overflow"] is True
+    assert states[0]["capacity_flag"] is True
 
 
 def test_recompute_gives_the_gradients_of_full_retention() -> None:

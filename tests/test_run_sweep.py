@@ -86,7 +86,7 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
             if mok:
                 assert recomputing == [0, 2]  # profile A's 7.5x and 4.5x layers exceed MoK's budget
             else:
-                assert recomputing == [] and not any(s["overflow"] for s in evidence)
+                assert recomputing == [] and not any(s["capacity_flag"] for s in evidence)
         assert meta["nvlink"]["tx_bytes_per_s"] is None and "no CUDA device" in meta["nvlink"]["reason"]
         assert meta["memory"]["peak_rss_bytes"] > 0 and meta["memory"]["peak_allocated_bytes"] is None
         provenance = meta["provenance"]

@@ -88,6 +88,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
                 },
                 "nvlink": nvlink_summary([r["nvlink"] for r in ranks]),
                 "saved_state": saved_state_evidence(shape, ranks[0]["saved_state"]),
+                "policy": work.policy(),
             }
             path = write_shard(dataset, execution_id, attempt, rows, meta)
             ledger.append(

@@ -81,6 +81,11 @@ class Work:
         if self.grads is not None:
             self.backward(ys)
 
+    def policy(self) -> dict[str, object]:
+        """The stack's allocation policy at the nominal T (what its budgets are sized for)."""
+        layer = self.stack.layers[0]
+        return self.stack.policy.describe(layer.cfg.budget_tokens or self.xs[0].shape[0], layer.cfg.top_k)
+
     def saved_state(self) -> list[dict]:
         """Evidence of one forward (the backward follows, releasing what the forward reserved)."""
         ys = self.forward()

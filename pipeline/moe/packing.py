@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.layer import MoELayer
-from pipeline.moe.policy import make_policy
+from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
 from pipeline.moe.weights import ExpertWeights
 
 Route = tuple[torch.Tensor, torch.Tensor]
@@ -36,6 +36,11 @@ class LayerStack(torch.nn.Module):
         """Backward of each layer, last layer first."""
         for i in reversed(range(len(ys))):
             torch.autograd.backward(ys[i], grads[i])
+
+    @property
+    def policy(self) -> MoKBudget | SharedSlot:
+        """The one policy object every layer of the stack shares."""
+        return self.layers[0].policy
 
     @property
     def saved_state(self) -> list[dict]:

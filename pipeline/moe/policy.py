@@ -3,10 +3,17 @@
 Rows beyond what a policy retains are recomputed in backward (see :mod:`pipeline.moe.experts`).
 
 - MoK: a per-layer budget, the requested factor x T x K rounded up to a power of two
-  (2.5 x 2048 x 6 = 30,720 -> 32,768 rows, ~2.67).
+  (2.5 x 2048 x 6 = 30,720 -> 32,768 rows, ~2.67). A layer over its budget keeps part of its state
+  and recomputes the rest; MoK has no capacity flag.
 - Dist-MoE: one activation slot shared by all layers of a stack (factor x T x K rows per layer,
   pooled), receive scratch for ``scratch_factor`` x T x K rows, zero host scratch. Its capacity flag
-  is raised when the slot or the scratch would overflow.
+  is raised when the slot or the scratch would overflow (rows the slot cannot hold are recomputed).
+
+Evidence has one meaning per field: per layer (:class:`SavedState`) ``budget_rows`` is what the policy
+allocates for that layer (Dist-MoE: its share of the pooled slot) and ``factor`` the same in T x K
+units; ``recomputes`` says that some of its rows are recomputed; ``capacity_flag`` is Dist-MoE's flag
+(None for MoK, which has none). Per stack, ``describe()`` gives the pool, the scratch and host
+scratch, and what overflow means for the implementation.
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ from pipeline.moe.config import MoEConfig
 class SavedState:
     """Evidence of one layer's forward, as the shards record it."""
 
-    factor: float  # budget rows / (T x K)
-    budget_rows: int
+    factor: float  # budget_rows / (T x K)
+    budget_rows: int  # saved-activation rows allocated for this layer (Dist-MoE: its share of the slot)
     routed_rows: int
     retained_rows: int
     recomputed_rows: int
-    overflow: bool
+    recomputes: bool  # some routed rows are recomputed in backward (recomputed_rows > 0)
+    capacity_flag: bool | None  # Dist-MoE's capacity flag (slot or scratch overflow); None for MoK
 
     def as_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
@@ -39,8 +47,10 @@ def power_of_two_ceil(n: int) -> int:
 class MoKBudget:
     """MoK's native per-layer allocation: nothing is shared between layers."""
 
-    def __init__(self, cfg: MoEConfig) -> None:
-        self.factor = cfg.activation_factor
+    OVERFLOW = "partial retention: rows beyond a layer's budget are recomputed in backward"
+
+    def __init__(self, cfg: MoEConfig, layers: int = 1) -> None:
+        self.factor, self.layers = cfg.activation_factor, layers
 
     def budget_rows(self, tokens: int, top_k: int) -> int:
         return power_of_two_ceil(math.ceil(self.factor * tokens * top_k))
@@ -54,43 +64,96 @@ class MoKBudget:
             routed_rows=routed_rows,
             retained_rows=retained,
             recomputed_rows=routed_rows - retained,
-            overflow=routed_rows > budget,
+            recomputes=routed_rows > budget,
+            capacity_flag=None,
         )
 
     def release(self, rows: int) -> None:
         """Per-layer budgets hold nothing across layers."""
+
+    def describe(self, tokens: int, top_k: int) -> dict[str, object]:
+        """The stack's policy: ``layers`` separate budgets, no receive or host scratch."""
+        budget = self.budget_rows(tokens, top_k)
+        return _description(
+            "mok", self, budget, tokens * top_k, pooled=False, scratch_factor=None, scratch_rows=0
+        )
 
 
 class SharedSlot:
     """Dist-MoE's activation slot, shared by ``layers`` layers: rows are taken in forward order and
     given back as each backward finishes."""
 
+    OVERFLOW = "capacity flag: raised when the shared slot or the receive scratch would overflow"
+
     def __init__(self, cfg: MoEConfig, layers: int = 1) -> None:
         self.factor, self.scratch_factor, self.layers = cfg.activation_factor, cfg.scratch_factor, layers
         self.used = 0
 
+    def layer_rows(self, tokens: int, top_k: int) -> int:
+        """One layer's share of the slot: factor x T x K rows."""
+        return math.floor(self.factor * tokens * top_k)
+
     def capacity_rows(self, tokens: int, top_k: int) -> int:
-        return math.floor(self.factor * tokens * top_k) * self.layers
+        """The whole slot: every layer's share, pooled."""
+        return self.layer_rows(tokens, top_k) * self.layers
+
+    def scratch_rows(self, tokens: int, top_k: int) -> int:
+        return math.floor(self.scratch_factor * tokens * top_k)
 
     def reserve(self, routed_rows: int, tokens: int, top_k: int, hold: bool) -> SavedState:
-        capacity = self.capacity_rows(tokens, top_k)
-        retained = min(routed_rows, max(capacity - self.used, 0))
-        scratch_overflow = routed_rows > self.scratch_factor * tokens * top_k
+        share = self.layer_rows(tokens, top_k)
+        retained = min(routed_rows, max(self.capacity_rows(tokens, top_k) - self.used, 0))
+        scratch_overflow = routed_rows > self.scratch_rows(tokens, top_k)
         if hold:
             self.used += retained
         return SavedState(
-            factor=self.factor,
-            budget_rows=capacity,
+            factor=share / max(tokens * top_k, 1),
+            budget_rows=share,
             routed_rows=routed_rows,
             retained_rows=retained,
             recomputed_rows=routed_rows - retained,
-            overflow=retained < routed_rows or scratch_overflow,
+            recomputes=retained < routed_rows,
+            capacity_flag=retained < routed_rows or scratch_overflow,
         )
 
     def release(self, rows: int) -> None:
         self.used = max(self.used - rows, 0)
 
+    def describe(self, tokens: int, top_k: int) -> dict[str, object]:
+        """The stack's policy: one pooled slot, receive scratch, zero host scratch."""
+        share, scratch = self.layer_rows(tokens, top_k), self.scratch_rows(tokens, top_k)
+        return _description(
+            "dist-moe", self, share, tokens * top_k, pooled=True, scratch_factor=self.scratch_factor,
+            scratch_rows=scratch,
+        )  # fmt: skip
+
+
+def _description(
+    implementation: str,
+    policy: MoKBudget | SharedSlot,
+    layer_rows: int,
+    balanced_rows: int,
+    *,
+    pooled: bool,
+    scratch_factor: float | None,
+    scratch_rows: int,
+) -> dict[str, object]:
+    """Per-stack evidence; rows are token-rows, factors in units of T x K (``balanced_rows``)."""
+    return {
+        "implementation": implementation,
+        "layers": policy.layers,
+        "requested_factor": policy.factor,
+        "layer_budget_rows": layer_rows,
+        "factor": layer_rows / max(balanced_rows, 1),
+        "pooled": pooled,
+        "activation_rows": layer_rows * policy.layers,
+        "scratch_factor": scratch_factor,
+        "scratch_rows": scratch_rows,
+        "host_scratch_bytes": 0,
+        "overflow": policy.OVERFLOW,
+    }
+
 
 def make_policy(cfg: MoEConfig, layers: int = 1) -> MoKBudget | SharedSlot:
-    """The policy of ``cfg.implementation``; ``layers`` sizes Dist-MoE's shared slot."""
-    return MoKBudget(cfg) if cfg.implementation == "mok" else SharedSlot(cfg, layers)
+    """The policy of ``cfg.implementation`` for a stack of ``layers`` layers."""
+    return MoKBudget(cfg, layers) if cfg.implementation == "mok" else SharedSlot(cfg, layers)

@@ -93,13 +93,18 @@ def _counts(executions_: int, workloads: int, pairs_: int) -> dict[str, int]:
 
 
 def _saved_state(row: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Saved-state evidence of one packing execution, per layer, as its shard recorded it;
-    ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1."""
+    """Saved-state evidence of one packing execution as its shard recorded it: per layer, and per
+    stack (``policy``); ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1.
+    ``layers_recomputing`` counts layers with recomputed rows; ``capacity_flags`` counts raised
+    capacity flags (null for MoK, which has none)."""
     keys = ("execution_id", "workload_id", "implementation", "pipeline", "precision", "ep", "profile")
-    layers = meta["saved_state"]
+    layers = sorted(meta["saved_state"], key=lambda layer: layer["layer"])
+    flags = [layer["capacity_flag"] for layer in layers]
     return {
         **{k: row[k] for k in keys},
         "balanced_rows": executions.report_tokens(meta["shape"]) * meta["shape"]["top_k"],
-        "capacity_overflow": any(layer["overflow"] for layer in layers),
-        "layers": sorted(layers, key=lambda layer: layer["layer"]),
+        "layers_recomputing": sum(layer["recomputes"] for layer in layers),
+        "capacity_flags": None if any(f is None for f in flags) else sum(flags),
+        "policy": meta["policy"],
+        "layers": layers,
     }

@@ -151,12 +151,13 @@ def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
         budget = [layer["budget_rows"] / unit for layer in layers]
         ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
         return
-    slot = max((layer["budget_rows"] for layer in layers), default=0) / unit
-    overflow = "overflow" if any(layer["overflow"] for layer in layers) else "no overflow"
+    share = max((layer["budget_rows"] for layer in layers), default=0) / unit
+    overflow = f"capacity flags: {state['capacity_flags']}"
     ax.text(
         0.98,
         0.96,
-        f"Dist-MoE {state['pipeline']}: one slot of {slot:.3g} x T x K\nshared by all layers, {overflow}",
+        f"Dist-MoE {state['pipeline']}: one slot, {share:.3g} x T x K per layer\n"
+        f"pooled over {len(layers)} layers, {overflow}",
         transform=ax.transAxes,
         ha="right",
         va="top",
