@@ -151,7 +151,9 @@ def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, A
     policy = _policy(execution, shape)
     return [
         {
-            **policy.reserve(routed, shape["nominal_tokens"], shape["top_k"], hold=True).as_dict(),
+            **policy.reserve(
+                layer, routed, shape["nominal_tokens"], shape["top_k"], hold=True
+            ).state.as_dict(),
             "layer": layer,
             "load_factor": load,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME
 CHECKER = Path(__file__).resolve().parents[1] / "jobs" / "check-aggregate.py"
 MOK = "packing-ep32-f3072-profile-a-bf16-mok-native"
 DIST = "packing-ep32-f3072-profile-a-bf16-dist-moe-bf16"
+MOK_B = "packing-ep32-f3072-profile-b-bf16-mok-native"
+DIST_B = "packing-ep32-f3072-profile-b-bf16-dist-moe-bf16"
+T, K, D, F, ELEMENT = 16, 6, 64, 64, 4  # scale=ci: float32
 
 
 def _python(*arguments: str) -> subprocess.CompletedProcess:
@@ -55,7 +59,7 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         "-m",
         "pipeline.run",
         "--multirun",
-        "workload=packing-ep32-f3072-profile-a",
+        "workload=packing-ep32-f3072-profile-a,packing-ep32-f3072-profile-b",
         "variant=mok-bf16,dist-moe-bf16",
         "scale=ci",
         f"dataset_dir={tmp_path}",
@@ -63,31 +67,62 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     published = _python("-m", "pipeline.aggregate", str(tmp_path))
     assert published.returncode == 0 and "skipped" not in published.stderr, published.stderr
-    assert "2 executions, 1 matched workloads, 1 pairs" in published.stdout
+    assert "4 executions, 2 matched workloads, 2 pairs" in published.stdout
     check = _python(str(CHECKER), str(tmp_path))
     assert check.returncode == 0, check.stderr
 
     meta = json.loads((tmp_path / JSON_NAME).read_text())["meta"]
     assert meta["missing"]["launched_without_shard"] == [] and meta["launched"]["source"] == "ledger"
-    assert len(meta["missing"]["matrix"]) == 108  # the matrix lacks all but the two that ran
+    assert len(meta["missing"]["matrix"]) == 106  # the matrix lacks all but the four that ran
     with (tmp_path / CSV_NAME).open() as f:
         rows = {r["execution_id"]: r for r in csv.DictReader(f)}
-    assert sorted(rows) == [DIST, MOK]
+    assert sorted(rows) == sorted([DIST, DIST_B, MOK, MOK_B])
     for row in rows.values():
         assert row["device"] == "cpu" and row["ranks"] == "2" and row["d_ff"] == "3072"
         assert float(row["usefulTFLOPsPerGPU"]) > 0 and float(row["hbmModelTBs"]) > 0
         assert row["predictedMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
         ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["dtype"], row["cudaGraphs"])
         assert ran == ("ci", "16", "64", "64", "float32", "false")
-        assert (row["workMultiple"], row["imbalance"]) == ("30", "2.31")
+        assert (row["workMultiple"], row["imbalance"]) == (
+            "30",
+            "2.31" if "profile-a" in row["workload_id"] else "2.39",
+        )
         _rates_from_published_columns(row)
     with (tmp_path / PAIRS_NAME).open() as f:
-        (pair,) = list(csv.DictReader(f))
-    assert (pair["dist_execution_id"], pair["mok_execution_id"], pair["selected"]) == (DIST, MOK, "true")
+        pairs = list(csv.DictReader(f))
+    assert [(p["dist_execution_id"], p["mok_execution_id"], p["selected"]) for p in pairs] == [
+        (DIST, MOK, "true"),
+        (DIST_B, MOK_B, "true"),
+    ]
 
     states = {s["execution_id"]: s for s in json.loads((tmp_path / JSON_NAME).read_text())["saved_state"]}
     recomputing = [layer["layer"] for layer in states[MOK]["layers"] if layer["recomputed_rows"] > 0]
     assert recomputing == [0, 2]  # profile A: two layers exceed MoK's per-layer budget
     assert states[DIST]["capacity_flags"] == 0 and states[MOK]["capacity_flags"] is None
     assert states[MOK]["layers_recomputing"] == 2 and states[DIST]["layers_recomputing"] == 0
+    assert states[MOK_B]["layers_recomputing"] == 3 and states[DIST_B]["layers_recomputing"] == 0
+    assert states[DIST_B]["capacity_flags"] == 0
+    # The policies' device buffers, as the shards recorded them, against the report's formulas.
+    balanced = T * K
+    for mok, dist in ((MOK, DIST), (MOK_B, DIST_B)):
+        budget = 1 << math.ceil(math.log2(2.5 * balanced))  # pow2(2.5 x T x K) = 256 rows
+        assert {layer["budget_rows"] for layer in states[mok]["layers"]} == {budget}
+        assert [layer["factor"] for layer in states[mok]["layers"]] == [pytest.approx(2.66667, rel=1e-5)] * 10
+        assert states[mok]["policy"]["buffers"] == [
+            {"name": f"saved-activations[{i}]", "rows": budget, "row_bytes": 2 * F * ELEMENT,
+             "bytes": budget * 2 * F * ELEMENT}
+            for i in range(10)
+        ]  # fmt: skip
+        share = math.floor(2.5 * balanced)  # one slot of 2.5 x T x K rows per layer, pooled over ten
+        assert {layer["budget_rows"] for layer in states[dist]["layers"]} == {share}
+        assert states[dist]["policy"]["buffers"] == [
+            {"name": "activation-slot", "rows": 10 * share, "row_bytes": 2 * F * ELEMENT,
+             "bytes": 10 * share * 2 * F * ELEMENT},
+            {"name": "receive-scratch", "rows": 8 * balanced, "row_bytes": D * ELEMENT,
+             "bytes": 8 * balanced * D * ELEMENT},
+        ]  # fmt: skip
+        assert (
+            states[dist]["policy"]["host_scratch_bytes"] == 0 == states[mok]["policy"]["host_scratch_bytes"]
+        )
+        assert (states[dist]["policy"]["scratch_factor"], states[dist]["policy"]["pooled"]) == (8.0, True)
     assert (tmp_path / "mok-comparison-saved-state.png").stat().st_size > 10_000

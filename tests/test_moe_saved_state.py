@@ -81,6 +81,16 @@ def test_dist_moe_capacity_flag_is_zero(profile: str) -> None:
         "scratch_rows": 8 * T * K,
         "host_scratch_bytes": 0,
         "overflow": "capacity flag: raised when the shared slot or the receive scratch would overflow",
+        # one slot of 2.5 x T x K rows per layer pooled over the ten layers, scratch 8 x T x K rows of D
+        "buffers": [
+            {
+                "name": "activation-slot",
+                "rows": 10 * 30720,
+                "row_bytes": 2 * F * 4,
+                "bytes": 10 * 30720 * 2 * F * 4,
+            },
+            {"name": "receive-scratch", "rows": 8 * T * K, "row_bytes": D * 4, "bytes": 8 * T * K * D * 4},
+        ],
     }
     assert stack.layers[0].policy.used == 0  # every backward gave its rows back to the shared slot
 
@@ -96,6 +106,50 @@ def test_mok_stack_policy_is_ten_separate_budgets() -> None:
         0,
     )
     assert "recomputed" in described["overflow"]
+    # one buffer of pow2(2.5 x T x K) rows of 2F per layer
+    assert described["buffers"] == [
+        {"name": f"saved-activations[{i}]", "rows": 32768, "row_bytes": 2 * F * 4, "bytes": 32768 * 2 * F * 4}
+        for i in range(10)
+    ]
+
+
+@pytest.mark.parametrize("implementation", ["mok", "dist-moe"])
+def test_retained_rows_live_in_the_policy_buffers_every_iteration(implementation: str) -> None:
+    """Each layer's retained GEMM-1 rows are written into the policy's buffers (MoK: its own; Dist-MoE:
+    consecutive rows of the one slot), the same storage in every iteration, and hold h = x W1^T."""
+    tokens = 64
+    cfg = _cfg(implementation, tokens)
+    loads = PROFILES["a"]
+    stack = build_stack(cfg, [ExpertWeights.random(cfg, seed=i) for i in range(len(loads))])
+    policy = stack.policy
+    gen = torch.Generator().manual_seed(1)
+    counts = [round(f * tokens) for f in loads]
+    xs = [torch.randn(n, D, generator=gen).requires_grad_() for n in counts]
+    routes = [routing_plan(n, E, K, 1, 1.0, seed=i).for_rank(0) for i, n in enumerate(counts)]
+    buffers = policy.saved if implementation == "mok" else [policy.slot]
+    pointers = [b.data_ptr() for b in buffers]
+    for _ in range(2):
+        ys = stack(xs, routes)
+        states = stack.saved_state
+        offset = 0
+        for i, (layer, x, (idx, _w), state) in enumerate(zip(stack.layers, xs, routes, states, strict=True)):
+            plan = layer._dispatch_plan(idx, _w, x.shape[0])
+            rows = x.detach().index_select(0, plan.token_of_row)
+            ends = plan.offs.tolist()
+            starts = [0, *ends[:-1]]
+            h = torch.cat(
+                [
+                    rows[a:b] @ layer.w1.detach()[g].T
+                    for g, (a, b) in enumerate(zip(starts, ends, strict=True))
+                ]
+            )
+            kept = state["retained_rows"]
+            where = policy.saved[i][:kept] if implementation == "mok" else policy.slot[offset : offset + kept]
+            torch.testing.assert_close(where, h[:kept], rtol=1e-5, atol=1e-5)
+            offset += kept
+        stack.backward(ys, [torch.ones_like(y) for y in ys])
+        assert [b.data_ptr() for b in buffers] == pointers
+    assert sum(s["recomputed_rows"] > 0 for s in states) == (2 if implementation == "mok" else 0)
 
 
 def test_dist_moe_flags_an_overflowing_slot() -> None:

@@ -98,12 +98,12 @@ class Work:
 def build_work(execution: Execution, shape: Shape, rank: int, device: torch.device, seed: int) -> Work:
     cfg = layer_config(execution, shape)
     plans = routing_plans(shape, seed)
-    # Building a layer prepares its quantized weights, so they exist before any timing.
-    stack = build_stack(
-        cfg, [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
-    )
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     training = has_backward(execution.workload.kind)
+    # Building a layer prepares its quantized weights, and the stack its policy's buffers, so they
+    # exist before any timing.
+    weights = [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
+    stack = build_stack(cfg, weights, backward=training)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
 
     def tensor(tokens: int) -> torch.Tensor:
         t = torch.randn(tokens, shape.d_model, generator=gen)

@@ -1,7 +1,8 @@
 """Routed-expert compute: SwiGLU over rows sorted by local expert, through the grouped-GEMM dispatch.
 
-The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted)
-and recomputes the remaining rows' from their dispatched inputs in backward. Under MXFP8 the forward
+The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted),
+written into the policy's buffer (``store``) when it has one, and recomputes the remaining rows' from
+their dispatched inputs in backward. Under MXFP8 the forward
 GEMMs take MX operands; the backward runs in the layer dtype on the values the forward actually
 multiplied (dequantized operands: the straight-through rule for the quantizers).
 """
@@ -65,6 +66,7 @@ class GroupedSwiGLU(torch.autograd.Function):
         w2: torch.Tensor,
         offs: torch.Tensor,
         retained: int,
+        store: torch.Tensor | None,
         mx: MXOperands | None,
         backend: str,
         release: Release | None,
@@ -76,7 +78,10 @@ class GroupedSwiGLU(torch.autograd.Function):
             h = grouped_gemm_mx(mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend)
             a = quantize_mx(swiglu(h), mx.mode)
             y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend)
-        ctx.save_for_backward(x, h if retained >= h.shape[0] else h[:retained].clone(), offs)
+        ctx.save_for_backward(x, offs)
+        # Kept off save_for_backward: a policy buffer is written again by later layers' forwards (other
+        # rows of a shared slot), which autograd's version check would take for a change of these rows.
+        ctx.h_kept = _keep(h, retained, store)
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
         ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
         if mx is not None:  # the overflow rows' MX inputs, for an exact recompute
@@ -87,9 +92,10 @@ class GroupedSwiGLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        x, h_kept, offs = ctx.saved_tensors
+        x, offs = ctx.saved_tensors
         w1, w2 = ctx.weights
-        h = torch.cat([h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
+        h = torch.cat([ctx.h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
+        ctx.h_kept = None
         gate, up = h.float().chunk(2, dim=-1)
         sig = torch.sigmoid(gate)
         silu = gate * sig
@@ -105,7 +111,7 @@ class GroupedSwiGLU(torch.autograd.Function):
         dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
         if ctx.release is not None:
             ctx.release()
-        return dx, dw1, dw2, None, None, None, None, None
+        return dx, dw1, dw2, None, None, None, None, None, None
 
     @staticmethod
     def _recompute(ctx, x: torch.Tensor, w1: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -114,6 +120,13 @@ class GroupedSwiGLU(torch.autograd.Function):
         if ctx.mx is not None:
             return grouped_gemm_mx(ctx.mx_tail, ctx.mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend)
         return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
+
+
+def _keep(h: torch.Tensor, retained: int, store: torch.Tensor | None) -> torch.Tensor:
+    """The first ``retained`` GEMM-1 rows, in ``store`` (the policy's buffer rows) when given."""
+    if store is not None:
+        return store.copy_(h[:retained])
+    return h if retained >= h.shape[0] else h[:retained].clone()
 
 
 def grouped_swiglu(
@@ -125,9 +138,11 @@ def grouped_swiglu(
     mx: MXOperands | None = None,
     backend: str = "auto",
     release: Release | None = None,
+    store: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends)."""
-    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, mx, backend, release)
+    """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends); ``store``
+    ([retained, 2F], a policy buffer's rows) receives the retained GEMM-1 outputs."""
+    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, store, mx, backend, release)
 
 
 def shared_swiglu(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
