@@ -2,7 +2,8 @@
 
 The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted),
 written into the policy's buffer (``store``) when it has one, and recomputes the remaining rows' from
-their dispatched inputs in backward. Under MXFP8 the forward
+their dispatched inputs in backward. The SwiGLU backward is fused for Dist-MoE and unfused for MoK
+(:mod:`pipeline.moe.swiglu`; ``MoEConfig.fused_swiglu_backward``). Under MXFP8 the forward
 GEMMs take MX operands; the backward runs in the layer dtype on the values the forward actually
 multiplied (dequantized operands: the straight-through rule for the quantizers).
 """
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from cutlass_kernels import MXTensor, fake_quantize, quantize_mx
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
+from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
 
 
 @dataclass
@@ -70,6 +72,7 @@ class GroupedSwiGLU(torch.autograd.Function):
         mx: MXOperands | None,
         backend: str,
         release: Release | None,
+        fused: bool,
     ) -> torch.Tensor:
         if mx is None:
             h = grouped_gemm(x, w1, offs, backend=backend)
@@ -83,7 +86,7 @@ class GroupedSwiGLU(torch.autograd.Function):
         # rows of a shared slot), which autograd's version check would take for a change of these rows.
         ctx.h_kept = _keep(h, retained, store)
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
-        ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
+        ctx.mx, ctx.retained, ctx.backend, ctx.release, ctx.fused = mx, retained, backend, release, fused
         if mx is not None:  # the overflow rows' MX inputs, for an exact recompute
             ctx.mx_tail = mx.rows.index_rows(slice(retained, None))
         if release is not None:
@@ -96,22 +99,17 @@ class GroupedSwiGLU(torch.autograd.Function):
         w1, w2 = ctx.weights
         h = torch.cat([ctx.h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
         ctx.h_kept = None
-        gate, up = h.float().chunk(2, dim=-1)
-        sig = torch.sigmoid(gate)
-        silu = gate * sig
-        a = (silu * up).to(x.dtype)
+        dy = dy.contiguous()
+        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend)
+        dh, a = (swiglu_backward_fused if ctx.fused else swiglu_backward)(da, h)
         if ctx.mx is not None:
             a = fake_quantize(a, ctx.mx.mode)
-        dy = dy.contiguous()
-        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend).float()
         dw2 = grouped_gemm_wgrad(dy, a, offs, backend=ctx.backend)
-        dgate = da * up * sig * (1 + gate * (1 - sig))
-        dh = torch.cat([dgate, da * silu], dim=-1).to(x.dtype)
         dx = grouped_gemm_dgrad(dh, w1, offs, backend=ctx.backend)
         dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
         if ctx.release is not None:
             ctx.release()
-        return dx, dw1, dw2, None, None, None, None, None, None
+        return dx, dw1, dw2, None, None, None, None, None, None, None
 
     @staticmethod
     def _recompute(ctx, x: torch.Tensor, w1: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -139,10 +137,12 @@ def grouped_swiglu(
     backend: str = "auto",
     release: Release | None = None,
     store: torch.Tensor | None = None,
+    fused: bool = False,
 ) -> torch.Tensor:
     """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends); ``store``
-    ([retained, 2F], a policy buffer's rows) receives the retained GEMM-1 outputs."""
-    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, store, mx, backend, release)
+    ([retained, 2F], a policy buffer's rows) receives the retained GEMM-1 outputs; ``fused`` picks
+    the fused SwiGLU backward."""
+    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, store, mx, backend, release, fused)
 
 
 def shared_swiglu(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:

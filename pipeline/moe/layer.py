@@ -70,7 +70,10 @@ class MoELayer(torch.nn.Module):
         if mx is not None and rows_mx is None:  # the GEMMs multiply these values (straight-through)
             rows = _straight_through(rows, mx.rows.dequantize(cfg.dtype))
         kept = state.retained_rows if hold else 0  # without autograd nothing is saved
-        out = grouped_swiglu(rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release, granted.store)
+        out = grouped_swiglu(
+            rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release, granted.store,
+            cfg.fused_swiglu_backward,
+        )  # fmt: skip
 
         y = combine(out, topk_weight, plan, self.group, tokens).to(x.dtype)
         return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
