@@ -53,7 +53,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
             "device": device_name(ctx.device),
             "times": times,
             "saved_state": work.saved_state(),
-            "nvlink": nvlink_rates(ctx.device, work.iteration, NVLINK_SAMPLE_S),
+            "nvlink": nvlink_rates(ctx.device, steps.iteration, NVLINK_SAMPLE_S),
             "peak_allocated_bytes": peak_allocated_bytes(ctx.device),
             "peak_rss_bytes": peak_rss_bytes(),
         }

@@ -75,12 +75,6 @@ class Work:
         for p in self.stack.parameters():
             p.grad = None  # every iteration computes fresh gradients, as one training step would
 
-    def iteration(self) -> None:
-        """One whole iteration: the forward(s), then the backward(s) when training."""
-        ys = self.forward()
-        if self.grads is not None:
-            self.backward(ys)
-
     def policy(self) -> dict[str, object]:
         """The stack's allocation policy at the nominal T (what its budgets are sized for)."""
         layer = self.stack.layers[0]
