@@ -136,7 +136,13 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             precision=e.variant.precision,
             layer_loads=list(e.workload.layer_loads),
         )
-        assert _close(row["hbmModelTBs"], model.iteration_bytes(layer) / (ms / 1e3) / 1e12)
+        dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
+        average_gpu = model.LayerShape(
+            **{**layer.__dict__, "element_bytes": {"float32": 4, "bfloat16": 2}[shape["dtype"]]}
+        )
+        hbm_bytes = model.iteration_bytes(average_gpu, dispatch)
+        assert _close(row["hbmModelBytes"], hbm_bytes)
+        assert _close(row["hbmModelTBs"], hbm_bytes / (ms / 1e3) / 1e12)
         tx, rx = meta["nvlink"]["tx_bytes_per_s"], meta["nvlink"]["rx_bytes_per_s"]
         assert _close(row["nvlinkTxGBs"], tx and tx / 1e9) and _close(row["nvlinkRxGBs"], rx and rx / 1e9)
         peak = meta["memory"]["peak_allocated_bytes"]
@@ -145,7 +151,6 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
         else:
-            dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
             predicted = model.predicted_ms(layer, "h200", dispatch=dispatch)
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
@@ -193,6 +198,7 @@ def test_newest_complete_attempt_wins(published: Path) -> None:
 def test_pairs_speedup_and_selection(published: Path) -> None:
     executions = {r["execution_id"]: r for r in _rows(published / CSV_NAME)}
     pairs = _rows(published / PAIRS_NAME)
+    assert "hbmModelTBsRatio" not in pairs[0]  # it would be the speedup times a ratio of byte counts
     dist = [i for i, r in executions.items() if r["implementation"] == "dist-moe"]
     assert [p["dist_execution_id"] for p in pairs] == sorted(dist)
     by_workload: dict[str, list[dict[str, str]]] = defaultdict(list)

@@ -26,20 +26,30 @@ def _python(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=600)
 
 
-def _hbm_bytes_by_hand(row: dict[str, str], load: float) -> float:
-    """The byte model of docs/dataset.md, written out from the published columns of one row."""
+def _hbm_bytes_by_hand(row: dict[str, str]) -> float:
+    """The byte model of docs/dataset.md for the cluster-average GPU (T x K routed rows per layer),
+    written out from the published columns of one row."""
     t, d, f, k = (int(row[c]) for c in ("tokens", "d_model", "d_ff_run", "top_k"))
-    per_element = 2.0 if row["precision"] == "bf16" else 1.0 + 1.0 / 32  # E4M3 + an E8M0 per 32
+    e = {"float32": 4, "bfloat16": 2}[row["dtype"]]
+    r, sets, shared = t * k, int(row["experts"]) / int(row["ep"]), int(row["shared_experts"])
+    mx = row["precision"] == "mxfp8"
 
-    def experts(rows: float, sets: float, elem: float) -> float:
-        activations = rows * (d * elem + 2 * f * elem + 2.0 * d)
-        return activations + sets * (2 * f * d * elem + d * f * elem)
+    def operand(n: int) -> float:
+        return n + n / 32 if mx else e * n  # E4M3 + an E8M0 per 32, or the layer dtype
 
-    routed = experts(load * t * k, int(row["experts"]) / int(row["ep"]), per_element)
-    shared = experts(int(row["shared_experts"]) * t, int(row["shared_experts"]), 2.0)
-    layers = {"inference": 1, "training": 1, "packing": 10}[row["kind"]]
-    forward_equivalents = int(row["workMultiple"]) // layers
-    return forward_equivalents * layers * (routed + shared)
+    wire = d + d / 32 if row["pipeline"] == "fp8-dispatch" else e * d
+    forward = (
+        t * d * e + r * wire  # gather
+        + 4 * r * wire  # all-to-all send + receive, regroup
+        + (r * (d * e + operand(d)) if mx and row["pipeline"] != "fp8-dispatch" else 0)
+        + r * operand(d) + sets * 2 * f * operand(d) + r * 2 * f * e  # GEMM-1, 2F wide
+        + r * 3 * f * e  # SwiGLU
+        + (r * (f * e + operand(f)) if mx else 0)
+        + r * operand(f) + sets * d * operand(f) + r * d * e  # GEMM-2
+        + 3 * r * d * e + t * d * 4  # combine
+        + shared * (2 * t * d * e + 3 * d * f * e + 6 * t * f * e)  # x in, W1, W2, y out; 2F + 3F + F
+    )  # fmt: skip
+    return int(row["workMultiple"]) * forward
 
 
 def _rates_from_published_columns(row: dict[str, str]) -> None:
@@ -48,8 +58,8 @@ def _rates_from_published_columns(row: dict[str, str]) -> None:
     seconds = float(row["iterationMS"]) / 1e3
     useful = 6 * t * (k + 1) * d * f * int(row["workMultiple"]) / seconds / 1e12
     assert float(row["usefulTFLOPsPerGPU"]) == pytest.approx(useful, rel=2e-5)
-    # the byte model is affine in the load, so the mean factor of the layers gives their sum
-    hbm = _hbm_bytes_by_hand(row, float(row["imbalance"])) / seconds / 1e12
+    assert float(row["hbmModelBytes"]) == pytest.approx(_hbm_bytes_by_hand(row), rel=2e-5)
+    hbm = _hbm_bytes_by_hand(row) / seconds / 1e12
     assert float(row["hbmModelTBs"]) == pytest.approx(hbm, rel=2e-5)
 
 

@@ -3,7 +3,8 @@ ran (scale, shape run beside the nominal one, windows, clock, CUDA graphs, seed,
 
 Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shape the execution ran
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
-rate is the analytical logical byte model over that time, not measured traffic; the prediction is
+rate is the analytical logical byte model of the cluster-average GPU (the convention of useful
+TFLOP/s) over that time, not measured traffic; the prediction is
 empty when no hardware preset matches the recorded device (e.g. CPU runs).
 """
 
@@ -14,10 +15,10 @@ from typing import Any
 from pipeline import model
 from pipeline.data.reader import Shard
 from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
-from pipeline.vocabulary import WORK_MULTIPLE
+from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
 GIB = 2**30
-# Measured metrics besides the iteration time (pairs publish each as a Dist-MoE / MoK ratio).
+# Measured metrics besides the iteration time.
 METRICS = (
     "forwardMS",
     "backwardMS",
@@ -27,6 +28,9 @@ METRICS = (
     "nvlinkRxGBs",
     "peakAllocatedGiB",
 )
+# Pairs publish these as Dist-MoE / MoK ratios. Not the HBM model rate: its ratio is the speedup times
+# the ratio of two analytical byte counts, so it adds nothing a reader cannot form from those.
+RATIO_METRICS = tuple(m for m in METRICS if m != "hbmModelTBs")
 # What ran, beside the nominal identity columns (docs/dataset.md defines each with its unit).
 RUN_COLUMNS = (
     "windowMinMS",
@@ -64,6 +68,7 @@ COLUMNS = (
     "pipeline",
     "iterationMS",
     *METRICS,
+    "hbmModelBytes",
     "device",
     "attempt",
     "job_id",
@@ -82,10 +87,11 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     layer = layer_shape(ident, shape)
     hardware = model.hardware_for_device(ident["device"])
     predicted = None
+    dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
     if hardware is not None:
-        dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
         predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
     flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
+    hbm_bytes = model.iteration_bytes(layer, dispatch)
     nvlink = shard.meta.get("nvlink") or {}
     peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
     return {
@@ -94,10 +100,11 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "forwardMS": times.get("forward"),
         "backwardMS": times.get("backward"),
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
-        "hbmModelTBs": tera_per_second(model.iteration_bytes(layer), ms),
+        "hbmModelTBs": tera_per_second(hbm_bytes, ms),
         "nvlinkTxGBs": _scaled(nvlink.get("tx_bytes_per_s"), 1e9),
         "nvlinkRxGBs": _scaled(nvlink.get("rx_bytes_per_s"), 1e9),
         "peakAllocatedGiB": _scaled(peak, GIB),
+        "hbmModelBytes": hbm_bytes,
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
         **what_ran(shard),
@@ -152,6 +159,7 @@ def layer_shape(identity: dict[str, Any], shape: dict[str, Any]) -> model.LayerS
         precision=identity["precision"],
         layer_loads=tuple(shape["layer_loads"]),
         num_shared=shape["num_shared"],
+        element_bytes=DTYPE_BYTES[shape["dtype"]],
     )
 
 
