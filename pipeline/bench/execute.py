@@ -12,7 +12,7 @@ from pipeline import REPO_ROOT
 from pipeline.bench import distributed, graphs
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
 from pipeline.bench.nvlink import nvlink_rates
-from pipeline.bench.timing import Clock, time_windows
+from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import build_work
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -42,6 +42,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
         backward = work.backward if work.grads is not None else None
         clock = Clock(ctx.device)
         steps = graphs.capture(work.forward, backward, ctx.device, shape.warmup)
+        shape = calibrated(shape, steps.forward, steps.backward, clock)
         times = time_windows(
             steps.forward, steps.backward, clock, shape.warmup, shape.windows, shape.iterations
         )
