@@ -332,3 +332,39 @@ def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
     assert run.returncode == 2 and "does not exist" in run.stderr
     with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         aggregate(tmp_path, workers=0)
+
+
+def test_figures_read_at_a_glance(published: Path) -> None:
+    """Kinds on their own time axes, precisions side by side, device and scale in the title, the paired
+    table (Dist-MoE / MoK), MoK's budget value printed, and no legend entry without marks."""
+    from pipeline.report.figures import saved_state_figure, time_figure
+
+    document = json.loads((published / JSON_NAME).read_text())
+    rows, pairs = document["executions"], document["pairs"]
+    fig = time_figure(32, rows, pairs)
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("EP32")]
+    assert [ax.get_title() for ax in panels] == [
+        "EP32 training BF16",
+        "EP32 training MXFP8",
+        "EP32 packing BF16",
+        "EP32 packing MXFP8",
+    ]
+    training, packing = panels[0], panels[2]
+    assert training.get_shared_y_axes().joined(training, panels[1])
+    assert not training.get_shared_y_axes().joined(training, packing)
+    assert "device NVIDIA H200, scale=full" in fig.get_suptitle()
+    (table_axes,) = [ax for ax in fig.axes if ax.get_title() == "paired values: Dist-MoE / MoK"]
+    (table,) = table_axes.tables
+    texts = [cell.get_text().get_text() for cell in table.get_celld().values()]
+    assert "iteration ms" in texts and any(" / " in t for t in texts)
+    pair = next(p for p in pairs if p["selected"] and p["workload_id"].startswith("training-ep32"))
+    assert f"{pair['distIterationMS']:.3g} / {pair['mokIterationMS']:.3g}" in texts
+    labels = [h.get_label() for legend in fig.legends for h in legend.legend_handles]
+    assert labels == ["MoK", "Dist-MoE, selected pipeline"]
+
+    states = fig_states = saved_state_figure(document["saved_state"], pairs, rows)
+    texts = [t.get_text() for ax in states.axes for t in ax.texts]
+    assert any("MoK budget 2.67 x T x K" in t for t in texts)
+    labels = [h.get_label() for legend in fig_states.legends for h in legend.legend_handles]
+    assert "Dist-MoE recomputed" not in labels  # Dist-MoE recomputes nothing: no entry without marks
+    assert "MoK recomputed" in labels and "MoK budget per layer: 2.67 x T x K" in labels
