@@ -14,22 +14,29 @@ from pipeline.vocabulary import KINDS, PHASES, WORK_MULTIPLE
 
 def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
     """Max over ranks of the per-rank median of per-iteration window times (one phase's rows)."""
-    _, _, medians = _rank_medians(rank, window_ms, iterations)
-    return float(medians.max())
+    return float(_rank_medians(rank, window_ms, iterations)[1].max())
 
 
 def slowest_rank_samples(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Sorted per-iteration window times of the rank whose median ``slowest_rank_ms`` reports (the
     lowest such rank on ties): the samples behind the published number, for its uncertainty."""
-    values, starts, medians = _rank_medians(rank, window_ms, iterations)
-    slowest = int(np.argmax(medians))
-    return values[starts[slowest] : starts[slowest + 1]]
+    ranks, medians, rank, per_iteration = _rank_medians(rank, window_ms, iterations)
+    return np.sort(per_iteration[rank == ranks[int(np.argmax(medians))]])
+
+
+def slowest_rank_spread(
+    rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> tuple[float, float]:
+    """Min and max per-iteration time over the windows of the slowest rank (the one whose median
+    is the published time): how far that median could move with other windows."""
+    mine = slowest_rank_samples(rank, window_ms, iterations)
+    return float(mine[0]), float(mine[-1])
 
 
 def _rank_medians(
     rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-iteration times sorted by (rank, time), each rank's start in them (plus the end), medians."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ranks, their medians of per-iteration window times, rank per row, per-iteration ms per row)."""
     rank = np.asarray(rank)
     per_iteration = _per_iteration_ms(window_ms, iterations)
     if rank.shape != per_iteration.shape:
@@ -39,9 +46,9 @@ def _rank_medians(
     # Sort by rank, then time, so each rank's windows form one sorted run; pick its middle element(s).
     order = np.lexsort((per_iteration, rank))
     values = per_iteration[order]
-    _, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
+    ranks, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
     medians = 0.5 * (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2])
-    return values, np.append(starts, values.size), medians
+    return ranks, medians, rank, per_iteration
 
 
 def phase_ms(

@@ -11,6 +11,7 @@ from cutlass_kernels.formats import MX_BLOCK
 
 __all__ = [
     "DTYPES",
+    "DTYPE_BYTES",
     "FORWARD_EQUIVALENTS",
     "IMPLEMENTATIONS",
     "KINDS",
@@ -45,8 +46,9 @@ PIPELINES: dict[tuple[str, str], tuple[str, ...]] = {
     ("dist-moe", "bf16"): ("bf16",),
     ("dist-moe", "mxfp8"): ("fp8-dispatch", "bf16-dispatch"),
 }
-# Activation / weight dtypes a scale may run in (torch names).
+# Activation / weight dtypes a scale may run in (torch names), and their bytes per element.
 DTYPES = ("bfloat16", "float32")
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def timed_phases(backward: bool) -> tuple[str, ...]:

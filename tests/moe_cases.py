@@ -94,6 +94,8 @@ def run_case(rank: int, world: int, case: Case, device: str = "cpu") -> dict:
         pipeline=case.pipeline,
         precision=case.precision,
         dtype=dtype,
+        # planned routing runs the policies' real buffers (T known); ragged routing only counts rows
+        budget_tokens=T if case.scenario == "plan" else None,
     )
     weights = ExpertWeights.random(cfg, seed=3)
     layer = build_layer(cfg, ExpertWeights(*(getattr(weights, n).to(dev) for n in WEIGHT_NAMES)))

@@ -22,7 +22,7 @@ from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, scale_from_config, shape_for
 from pipeline.moe import MoEConfig
-from pipeline.moe.policy import make_policy
+from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
 from pipeline.vocabulary import kind_phases
 
 SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
@@ -84,7 +84,7 @@ def shard_table(
         "device": [device] * n,
     }
     table = pa.table(columns, schema=SCHEMA)
-    meta = shard_metadata(execution, attempt, job_id, shape, device, rng)
+    meta = shard_metadata(execution, attempt, job_id, shape, device, rng, scale=scale)
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
 
 
@@ -95,6 +95,8 @@ def shard_metadata(
     shape: dict[str, Any],
     device: str,
     rng: np.random.Generator,
+    *,
+    scale: str = "full",
 ) -> dict[str, Any]:
     """The ``execution`` metadata object of the schema contract, with random diagnostics."""
     w = execution.workload
@@ -106,7 +108,17 @@ def shard_metadata(
         "workload_id": execution.workload_id,
         "attempt": attempt,
         "job_id": job_id,
-        "config": {"workload": w.name, "variant": execution.variant.name},
+        "config": {
+            "workload": w.name,
+            "variant": execution.variant.name,
+            "scale": {"name": scale},
+            "seed": 0,
+        },
+        "timing": {
+            "clock": "barrier + cuda events" if on_gpu else "barrier + perf_counter",
+            "cuda_graphs": on_gpu,
+            "cuda_graphs_reason": None if on_gpu else "no CUDA graphs on cpu",
+        },
         "shape": shape,
         "provenance": {
             "git_sha": "0" * 40,
@@ -128,12 +140,28 @@ def shard_metadata(
             "reason": None if on_gpu else "no GPU",
         },
         "saved_state": saved_state(execution, shape),
+        "policy": _policy(execution, shape).describe(shape["nominal_tokens"], shape["top_k"]),
     }
 
 
 def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, Any]]:
     """Per timed layer, the evidence the layers' own policy (:mod:`pipeline.moe.policy`) gives for the
     tracked GPU's rows, all forwards held before any backward, as a packing stack runs them."""
+    loads = shape["layer_loads"]
+    policy = _policy(execution, shape)
+    return [
+        {
+            **policy.reserve(
+                layer, routed, shape["nominal_tokens"], shape["top_k"], hold=True
+            ).state.as_dict(),
+            "layer": layer,
+            "load_factor": load,
+        }
+        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
+    ]
+
+
+def _policy(execution: Execution, shape: dict[str, Any]) -> MoKBudget | SharedSlot:
     v = execution.variant
     cfg = MoEConfig(
         d_model=shape["d_model"],
@@ -146,16 +174,7 @@ def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, A
         dtype=torch.float32,
         budget_tokens=shape["nominal_tokens"],
     )
-    loads = shape["layer_loads"]
-    policy = make_policy(cfg, layers=len(loads))
-    return [
-        {
-            **policy.reserve(routed, shape["nominal_tokens"], shape["top_k"], hold=True).as_dict(),
-            "layer": layer,
-            "load_factor": load,
-        }
-        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
-    ]
+    return make_policy(cfg, layers=len(shape["layer_loads"]))
 
 
 def write_table(dataset: Path, table: pa.Table) -> Path:

@@ -86,6 +86,15 @@ def _rows(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _slowest_combined_windows(shard: Path) -> list[float]:
+    """Per-iteration times of the combined windows of the rank with the largest median, from raw rows."""
+    per_rank: dict[int, list[float]] = defaultdict(list)
+    for row in pq.read_table(shard).to_pylist():
+        if row["phase"] == "combined":
+            per_rank[row["rank"]].append(row["window_ms"] / row["iterations"])
+    return max(per_rank.values(), key=statistics.median)
+
+
 def _naive_times(shard: Path) -> dict[str, float]:
     """Per phase: max over ranks of statistics.median of window_ms / iterations, from raw rows."""
     per_rank: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -129,7 +138,13 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             precision=e.variant.precision,
             layer_loads=list(e.workload.layer_loads),
         )
-        assert _close(row["hbmModelTBs"], model.iteration_bytes(layer) / (ms / 1e3) / 1e12)
+        dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
+        average_gpu = model.LayerShape(
+            **{**layer.__dict__, "element_bytes": {"float32": 4, "bfloat16": 2}[shape["dtype"]]}
+        )
+        hbm_bytes = model.iteration_bytes(average_gpu, dispatch)
+        assert _close(row["hbmModelBytes"], hbm_bytes)
+        assert _close(row["hbmModelTBs"], hbm_bytes / (ms / 1e3) / 1e12)
         tx, rx = meta["nvlink"]["tx_bytes_per_s"], meta["nvlink"]["rx_bytes_per_s"]
         assert _close(row["nvlinkTxGBs"], tx and tx / 1e9) and _close(row["nvlinkRxGBs"], rx and rx / 1e9)
         peak = meta["memory"]["peak_allocated_bytes"]
@@ -138,12 +153,33 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
         else:
-            dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
             predicted = model.predicted_ms(layer, "h200", dispatch=dispatch)
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
             )
-        ranks = "2" if row["execution_id"] == GPU_FREE else "4"
+        # What ran, beside the nominal identity columns.
+        spread = _slowest_combined_windows(shard)
+        assert _close(row["windowMinMS"], min(spread)) and _close(row["windowMaxMS"], max(spread))
+        assert float(row["windowMinMS"]) <= float(row["iterationMS"]) <= float(row["windowMaxMS"])
+        ci = row["execution_id"] == GPU_FREE
+        ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["experts"], row["top_k"])
+        assert (
+            ran == ("ci", "16", "64", str(e.workload.d_ff // 48), "384", "6")
+            if ci
+            else ("full", "2048", "7168", str(e.workload.d_ff), "384", "6")
+        )
+        assert row["experts_run"] == str(384 // e.workload.ep * int(row["ranks"]))
+        assert row["tokens_run"] == str(max(shape["layer_tokens"]))
+        assert _close(row["imbalance"], statistics.mean(e.workload.layer_loads))
+        assert (row["windows"], row["iterationsPerWindow"]) == ("5", "2" if ci else "30")
+        assert row["workMultiple"] == str(MULTIPLIER[e.workload.kind])
+        assert (row["dtype"], row["clock"]) == (
+            ("float32", "barrier + perf_counter") if ci else ("bfloat16", "barrier + cuda events")
+        )
+        assert row["cudaGraphs"] == ("false" if ci else "true")
+        assert (row["cudaGraphsReason"] != "") == ci
+        assert (row["seed"], row["git_sha"]) == ("0", "0" * 40)
+        ranks = "2" if ci else "4"
         identity = (e.workload_id, e.workload.kind, str(e.workload.ep), ranks, str(e.workload.d_ff))
         assert (row["workload_id"], row["kind"], row["ep"], row["ranks"], row["d_ff"]) == identity
         assert (row["implementation"], row["pipeline"], row["precision"]) == (
@@ -164,6 +200,7 @@ def test_newest_complete_attempt_wins(published: Path) -> None:
 def test_pairs_speedup_and_selection(published: Path) -> None:
     executions = {r["execution_id"]: r for r in _rows(published / CSV_NAME)}
     pairs = _rows(published / PAIRS_NAME)
+    assert "hbmModelTBsRatio" not in pairs[0]  # it would be the speedup times a ratio of byte counts
     dist = [i for i, r in executions.items() if r["implementation"] == "dist-moe"]
     assert [p["dist_execution_id"] for p in pairs] == sorted(dist)
     by_workload: dict[str, list[dict[str, str]]] = defaultdict(list)
@@ -195,7 +232,12 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
     assert "unreadable parquet" in skipped[f"shards/execution={TORN}/attempt-2.parquet"]
     assert "unknown schema_version 99" in skipped[f"shards/execution={FUTURE}/attempt-3.parquet"]
     assert "incomplete" in skipped[f"shards/execution={INCOMPLETE}/attempt-1.parquet"]
-    assert meta["missing"] == sorted([INCOMPLETE, *NEVER_RAN])
+    assert meta["missing"]["launched_without_shard"] == sorted([INCOMPLETE, *NEVER_RAN])
+    present = {r["execution_id"] for r in json.loads((published / JSON_NAME).read_text())["executions"]}
+    assert len(present) == 14
+    assert meta["missing"]["matrix"] == sorted({e.execution_id for e in EXECUTIONS} - present)
+    assert len(meta["missing"]["matrix"]) == 110 - 14
+    assert meta["matrix"] == {"executions": 110, "matched_workloads": 44, "pairs": 66}
     assert len(meta["shards_read"]) == 14 + 1  # complete first attempts, and the second attempt of NEWER
     assert meta["launched"] == {
         "source": "ledger",
@@ -205,7 +247,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 1
+    assert meta["schema_version"] == 2
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
@@ -215,7 +257,8 @@ def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
         _write(tmp_path, e, 1, rng)
     meta = aggregate(tmp_path, figures=False).document["meta"]
     assert meta["launched"]["source"] == "matrix"
-    assert meta["missing"] == sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
+    lacking = sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
+    assert meta["missing"] == {"matrix": lacking, "launched_without_shard": lacking}
     assert (meta["launched"]["executions"], meta["launched"]["pairs"]) == (110, 66)
 
 
@@ -232,8 +275,10 @@ def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
             assert published_layer == pytest.approx(layer, rel=6e-6)  # six significant digits
         assert state["balanced_rows"] == 2048 * 6
         # profile A exceeds MoK's per-layer budget in two layers; Dist-MoE's shared slot never overflows
-        assert state["capacity_overflow"] is (state["implementation"] == "mok")
-        assert any(layer["overflow"] for layer in recorded) is state["capacity_overflow"]
+        mok = state["implementation"] == "mok"
+        assert state["layers_recomputing"] == (2 if mok else 0)
+        assert state["capacity_flags"] == (None if mok else 0)
+        assert state["policy"]["layers"] == 10 and state["policy"]["host_scratch_bytes"] == 0
 
 
 def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:
@@ -311,3 +356,39 @@ def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
     assert run.returncode == 2 and "does not exist" in run.stderr
     with pytest.raises(ValueError, match="workers must be >= 1, got 0"):
         aggregate(tmp_path, workers=0)
+
+
+def test_figures_read_at_a_glance(published: Path) -> None:
+    """Kinds on their own time axes, precisions side by side, device and scale in the title, the paired
+    table (Dist-MoE / MoK), MoK's budget value printed, and no legend entry without marks."""
+    from pipeline.report.figures import saved_state_figure, time_figure
+
+    document = json.loads((published / JSON_NAME).read_text())
+    rows, pairs = document["executions"], document["pairs"]
+    fig = time_figure(32, rows, pairs)
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("EP32")]
+    assert [ax.get_title() for ax in panels] == [
+        "EP32 training BF16",
+        "EP32 training MXFP8",
+        "EP32 packing BF16",
+        "EP32 packing MXFP8",
+    ]
+    training, packing = panels[0], panels[2]
+    assert training.get_shared_y_axes().joined(training, panels[1])
+    assert not training.get_shared_y_axes().joined(training, packing)
+    assert "device NVIDIA H200, scale=full" in fig.get_suptitle()
+    (table_axes,) = [ax for ax in fig.axes if ax.get_title() == "paired values: Dist-MoE / MoK"]
+    (table,) = table_axes.tables
+    texts = [cell.get_text().get_text() for cell in table.get_celld().values()]
+    assert "iteration ms" in texts and any(" / " in t for t in texts)
+    pair = next(p for p in pairs if p["selected"] and p["workload_id"].startswith("training-ep32"))
+    assert f"{pair['distIterationMS']:.3g} / {pair['mokIterationMS']:.3g}" in texts
+    labels = [h.get_label() for legend in fig.legends for h in legend.legend_handles]
+    assert labels == ["MoK", "Dist-MoE, selected pipeline"]
+
+    states = fig_states = saved_state_figure(document["saved_state"], pairs, rows)
+    texts = [t.get_text() for ax in states.axes for t in ax.texts]
+    assert any("MoK budget 2.67 x T x K" in t for t in texts)
+    labels = [h.get_label() for legend in fig_states.legends for h in legend.legend_handles]
+    assert "Dist-MoE recomputed" not in labels  # Dist-MoE recomputes nothing: no entry without marks
+    assert "MoK recomputed" in labels and "MoK budget per layer: 2.67 x T x K" in labels

@@ -23,6 +23,8 @@ from tests.synthetic_shards import shard_table, write_table
 BY_ID = {e.execution_id: e for e in EXECUTIONS}
 TRAINING = BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]
 INFERENCE = BY_ID["inference-ep8-f1536-bf16-mok-native"]
+PACKING_DIST = "packing-ep32-f3072-profile-b-bf16-dist-moe-bf16"
+PACKING_MOK = "packing-ep32-f3072-profile-b-bf16-mok-native"
 
 
 def _table(attempt: int = 1) -> pa.Table:
@@ -52,6 +54,38 @@ def test_good_shard_reads_back_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())
     np.testing.assert_array_equal(shard.phase, table.column("phase").to_numpy(zero_copy_only=False))
     np.testing.assert_array_equal(shard.rank, table.column("rank").to_numpy())
+
+
+def _as_version_1(table: pa.Table) -> pa.Table:
+    """The shard as schema 1 wrote it: Dist-MoE's budget_rows pooled over the layers, one overflow
+    flag per layer (MoK: recomputed; Dist-MoE: the capacity flag), no policy."""
+
+    def change(meta: dict) -> None:
+        dist = meta["config"]["variant"].startswith("dist-moe")
+        layers = meta["saved_state"]
+        for layer in layers:
+            layer["overflow"] = layer.pop("capacity_flag") if dist else layer["recomputes"]
+            del layer["recomputes"]
+            if dist:
+                layer["budget_rows"] *= len(layers)
+                layer["factor"] = 2.5  # the requested factor, beside the pooled rows
+        del meta["policy"]
+        meta["schema_version"] = 1
+
+    return _with_meta(table, change)
+
+
+@pytest.mark.parametrize("execution_id", [PACKING_DIST, PACKING_MOK])
+def test_version_1_shards_read_with_version_2_fields(tmp_path: Path, execution_id: str) -> None:
+    table = shard_table(BY_ID[execution_id], 1, np.random.default_rng(), ranks=4)
+    current = _meta(table)
+    shard = read_shard(write_table(tmp_path, _as_version_1(table)))
+    assert shard.meta["saved_state"] == pytest.approx(current["saved_state"])
+    assert shard.meta["policy"] is None and shard.meta["schema_version"] == 1
+    flags = [layer["capacity_flag"] for layer in shard.meta["saved_state"]]
+    assert flags == ([False] * 10 if execution_id == PACKING_DIST else [None] * 10)
+    budgets = {layer["budget_rows"] for layer in shard.meta["saved_state"]}
+    assert budgets == ({30720} if execution_id == PACKING_DIST else {32768})
 
 
 def test_inference_needs_no_backward_rows(tmp_path: Path) -> None:
@@ -122,10 +156,10 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 1"),
+        (_float32_times, "columns differ from schema version 2"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
-        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 1"),
+        (_set("schema_version", value=3), "unknown schema_version 3; this reader reads 1, 2"),
         (_set("schema_version", value=None), "unknown schema_version None"),
         (_set("shape", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
         (_set("shape", "nominal_tokens", value=0), "shape.nominal_tokens must be a positive integer, got 0"),
@@ -138,6 +172,7 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_set("nvlink", "tx_bytes_per_s", value=-1.0), r"tx_bytes_per_s must be null or >= 0, got -1.0"),
         (_set("memory", value=None), "metadata has no 'memory' object"),
         (_set("saved_state", value=[{"layer": 0}]), "metadata saved_state must be a list of objects"),
+        (_set("policy", value=None), "metadata policy must be an object, got None"),
     ],
 )
 def test_bad_shard_is_rejected_with_reason(tmp_path: Path, corrupt: Callable, reason: str) -> None:

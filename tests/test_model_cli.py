@@ -37,6 +37,13 @@ def test_module_prints_the_published_json_keys():
     assert len(result["outputs"]) == 25
     assert list(result["profile"]) == ["drop_vs_capacity", "waste_vs_capacity", "expert_loads"]
     assert [len(v) for v in result["profile"].values()] == [48, 48, 40]
+    # The published run's outputs in the published form (values within their published rounding).
+    out, prof = result["outputs"], result["profile"]
+    assert round(out["sparsity_percent"], 2) == 3.12
+    assert out["bottleneck"] == "expert compute"
+    assert out["verdict"].split(": ", 1)[0] == "balanced-efficient"
+    assert prof["drop_vs_capacity"][0][0] == 0.5 and prof["waste_vs_capacity"][-1][0] == 4.0
+    assert prof["expert_loads"] == sorted(prof["expert_loads"], reverse=True)
 
 
 def test_key_value_arguments_override_the_file(capsys, tmp_path):
@@ -57,7 +64,7 @@ def test_readable_summary_ends_with_the_verdict(capsys):
     assert main([]) == 0
     text = capsys.readouterr().out
     assert "step_time_ms" in text and "TFLOP/s per GPU" in text
-    assert text.strip().splitlines()[-1].startswith("verdict: compute-bound")
+    assert text.strip().splitlines()[-1].startswith("verdict: balanced-efficient: expert compute-bound")
 
 
 def test_plot_writes_png_curves(capsys, tmp_path):

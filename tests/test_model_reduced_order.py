@@ -43,7 +43,7 @@ def test_published_inputs_by_hand():
     assert out["total_expert_params_b"] == pytest.approx(64 * 117_440_512 / 1e9, rel=1e-15)
     assert out["total_expert_params_b"] == pytest.approx(7.516192768, rel=1e-15)
     assert out["active_params_b"] == pytest.approx(0.234881024, rel=1e-15)
-    assert out["sparsity_percent"] == 96.875  # 62 of 64 experts idle per token
+    assert out["sparsity_percent"] == 3.125  # published 3.12: the active share, 2 of 64 experts
     assert out["expert_weights_gb"] == pytest.approx(15.032385536, rel=1e-15)
     # 64 x 1280 slots x 2 FLOPs x 117,440,512 parameters; dense: 32768 tokens through all 64 experts.
     assert out["moe_tflop"] == pytest.approx(19.24145348608, rel=1e-14)
@@ -59,7 +59,7 @@ def test_published_inputs_by_hand():
     assert out["comm_fraction_percent"] == pytest.approx(
         100 * all2all_ms / (compute_ms + all2all_ms), rel=1e-12
     )
-    assert out["bottleneck"] == "compute"
+    assert out["bottleneck"] == "expert compute"
 
     over, empty = _normal_parts(1.25, 0.3)
     assert out["drop_percent"] == pytest.approx(100 * over, rel=1e-9)
@@ -70,7 +70,9 @@ def test_published_inputs_by_hand():
     achieved = useful_tflop / 8 / ((compute_ms + all2all_ms) / 1e3)
     assert out["achieved_tflops"] == pytest.approx(achieved, rel=1e-9)
     assert out["mfu_percent"] == pytest.approx(100 * achieved / 990, rel=1e-9)
-    assert "compute-bound" in out["verdict"] and "3.40%" in out["verdict"]
+    # Published: the class, then its explanation.
+    assert out["verdict"].startswith("balanced-efficient: expert compute-bound at 68.1% MFU")
+    assert "3.40%" in out["verdict"]
 
 
 def test_useful_work_is_the_filled_slots():
@@ -84,24 +86,43 @@ def test_useful_work_is_the_filled_slots():
 
 def test_communication_bound_case():
     out = run(PUBLISHED | {"network_bw_gb_s": 10.0})["outputs"]
-    assert out["bottleneck"] == "all2all"
+    assert out["bottleneck"] == "all-to-all"
     assert out["all2all_time_ms"] > out["compute_time_ms"]
-    assert "all-to-all is" in out["verdict"]
+    assert out["verdict"].startswith("balanced-comm-bound: ") and "all-to-all is" in out["verdict"]
+
+
+@pytest.mark.parametrize(
+    ("change", "cls"),
+    [
+        ({"load_imbalance": 1.0}, "imbalanced-"),  # drops beyond 5% of routed tokens
+        ({"capacity_factor": 4.0}, "-compute-bound"),  # padding halves the useful work
+        ({"load_imbalance": 0.0, "capacity_factor": 1.0}, "balanced-efficient"),
+    ],
+)
+def test_verdict_classes(change, cls):
+    out = run(PUBLISHED | change)["outputs"]
+    assert cls in out["verdict"].split(": ", 1)[0]
+    drop_ok = out["drop_percent"] <= 5.0
+    assert out["verdict"].startswith("balanced-" if drop_ok else "imbalanced-")
 
 
 def test_profile_curves():
     prof = run(PUBLISHED)["profile"]
     drop, waste, loads = prof["drop_vs_capacity"], prof["waste_vs_capacity"], prof["expert_loads"]
     grid = np.linspace(0.5, 4.0, 48)
-    np.testing.assert_allclose([p["capacity_factor"] for p in drop], grid, rtol=1e-14)
-    np.testing.assert_allclose([p["capacity_factor"] for p in waste], grid, rtol=1e-14)
+    # Published form: [capacity_factor, percent] pairs; loads from the most loaded expert down.
+    assert all(isinstance(p, list) and len(p) == 2 for p in drop + waste)
+    np.testing.assert_allclose([x for x, _ in drop], grid, rtol=1e-14)
+    np.testing.assert_allclose([x for x, _ in waste], grid, rtol=1e-14)
     for c, d, w in zip(grid[::7], drop[::7], waste[::7], strict=True):
         over, empty = _normal_parts(c, 0.3)
-        assert d["drop_percent"] == pytest.approx(100 * over, rel=1e-8, abs=1e-12)
-        assert w["padding_waste_percent"] == pytest.approx(100 * empty / c, rel=1e-8)
-    assert np.all(np.diff([p["drop_percent"] for p in drop]) < 0)
-    assert np.all(np.diff([p["padding_waste_percent"] for p in waste]) > 0)
-    np.testing.assert_allclose(loads, stats.norm(1, 0.3).ppf((np.arange(40) + 0.5) / 40), rtol=1e-12)
+        assert d[1] == pytest.approx(100 * over, rel=1e-8, abs=1e-12)
+        assert w[1] == pytest.approx(100 * empty / c, rel=1e-8)
+    assert np.all(np.diff([y for _, y in drop]) < 0)
+    assert np.all(np.diff([y for _, y in waste]) > 0)
+    expected = stats.norm(1, 0.3).ppf((np.arange(40) + 0.5) / 40)[::-1]
+    np.testing.assert_allclose(loads, expected, rtol=1e-12)
+    assert loads[0] > loads[-1]
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,11 @@ def test_cpu_steps_stay_eager_and_say_why() -> None:
     assert (steps.graphs, steps.reason) == (False, "no CUDA graphs on cpu")
     steps.backward(steps.forward())
     assert calls == ["forward", "backward out"]  # nothing ran at capture time
+    steps.iteration()  # what NVLink sampling repeats: the timed steps, forward then backward
+    assert calls == ["forward", "backward out"] * 2
+    inference = capture(forward, None, torch.device("cpu"), warmup=0)
+    inference.iteration()
+    assert calls[-1] == "forward"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -31,8 +36,10 @@ def test_graph_replay_matches_eager_steps() -> None:
     x = torch.randn(64, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
     grad = torch.randn_like(x)
     grads: list[tuple[torch.Tensor, ...]] = []  # the last backward's (dx, dW1): static under replay
+    eager_forwards = [0]
 
     def forward() -> torch.Tensor:
+        eager_forwards[0] += 1
         return layer(x, idx, weight)
 
     def backward(y: torch.Tensor) -> None:
@@ -40,6 +47,9 @@ def test_graph_replay_matches_eager_steps() -> None:
 
     steps = capture(forward, backward, device, warmup=2)
     assert steps.graphs, steps.reason
+    captured = eager_forwards[0]
+    steps.iteration()  # NVLink samples these: graph replays, no eager forward
+    assert eager_forwards[0] == captured
     with torch.no_grad():
         x.copy_(torch.randn_like(x))  # new inputs, written in place as a benchmark would
     y = steps.forward().clone()

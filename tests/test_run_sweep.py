@@ -68,11 +68,19 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
             execution_id,
             1,
         )
-        assert (shape["ranks"], shape["ep"], shape["windows"], shape["iterations"]) == (2, workload.ep, 5, 2)
+        assert (shape["ranks"], shape["ep"], shape["windows"], shape["min_window_ms"]) == (
+            2,
+            workload.ep,
+            5,
+            20,
+        )
+        # iterations per window: the scale's 2, or more until a combined window lasts 20 ms
+        iterations = shape["iterations"]
+        assert iterations >= 2 and meta["config"]["scale"]["iterations"] == 2
         keys = sorted((r["rank"], r["phase"], r["window"]) for r in rows)
         assert keys == sorted((k, p, w) for k in range(2) for p in phases for w in range(5))
         assert {(r["execution_id"], r["attempt"], r["ranks"], r["iterations"]) for r in rows} == {
-            (execution_id, 1, 2, 2)
+            (execution_id, 1, 2, iterations)
         }
         # rank 0's layers received f x the balanced T x K rows, by the layers' own count
         balanced = shape["nominal_tokens"] * shape["top_k"]
@@ -86,7 +94,7 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
             if mok:
                 assert recomputing == [0, 2]  # profile A's 7.5x and 4.5x layers exceed MoK's budget
             else:
-                assert recomputing == [] and not any(s["overflow"] for s in evidence)
+                assert recomputing == [] and not any(s["capacity_flag"] for s in evidence)
         assert meta["nvlink"]["tx_bytes_per_s"] is None and "no CUDA device" in meta["nvlink"]["reason"]
         assert meta["memory"]["peak_rss_bytes"] > 0 and meta["memory"]["peak_allocated_bytes"] is None
         provenance = meta["provenance"]

@@ -5,8 +5,11 @@ import time
 import pytest
 import torch
 
-from pipeline.bench.timing import Clock, time_windows
+from pipeline.bench.timing import Clock, calibrated, time_windows
+from pipeline.matrix import WORKLOAD_BY_NAME
+from pipeline.matrix.scale import Scale, shape_for
 from pipeline.vocabulary import timed_phases
+from tests.distributed import run_ranks
 
 FORWARD_S, BACKWARD_S = 0.004, 0.002
 
@@ -57,3 +60,40 @@ def test_clock_measures_milliseconds(device):
     started = clock.start()
     time.sleep(0.02)
     assert 20 <= clock.stop(started) < 200
+
+
+def _shape(min_window_ms: float, iterations: int = 2):
+    scale = Scale("ci", 16, 64, 48, 384, 6, 1, 2, "float32", 1, 5, iterations, min_window_ms)
+    return shape_for(WORKLOAD_BY_NAME["training-ep32-f3072"], scale)
+
+
+def test_calibration_lengthens_windows_to_the_minimum_time():
+    log: list[str] = []
+    forward, backward = sleeper(log)  # one iteration sleeps 6 ms
+    shape = calibrated(_shape(60.0), forward, backward, Clock(torch.device("cpu")))
+    assert 6 <= shape.iterations <= 10  # ceil(60 / a little over 6 ms)
+    assert log == ["f", "b"] * (1 + 3)  # warm-up, then three timed iterations
+    windows = time_windows(forward, backward, Clock(torch.device("cpu")), 0, 2, shape.iterations)
+    assert min(windows["combined"]) >= 55.0
+    # never fewer than the scale's iterations; no minimum, no change
+    assert (
+        calibrated(_shape(10.0, iterations=30), forward, backward, Clock(torch.device("cpu"))).iterations
+        == 30
+    )
+    unchanged = _shape(0.0)
+    assert calibrated(unchanged, forward, backward, Clock(torch.device("cpu"))) is unchanged
+
+
+def _calibrate_uneven(rank: int, world: int) -> int:
+    """Rank 0's iteration takes a quarter of rank 1's: both settle on the larger count rank 0 needs, so
+    every rank's windows last the minimum."""
+
+    def forward() -> None:
+        time.sleep(0.002 if rank == 1 else 0.0005)
+
+    return calibrated(_shape(40.0), forward, None, Clock(torch.device("cpu"))).iterations
+
+
+def test_ranks_agree_on_one_count():
+    counts = run_ranks(2, _calibrate_uneven, timeout=120)
+    assert counts[0] == counts[1] and 25 <= counts[0] <= 80  # ceil(40 / a little over 0.5 ms)

@@ -12,7 +12,7 @@ from pipeline import REPO_ROOT
 from pipeline.bench import distributed, graphs, sanity
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
 from pipeline.bench.nvlink import nvlink_rates
-from pipeline.bench.timing import Clock, time_windows
+from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import build_work
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -43,6 +43,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
         verdict = sanity.gate(work.stack, backward is not None, config["seed"])
         clock = Clock(ctx.device)
         steps = graphs.capture(work.forward, backward, ctx.device, shape.warmup)
+        shape = calibrated(shape, steps.forward, steps.backward, clock)
         times = time_windows(
             steps.forward, steps.backward, clock, shape.warmup, shape.windows, shape.iterations
         )
@@ -54,7 +55,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
             "device": device_name(ctx.device),
             "times": times,
             "saved_state": work.saved_state(),
-            "nvlink": nvlink_rates(ctx.device, work.iteration, NVLINK_SAMPLE_S),
+            "nvlink": nvlink_rates(ctx.device, steps.iteration, NVLINK_SAMPLE_S),
             "peak_allocated_bytes": peak_allocated_bytes(ctx.device),
             "peak_rss_bytes": peak_rss_bytes(),
         }
@@ -90,6 +91,7 @@ def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: 
                 "nvlink": nvlink_summary([r["nvlink"] for r in ranks]),
                 "saved_state": saved_state_evidence(shape, ranks[0]["saved_state"]),
                 "sanity": verdict,
+                "policy": work.policy(),
             }
             path = write_shard(dataset, execution_id, attempt, rows, meta)
             ledger.append(

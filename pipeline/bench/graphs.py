@@ -27,6 +27,13 @@ class Steps:
     graphs: bool
     reason: str | None  # why not graphs, else None
 
+    def iteration(self) -> None:
+        """One iteration of the timed steps (graph replays on GPUs): what diagnostics that must see
+        the timed work, such as NVLink sampling, repeat."""
+        out = self.forward()
+        if self.backward is not None:
+            self.backward(out)
+
 
 def capture(
     forward: Callable[[], Any], backward: Callable[[Any], None] | None, device: torch.device, warmup: int

@@ -5,10 +5,19 @@ and stops when this rank's own work is done, so ranks differ and the slowest one
 CUDA, events on the rank's stream bracket the window, so it covers the kernels, not only their launch.
 Backward cannot run without its forward: the backward window is the sum of the backward parts of
 ``iterations`` forward+backward repetitions, each started after a barrier.
+
+A scale may ask for windows of at least ``min_window_ms`` (``calibrated``): after warm-up whole
+iterations are timed and the iterations per window rise until a combined window lasts that long on
+every rank (all ranks take the largest count any rank needs), so on shared CPUs a window is long beside the
+clock's and the scheduler's noise whatever the shape (inference's forward window, the same work,
+lasts as long; a forward window with a backward about a third).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +25,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pipeline.matrix.scale import Shape
 from pipeline.vocabulary import timed_phases
+
+CALIBRATION_ITERATIONS = 3
 
 
 class Clock:
@@ -87,3 +99,33 @@ def time_windows(
             iteration()
         times["combined"].append(clock.stop(started))
     return times
+
+
+def calibrated(
+    shape: Shape, forward: Callable[[], Any], backward: Callable[[Any], None] | None, clock: Clock
+) -> Shape:
+    """``shape`` with the iterations per window that make a combined window last ``min_window_ms``
+    on every rank (never fewer than the scale's): ``warmup`` iterations, then the median of a few timed
+    iterations on each rank, and the largest count any rank needs."""
+    if shape.min_window_ms <= 0:
+        return shape
+
+    def iteration() -> None:
+        out = forward()
+        if backward is not None:
+            backward(out)
+
+    for _ in range(shape.warmup):
+        iteration()
+    times = []
+    for _ in range(CALIBRATION_ITERATIONS):
+        started = clock.start()
+        iteration()
+        times.append(clock.stop(started))
+    needed = max(shape.iterations, math.ceil(shape.min_window_ms / max(statistics.median(times), 1e-3)))
+    count = torch.tensor([needed], dtype=torch.int64)
+    if dist.is_initialized():
+        if clock.cuda:
+            count = count.cuda()
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return dataclasses.replace(shape, iterations=int(count.item()))

@@ -75,11 +75,10 @@ class Work:
         for p in self.stack.parameters():
             p.grad = None  # every iteration computes fresh gradients, as one training step would
 
-    def iteration(self) -> None:
-        """One whole iteration: the forward(s), then the backward(s) when training."""
-        ys = self.forward()
-        if self.grads is not None:
-            self.backward(ys)
+    def policy(self) -> dict[str, object]:
+        """The stack's allocation policy at the nominal T (what its budgets are sized for)."""
+        layer = self.stack.layers[0]
+        return self.stack.policy.describe(layer.cfg.budget_tokens or self.xs[0].shape[0], layer.cfg.top_k)
 
     def saved_state(self) -> list[dict]:
         """Evidence of one forward (the backward follows, releasing what the forward reserved)."""
@@ -93,12 +92,12 @@ class Work:
 def build_work(execution: Execution, shape: Shape, rank: int, device: torch.device, seed: int) -> Work:
     cfg = layer_config(execution, shape)
     plans = routing_plans(shape, seed)
-    # Building a layer prepares its quantized weights, so they exist before any timing.
-    stack = build_stack(
-        cfg, [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
-    )
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     training = has_backward(execution.workload.kind)
+    # Building a layer prepares its quantized weights, and the stack its policy's buffers, so they
+    # exist before any timing.
+    weights = [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
+    stack = build_stack(cfg, weights, backward=training)
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
 
     def tensor(tokens: int) -> torch.Tensor:
         t = torch.randn(tokens, shape.d_model, generator=gen)

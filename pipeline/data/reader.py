@@ -1,7 +1,8 @@
 """Validated shard reader: a shard is either fully usable or rejected with the reason.
 
 A shard is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls, carries
-``execution`` metadata of this ``SCHEMA_VERSION`` matching its file name, names one execution in every
+``execution`` metadata of a readable version (``READABLE_VERSIONS``; older versions are given the
+current fields, see :mod:`pipeline.data.schema`) matching its file name, names one execution in every
 row, and is complete: exactly one row per rank x phase x window that its metadata declares.
 Required phases: those of the kind (:func:`pipeline.vocabulary.kind_phases`).
 """
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline.data.dataset import Dataset, parse_attempt
-from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
+from pipeline.data.schema import METADATA_KEY, READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION
 from pipeline.vocabulary import KINDS, PHASES, kind_phases
 
 # Columns that name the execution: they hold one value in every row of a shard.
@@ -53,7 +54,7 @@ _SHAPE_INTEGERS = (
     "windows",
     "iterations",
 )
-_SAVED_STATE_KEYS = {
+_LAYER_KEYS = {
     "layer",
     "load_factor",
     "factor",
@@ -61,8 +62,9 @@ _SAVED_STATE_KEYS = {
     "routed_rows",
     "retained_rows",
     "recomputed_rows",
-    "overflow",
-}  # one object per timed layer
+}
+# One object per timed layer, by schema version.
+_SAVED_STATE_KEYS = {1: _LAYER_KEYS | {"overflow"}, 2: _LAYER_KEYS | {"recomputes", "capacity_flag"}}
 _TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
 _INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
 
@@ -116,6 +118,8 @@ def read_shard(path: Path | str) -> Shard:
     if nulls:
         raise ShardError(path, f"null values in column(s) {nulls}")
     _check_names(path, meta, identity)
+    if meta["schema_version"] == 1:
+        meta = _upgrade_v1(meta, identity["implementation"])
     phase = _phase_index(path, table.column("phase").chunk(0))
     rank = table.column("rank").to_numpy().astype(np.int64)
     window = table.column("window").to_numpy().astype(np.int64)
@@ -156,8 +160,9 @@ def _metadata(path: Path, schema: pa.Schema) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ShardError(path, f"{METADATA_KEY.decode()!r} metadata is not a JSON object")
     version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ShardError(path, f"unknown schema_version {version!r}; this reader reads {SCHEMA_VERSION}")
+    if version not in READABLE_VERSIONS:
+        readable = ", ".join(map(str, READABLE_VERSIONS))
+        raise ShardError(path, f"unknown schema_version {version!r}; this reader reads {readable}")
     shape = meta.get("shape")
     if not isinstance(shape, dict):
         raise ShardError(path, "metadata has no 'shape' object")
@@ -198,25 +203,53 @@ def _check_diagnostics(path: Path, meta: dict[str, Any]) -> None:
             value = values.get(key)
             if value is not None and not _non_negative(value):
                 raise ShardError(path, f"metadata {section}.{key} must be null or >= 0, got {value!r}")
+    version = meta["schema_version"]
     layers = meta.get("saved_state")
-    if not isinstance(layers, list) or not all(_valid_layer(x) for x in layers):
+    if not isinstance(layers, list) or not all(_valid_layer(x, version) for x in layers):
+        flags = "boolean overflow" if version == 1 else "boolean recomputes, boolean or null capacity_flag"
         raise ShardError(
             path,
             "metadata saved_state must be a list of objects with integer layer and *_rows >= 0, "
-            f"numeric load_factor and factor, boolean overflow; got {layers!r:.200}",
+            f"numeric load_factor and factor, {flags}; got {layers!r:.200}",
         )
+    if version >= 2 and not isinstance(meta.get("policy"), dict):
+        raise ShardError(path, f"metadata policy must be an object, got {meta.get('policy')!r:.200}")
 
 
-def _valid_layer(entry: Any) -> bool:
-    if not isinstance(entry, dict) or not _SAVED_STATE_KEYS <= entry.keys():
+def _valid_layer(entry: Any, version: int) -> bool:
+    if not isinstance(entry, dict) or not _SAVED_STATE_KEYS[version] <= entry.keys():
         return False
     counts = [entry[k] for k in ("layer", "budget_rows", "routed_rows", "retained_rows", "recomputed_rows")]
     numbers = [entry["load_factor"], entry["factor"]]
+    flags_ok = (
+        isinstance(entry["overflow"], bool)
+        if version == 1
+        else isinstance(entry["recomputes"], bool) and entry["capacity_flag"] in (True, False, None)
+    )
     return (
         all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts)
         and all(_non_negative(n) for n in numbers)
-        and isinstance(entry["overflow"], bool)
+        and flags_ok
     )
+
+
+def _upgrade_v1(meta: dict[str, Any], implementation: str) -> dict[str, Any]:
+    """Version 1 saved state in version 2's fields: Dist-MoE's pooled ``budget_rows`` becomes the
+    per-layer share (the pool is the share times the layers), the one ``overflow`` flag becomes
+    ``recomputes`` and (Dist-MoE only) ``capacity_flag``; there is no recorded ``policy``."""
+    layers = meta["saved_state"]
+    balanced = meta["shape"]["nominal_tokens"] * meta["shape"]["top_k"]
+    dist = implementation == "dist-moe"
+    upgraded: list[dict[str, Any]] = []
+    for entry in layers:
+        entry = {k: v for k, v in entry.items() if k != "overflow"}
+        if dist:
+            entry["budget_rows"] //= len(layers)
+            entry["factor"] = entry["budget_rows"] / balanced
+        entry["recomputes"] = entry["recomputed_rows"] > 0
+        entry["capacity_flag"] = layers[len(upgraded)]["overflow"] if dist else None
+        upgraded.append(entry)
+    return {**meta, "saved_state": upgraded, "policy": None}
 
 
 def _positive_int(value: Any) -> bool:

@@ -21,8 +21,19 @@ The file's key-value metadata ``execution`` holds one JSON object:
 - ``memory``: ``peak_allocated_bytes`` (CUDA; null on CPU), ``peak_rss_bytes`` (max over ranks);
 - ``nvlink``: ``tx_bytes_per_s``, ``rx_bytes_per_s`` (averaged over GPUs; null where unsupported),
   ``sample_seconds``, ``reason`` (why null, else null);
-- ``saved_state``: one object per timed layer: ``layer``, ``load_factor``, ``factor``,
-  ``budget_rows``, ``routed_rows``, ``retained_rows``, ``recomputed_rows``, ``overflow`` (bool);
+- ``saved_state``: one object per timed layer (the tracked GPU's, :class:`pipeline.moe.SavedState`):
+  ``layer``, ``load_factor``, ``factor`` (``budget_rows`` / T x K), ``budget_rows`` (saved-activation
+  rows allocated for this layer; Dist-MoE: its share of the pooled slot), ``routed_rows``,
+  ``retained_rows``, ``recomputed_rows``, ``recomputes`` (bool: some rows recomputed in backward),
+  ``capacity_flag`` (Dist-MoE's flag, bool; null for MoK, which has none);
+- ``policy``: the stack's allocation policy (``describe()`` of :mod:`pipeline.moe.policy`): layers,
+  requested and effective factor, per-layer budget rows, pooled or not, activation rows in all,
+  scratch factor and rows, host scratch bytes, what overflow means.
+
+Version 1 recorded Dist-MoE's ``budget_rows`` as the pooled slot of all layers beside a per-layer
+``factor``, and one ``overflow`` flag that meant "recomputed" for MoK and "capacity flag" for
+Dist-MoE; it had no ``policy``. The reader reads both and gives version 1 the fields of version 2
+(per-layer budget, ``recomputes``, ``capacity_flag``; ``policy`` null).
 - ``sanity`` (:mod:`pipeline.bench.sanity`, the correctness gate run before timing): ``passed`` (bool;
   always true in a written shard, since a failing execution writes none), ``max_error`` and
   ``tolerance`` (normwise relative, worst over ranks and tensors), ``errors`` (tensor name -> worst
@@ -35,7 +46,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 METADATA_KEY = b"execution"
 
 SCHEMA = pa.schema(

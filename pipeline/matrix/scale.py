@@ -49,6 +49,7 @@ class Scale:
     warmup: int
     windows: int
     iterations: int
+    min_window_ms: float = 0.0  # iterations per window rise until a forward window lasts this long
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ class Shape:
     dtype: str
     warmup: int
     windows: int
-    iterations: int
+    iterations: int  # per window: the scale's, or more where ``min_window_ms`` asked for them
+    min_window_ms: float = 0.0
 
     def metadata(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -79,13 +81,14 @@ class Shape:
 def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
     """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``."""
     fields = set(Scale.__dataclass_fields__) - {"max_ranks"}
+    optional = {"min_window_ms"}
     unknown = sorted(set(scale) - fields - {"max_ranks"})
-    missing = sorted(fields - set(scale))
+    missing = sorted(fields - optional - set(scale))
     if unknown or missing:
         raise ValueError(
             f"scale config: unknown keys {unknown}, missing keys {missing}; expected {sorted(fields)}"
         )
-    return Scale(**{k: scale[k] for k in fields}, max_ranks=max_ranks)
+    return Scale(**{k: scale[k] for k in fields if k in scale}, max_ranks=max_ranks)
 
 
 def shape_of(cfg: Mapping[str, Any]) -> Shape:
@@ -109,7 +112,7 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     for key in ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows"):
         if getattr(scale, key) < 1:
             raise ValueError(f"scale {scale.name}: {key} must be >= 1, got {getattr(scale, key)}")
-    if scale.iterations < 1 or scale.warmup < 0:
+    if scale.iterations < 1 or scale.warmup < 0 or not scale.min_window_ms >= 0:
         raise ValueError(f"scale {scale.name}: need iterations >= 1 and warmup >= 0, got {scale}")
     if scale.max_ranks is not None and scale.max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
@@ -171,4 +174,5 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
         warmup=scale.warmup,
         windows=scale.windows,
         iterations=scale.iterations,
+        min_window_ms=float(scale.min_window_ms),
     )

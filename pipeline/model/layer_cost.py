@@ -4,12 +4,25 @@ The layer: SwiGLU experts (W1 gate+up [2F, D], W2 [D, F]), top-K routing over E 
 ranks, ``num_shared`` BF16 shared experts over every token, routed GEMMs in BF16 or MXFP8. The tracked
 GPU (rank 0) receives a load factor f times the balanced routed rows, f*T*K, for each timed layer.
 
-Byte model (logical, not measured traffic) of one forward on a GPU, per expert group with ``rows``
-token-rows and ``sets`` weight sets: read the input rows [rows, D]; read W1 and W2; write the SwiGLU
-activation [rows, F] (fused into the first GEMM) and read it back for the second; write the output
-rows [rows, D] in BF16. Inputs, weights and activation are in the GEMM precision: BF16 is 2 bytes per
-element, MXFP8 one E4M3 byte per element plus one E8M0 scale byte per 32 elements along K. Training
-and each packing layer count 3x the forward bytes (forward + two backward GEMMs per forward GEMM).
+Byte model (logical, not measured traffic): ``forward_terms`` lists every pass one layer forward
+makes over HBM on one GPU whose experts receive ``load`` x T x K rows (R): the dispatch gather (read
+the T token rows, write R send rows at the wire precision), the all-to-all staging (read the send
+buffer, write the receive buffer, and the regroup by expert reads and writes it again), the
+quantization of the received rows (MXFP8 routed GEMMs without an FP8 wire: read R rows, write them
+in MXFP8), GEMM-1 (read R rows and the local W1 [2F, D] sets, write the 2F-wide GEMM-1 output), the
+SwiGLU (read 2F, write F), the activation's quantization (MXFP8), GEMM-2 (read R rows of F and the
+W2 [D, F] sets, write R output rows of D), the combine (its all-to-all staging reads and writes R rows,
+the weighted scatter-add reads them and writes the T float32 token rows), and the shared expert (the
+same GEMM passes over T rows, in the layer dtype). Activations in the layer dtype take
+``element_bytes`` per element; GEMM operands in MXFP8 one E4M3 byte per element plus one E8M0 scale
+byte per 32 along K; the FP8 wire the same for D. Training and each packing layer count 3x forward
+(the report's coarse model).
+
+One convention, the report's for useful TFLOP/s: ``iteration_bytes`` is the **cluster-average GPU**'s,
+whose routed rows are T x K in every layer (the tracked GPU's f and the others' (EP - f) / (EP - 1)
+average to 1), so the HBM rate and useful TFLOP/s divide the same GPU's work by the slowest GPU's
+time. The prediction uses the busiest GPU's bytes (``forward_bytes`` at its load), as it predicts
+that GPU's time.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ class LayerShape:
     precision: str
     layer_loads: tuple[float, ...]
     num_shared: int = 1
+    element_bytes: int = 2  # the layer dtype's: 2 for bfloat16, 4 for float32
 
     def __post_init__(self) -> None:
         choice("kind", self.kind, KINDS)
@@ -44,6 +58,8 @@ class LayerShape:
         for name in ("tokens", "d_model", "d_ff", "num_experts", "top_k", "ep"):
             object.__setattr__(self, name, integer(name, getattr(self, name), low=1))
         object.__setattr__(self, "num_shared", integer("num_shared", self.num_shared, low=0))
+        if self.element_bytes not in (2, 4):
+            raise ValueError(f"element_bytes must be 2 (bfloat16) or 4 (float32), got {self.element_bytes!r}")
         experts_layout(self.num_experts, self.top_k, self.ep, names=("num_experts", "top_k", "ep"))
         loads = tuple(self.layer_loads)
         if self.kind == "packing" and not loads:
@@ -73,22 +89,45 @@ def row_bytes(elements: int, precision: str) -> float:
     return float(elements + math.ceil(elements / MX_BLOCK))
 
 
-def expert_bytes(rows: float, sets: float, d_model: int, d_ff: int, precision: str) -> float:
-    """Logical bytes of one forward of SwiGLU experts: ``rows`` token-rows through ``sets`` weight sets."""
-    activations = rows * (row_bytes(d_model, precision) + 2 * row_bytes(d_ff, precision) + 2.0 * d_model)
-    weights = sets * (2 * d_ff * row_bytes(d_model, precision) + d_model * row_bytes(d_ff, precision))
-    return activations + weights
+def forward_terms(s: LayerShape, load: float, dispatch: str = "bf16") -> dict[str, float]:
+    """Logical bytes of one layer forward on a GPU whose routed rows are ``load`` x T x K, per pass
+    (the module docstring lists them); ``dispatch`` is the wire precision ("mxfp8" for FP8 payloads)."""
+    choice("dispatch", dispatch, PRECISIONS)
+    d, f, e = s.d_model, s.d_ff, float(s.element_bytes)
+    rows, tokens, sets = load * s.tokens * s.top_k, float(s.tokens), s.num_experts / s.ep
+    wire = row_bytes(d, dispatch) if dispatch == "mxfp8" else e * d
+    operand_d, operand_f = _operand(d, s.precision, e), _operand(f, s.precision, e)
+    mx = s.precision == "mxfp8"
+    shared = float(s.num_shared)
+    return {
+        "dispatch_gather": tokens * d * e + rows * wire,
+        "dispatch_all_to_all": 2 * rows * wire + 2 * rows * wire,  # send + receive, regroup
+        "quantize_rows": rows * (d * e + operand_d) if mx and dispatch != "mxfp8" else 0.0,
+        "gemm1": rows * operand_d + sets * 2 * f * operand_d + rows * 2 * f * e,
+        "swiglu": rows * (2 * f * e + f * e),
+        "quantize_activation": rows * (f * e + operand_f) if mx else 0.0,
+        "gemm2": rows * operand_f + sets * d * operand_f + rows * d * e,
+        "combine": 2 * rows * d * e + rows * d * e + tokens * d * 4.0,
+        "shared_expert": shared * (
+            tokens * d * e + 2 * f * d * e + tokens * 2 * f * e  # GEMM-1
+            + tokens * 3 * f * e  # SwiGLU
+            + tokens * f * e + d * f * e + tokens * d * e  # GEMM-2
+        ),
+    }  # fmt: skip
 
 
-def forward_bytes(s: LayerShape, load: float) -> float:
+def _operand(elements: int, precision: str, element_bytes: float) -> float:
+    """Bytes of one GEMM operand row: the layer dtype for BF16 GEMMs, MXFP8 otherwise."""
+    return element_bytes * elements if precision == "bf16" else row_bytes(elements, precision)
+
+
+def forward_bytes(s: LayerShape, load: float, dispatch: str = "bf16") -> float:
     """Logical bytes of one layer forward on a GPU whose routed rows are ``load`` x T x K."""
-    routed = expert_bytes(load * s.tokens * s.top_k, s.num_experts / s.ep, s.d_model, s.d_ff, s.precision)
-    shared = expert_bytes(s.num_shared * s.tokens, s.num_shared, s.d_model, s.d_ff, "bf16")
-    return routed + shared
+    return sum(forward_terms(s, load, dispatch).values())
 
 
-def iteration_bytes(s: LayerShape) -> float:
-    """Analytical logical HBM bytes of one timed iteration on the tracked GPU (rank 0): the numerator
-    of the report's "HBM model" rate. Inference: one forward; training: 3x forward; packing: 3x
-    forward summed over the layers of ``layer_loads``."""
-    return s.forward_equivalents * sum(forward_bytes(s, load) for load in s.layer_loads)
+def iteration_bytes(s: LayerShape, dispatch: str = "bf16") -> float:
+    """Analytical logical HBM bytes of one timed iteration on the cluster-average GPU (load 1 in every
+    layer): the numerator of the report's "HBM model" rate. Inference: one forward; training: 3x
+    forward; packing: 3x forward for each of its layers."""
+    return s.forward_equivalents * len(s.layer_loads) * forward_bytes(s, 1.0, dispatch)

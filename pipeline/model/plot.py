@@ -17,9 +17,9 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _capacity_curve(points: list[dict], key: str, label: str, capacity: float, path: Path) -> Path:
+def _capacity_curve(points: list[list[float]], label: str, capacity: float, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot([p["capacity_factor"] for p in points], [p[key] for p in points], marker=".")
+    ax.plot([x for x, _ in points], [y for _, y in points], marker=".")
     ax.axvline(capacity, color="grey", linestyle="--", label=f"capacity_factor = {capacity:g}")
     ax.set_xlabel("capacity factor (x mean load)")
     ax.set_ylabel(label)
@@ -36,14 +36,12 @@ def plot_profile(result: dict, directory: str | Path) -> list[Path]:
     paths = [
         _capacity_curve(
             prof["drop_vs_capacity"],
-            "drop_percent",
             "dropped tokens (%)",
             capacity,
             out / "drop_vs_capacity.png",
         ),
         _capacity_curve(
             prof["waste_vs_capacity"],
-            "padding_waste_percent",
             "padding waste (%)",
             capacity,
             out / "waste_vs_capacity.png",
@@ -54,7 +52,7 @@ def plot_profile(result: dict, directory: str | Path) -> list[Path]:
     ax.bar(range(len(loads)), loads, color="tab:blue")
     ax.axhline(capacity, color="tab:red", linestyle="--", label=f"capacity ({capacity:g} x mean)")
     ax.axhline(1.0, color="grey", linestyle=":", label="mean load")
-    ax.set_xlabel(f"expert (load quantile midpoint, {len(loads)} equally likely)")
+    ax.set_xlabel(f"expert, most loaded first (load quantile midpoint, {len(loads)} equally likely)")
     ax.set_ylabel("load / mean load")
     ax.legend()
     paths.append(_save(fig, out / "expert_loads.png"))

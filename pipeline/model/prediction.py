@@ -48,7 +48,7 @@ def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[flo
     per_row = 6.0 * s.d_model * s.d_ff
     gemm = per_row * g * s.tokens * s.top_k / (hw.tensor_tflops(s.precision) * 1e12)
     gemm += per_row * s.num_shared * s.tokens / (hw.bf16_tflops * 1e12)
-    hbm = forward_bytes(s, g) / (hw.hbm_tb_s * 1e12)
+    hbm = forward_bytes(s, g, dispatch) / (hw.hbm_tb_s * 1e12)
     remote_rows = g * s.tokens * s.top_k * (s.ep - 1) / s.ep
     wire = row_bytes(s.d_model, dispatch) + row_bytes(s.d_model, "bf16")
     if passes > 1:

@@ -13,7 +13,13 @@ Semantics (each output follows one stated rule):
   network. all2all_gb is the total over GPUs; its time is one GPU's share at network_bw_gb_s.
 - Compute time is one GPU's share of moe_tflop at compute_tops; step time = compute + all-to-all (no
   overlap). Achieved TFLOP/s per GPU counts useful work only (no padding, no dropped tokens); MFU =
-  achieved / compute_tops; the bottleneck is the larger of the two time terms.
+  achieved / compute_tops; the bottleneck is the larger of the two time terms, named as published
+  (``expert compute`` or ``all-to-all``).
+- sparsity_percent is the published active share of the experts, top_k / num_experts.
+
+The published document's forms: profile curves are ``[capacity_factor, percent]`` pairs, expert loads
+run from the most to the least loaded expert, and the verdict is a class (``<load>-<efficiency>``,
+e.g. ``balanced-efficient``) followed by its explanation.
 """
 
 from __future__ import annotations
@@ -28,10 +34,16 @@ FORMAT = "moe-reduced-order-model/1"
 CURVE_POINTS = 48
 CURVE_CAPACITY_RANGE = (0.5, 4.0)
 LOAD_QUANTILES = 40
-# Verdict thresholds: what a reader should act on.
+BOTTLENECK_COMPUTE = "expert compute"
+BOTTLENECK_ALL2ALL = "all-to-all"
+# Verdict thresholds: what a reader should act on. The class names the load (balanced while at most
+# BALANCED_DROP_PERCENT of routed tokens drop) and the efficiency (efficient from EFFICIENT_MFU_PERCENT
+# MFU; below it the class says what bounds the step).
 DROP_WARN_PERCENT = 1.0
 WASTE_WARN_PERCENT = 20.0
 COMM_WARN_PERCENT = 50.0
+BALANCED_DROP_PERCENT = 5.0
+EFFICIENT_MFU_PERCENT = 50.0
 
 
 @dataclass(frozen=True)
@@ -82,8 +94,18 @@ class ModelInputs:
         return asdict(self)
 
 
+def verdict_class(bottleneck: str, mfu: float, drop: float) -> str:
+    """``<load>-<efficiency>``: balanced | imbalanced, then efficient | compute-bound | comm-bound."""
+    load = "balanced" if drop <= BALANCED_DROP_PERCENT else "imbalanced"
+    if mfu >= EFFICIENT_MFU_PERCENT:
+        efficiency = "efficient"
+    else:
+        efficiency = "compute-bound" if bottleneck == BOTTLENECK_COMPUTE else "comm-bound"
+    return f"{load}-{efficiency}"
+
+
 def _verdict(bottleneck: str, mfu: float, drop: float, waste: float, comm: float) -> str:
-    """One line: what bounds the step, how well it uses the GPU, and what to change."""
+    """The class, then one line: what bounds the step, how well it uses the GPU, and what to change."""
     notes = [f"{bottleneck}-bound at {mfu:.1f}% MFU"]
     if drop > DROP_WARN_PERCENT:
         notes.append(f"drops {drop:.2f}% of routed tokens (raise capacity_factor or reduce load_imbalance)")
@@ -93,7 +115,7 @@ def _verdict(bottleneck: str, mfu: float, drop: float, waste: float, comm: float
         notes.append(f"all-to-all is {comm:.1f}% of the step (more network bandwidth or a lower EP)")
     if len(notes) == 1:
         notes.append("capacity fits the load")
-    return "; ".join(notes)
+    return f"{verdict_class(bottleneck, mfu, drop)}: " + "; ".join(notes)
 
 
 def evaluate(m: ModelInputs) -> dict[str, object]:
@@ -116,7 +138,7 @@ def evaluate(m: ModelInputs) -> dict[str, object]:
     useful_tflop = routed * (1.0 - drop) * flop_per_slot / 1e12
     achieved = useful_tflop / m.expert_parallel / (step_ms / 1e3)
     comm_percent = 100.0 * all2all_ms / step_ms
-    bottleneck = "compute" if compute_ms >= all2all_ms else "all2all"
+    bottleneck = BOTTLENECK_COMPUTE if compute_ms >= all2all_ms else BOTTLENECK_ALL2ALL
     mfu = 100.0 * achieved / m.compute_tops
     return {
         "format": FORMAT,
@@ -130,7 +152,7 @@ def evaluate(m: ModelInputs) -> dict[str, object]:
         "slot_utilization_percent": 100.0 * (1.0 - waste),
         "total_expert_params_b": m.num_experts * expert_params / 1e9,
         "active_params_b": m.top_k * expert_params / 1e9,
-        "sparsity_percent": 100.0 * (1.0 - m.top_k / m.num_experts),
+        "sparsity_percent": 100.0 * m.top_k / m.num_experts,
         "expert_weights_gb": m.num_experts * expert_params * m.elem_bytes / 1e9,
         "moe_tflop": moe_tflop,
         "dense_equiv_tflop": dense_tflop,
@@ -154,18 +176,14 @@ def capacity_grid() -> list[float]:
 
 
 def profile(m: ModelInputs) -> dict[str, list]:
-    """Drop and padding waste against capacity factor, and the load distribution's quantile midpoints."""
+    """Drop and padding waste (percent) against capacity factor as ``[x, y]`` pairs, and the load
+    distribution's quantile midpoints, most loaded expert first."""
     sigma = m.load_imbalance
     grid = capacity_grid()
     return {
-        "drop_vs_capacity": [
-            {"capacity_factor": c, "drop_percent": 100.0 * expected_overflow(c, sigma)} for c in grid
-        ],
-        "waste_vs_capacity": [
-            {"capacity_factor": c, "padding_waste_percent": 100.0 * expected_empty(c, sigma) / c}
-            for c in grid
-        ],
-        "expert_loads": quantile_midpoints(sigma, LOAD_QUANTILES),
+        "drop_vs_capacity": [[c, 100.0 * expected_overflow(c, sigma)] for c in grid],
+        "waste_vs_capacity": [[c, 100.0 * expected_empty(c, sigma) / c] for c in grid],
+        "expert_loads": sorted(quantile_midpoints(sigma, LOAD_QUANTILES), reverse=True),
     }
 
 

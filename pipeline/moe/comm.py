@@ -41,15 +41,24 @@ def exchange_counts(send_counts: torch.Tensor, group: Group) -> torch.Tensor:
 
 
 def all_to_all_rows(
-    rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group
+    rows: torch.Tensor,
+    send_splits: list[int],
+    recv_splits: list[int],
+    group: Group,
+    into: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks.
+    """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks,
+    into the front of the flat uint8 buffer ``into`` when it is large enough (else a new tensor).
     A single rank keeps its rows (no copy)."""
     if group.size == 1:
         return rows
     rows = rows.contiguous()
     wire = rows.view(rows.shape[0], math.prod(rows.shape[1:])).view(torch.uint8)
-    out = wire.new_empty(sum(recv_splits), wire.shape[1])
+    size = sum(recv_splits) * wire.shape[1]
+    if into is not None and into.numel() >= size:
+        out = into[:size].view(sum(recv_splits), wire.shape[1])
+    else:
+        out = wire.new_empty(sum(recv_splits), wire.shape[1])
     dist.all_to_all_single(out, wire, recv_splits, send_splits, group=group.handle)
     return out.view(rows.dtype).view(out.shape[0], *rows.shape[1:])
 
@@ -58,11 +67,18 @@ class AllToAll(torch.autograd.Function):
     """Differentiable all-to-all: the backward sends gradients back along the reversed splits."""
 
     @staticmethod
-    def forward(ctx, rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Group):
+    def forward(
+        ctx,
+        rows: torch.Tensor,
+        send_splits: list[int],
+        recv_splits: list[int],
+        group: Group,
+        into: torch.Tensor | None = None,
+    ):
         ctx.splits, ctx.group = (send_splits, recv_splits), group
-        return all_to_all_rows(rows, send_splits, recv_splits, group)
+        return all_to_all_rows(rows, send_splits, recv_splits, group, into)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         send_splits, recv_splits = ctx.splits
-        return all_to_all_rows(grad, recv_splits, send_splits, ctx.group), None, None, None
+        return all_to_all_rows(grad, recv_splits, send_splits, ctx.group), None, None, None, None

@@ -75,6 +75,11 @@ class MoEConfig:
         return "exact" if self.implementation == "mok" else "fast"
 
     @property
+    def fused_swiglu_backward(self) -> bool:
+        """Dist-MoE fuses the SwiGLU backward (automatically); MoK keeps its unfused one."""
+        return self.implementation == "dist-moe"
+
+    @property
     def fp8_on_wire(self) -> bool:
         return self.pipeline == "fp8-dispatch"
 

@@ -68,10 +68,15 @@ class _DispatchFP8(torch.autograd.Function):
     scales that travelled (no gradient); gradients return unquantized."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group):
+    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, scratch: torch.Tensor | None):
         q = quantize_mx(x, "fast")
-        data = all_to_all_rows(q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
-        scale = all_to_all_rows(q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group)
+        data_into, scale_into = _split_scratch(scratch, plan.received_rows * q.data.shape[1])
+        data = all_to_all_rows(
+            q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group, data_into
+        )
+        scale = all_to_all_rows(
+            q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group, scale_into
+        )
         received = MXTensor(data, scale)
         if plan.perm is not None:
             received = received.index_rows(plan.perm)
@@ -85,21 +90,31 @@ class _DispatchFP8(torch.autograd.Function):
         back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
         dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
         dx.index_add_(0, plan.token_of_row, back)
-        return dx, None, None
+        return dx, None, None, None
+
+
+def _split_scratch(
+    scratch: torch.Tensor | None, data_bytes: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The receive scratch as two regions: E4M3 payloads first, their E8M0 scales after them."""
+    if scratch is None or scratch.numel() < data_bytes:
+        return None, None
+    return scratch[:data_bytes], scratch[data_bytes:]
 
 
 def dispatch(
-    x: torch.Tensor, plan: DispatchPlan, group: Group, fp8: bool
+    x: torch.Tensor, plan: DispatchPlan, group: Group, fp8: bool, scratch: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, MXTensor | None]:
     """Rows of ``x`` [T, D] for every (token, expert) pair, on the experts' ranks, grouped by local
-    expert. Returns the rows in the layer dtype and, with ``fp8``, the MX tensor that travelled."""
+    expert. Returns the rows in the layer dtype and, with ``fp8``, the MX tensor that travelled.
+    ``scratch`` (flat uint8) is the receive buffer the rows arrive in when they fit (Dist-MoE)."""
     if fp8:
-        rows, data, scale = _DispatchFP8.apply(x, plan, group)
+        rows, data, scale = _DispatchFP8.apply(x, plan, group, scratch)
         return rows, MXTensor(data, scale)
     rows = x.index_select(0, plan.token_of_row)
     if group.size == 1:
         return rows, None
-    rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group)
+    rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group, scratch)
     return _take(rows, plan.perm), None
 
 

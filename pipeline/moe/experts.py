@@ -1,7 +1,9 @@
 """Routed-expert compute: SwiGLU over rows sorted by local expert, through the grouped-GEMM dispatch.
 
-The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted)
-and recomputes the remaining rows' from their dispatched inputs in backward. Under MXFP8 the forward
+The forward keeps the first ``retained`` rows' GEMM-1 outputs (the activation state a policy granted),
+written into the policy's buffer (``store``) when it has one, and recomputes the remaining rows' from
+their dispatched inputs in backward. The SwiGLU backward is fused for Dist-MoE and unfused for MoK
+(:mod:`pipeline.moe.swiglu`; ``MoEConfig.fused_swiglu_backward``). Under MXFP8 the forward
 GEMMs take MX operands; the backward runs in the layer dtype on the values the forward actually
 multiplied (dequantized operands: the straight-through rule for the quantizers).
 """
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 
 from cutlass_kernels import MXTensor, fake_quantize
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
+from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
 
 
 @dataclass
@@ -65,9 +68,11 @@ class GroupedSwiGLU(torch.autograd.Function):
         w2: torch.Tensor,
         offs: torch.Tensor,
         retained: int,
+        store: torch.Tensor | None,
         mx: MXOperands | None,
         backend: str,
         release: Release | None,
+        fused: bool,
     ) -> torch.Tensor:
         if mx is None:
             h = grouped_gemm(x, w1, offs, backend=backend)
@@ -80,9 +85,12 @@ class GroupedSwiGLU(torch.autograd.Function):
             y = grouped_gemm_mx(
                 a, mx.w2, offs, out_dtype=x.dtype, backend=backend, mode=mx.mode, b_values=w2_values
             )
-        ctx.save_for_backward(x, h if retained >= h.shape[0] else h[:retained].clone(), offs)
+        ctx.save_for_backward(x, offs)
+        # Kept off save_for_backward: a policy buffer is written again by later layers' forwards (other
+        # rows of a shared slot), which autograd's version check would take for a change of these rows.
+        ctx.h_kept = _keep(h, retained, store)
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
-        ctx.mx, ctx.retained, ctx.backend, ctx.release = mx, retained, backend, release
+        ctx.mx, ctx.retained, ctx.backend, ctx.release, ctx.fused = mx, retained, backend, release, fused
         if mx is not None:  # the overflow rows' MX inputs, for an exact recompute
             ctx.mx_tail = mx.rows.index_rows(slice(retained, None))
         if release is not None:
@@ -91,25 +99,21 @@ class GroupedSwiGLU(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
-        x, h_kept, offs = ctx.saved_tensors
+        x, offs = ctx.saved_tensors
         w1, w2 = ctx.weights
-        h = torch.cat([h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
-        gate, up = h.float().chunk(2, dim=-1)
-        sig = torch.sigmoid(gate)
-        silu = gate * sig
-        a = (silu * up).to(x.dtype)
+        h = torch.cat([ctx.h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
+        ctx.h_kept = None
+        dy = dy.contiguous()
+        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend)
+        dh, a = (swiglu_backward_fused if ctx.fused else swiglu_backward)(da, h)
         if ctx.mx is not None:
             a = fake_quantize(a, ctx.mx.mode)
-        dy = dy.contiguous()
-        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend).float()
         dw2 = grouped_gemm_wgrad(dy, a, offs, backend=ctx.backend)
-        dgate = da * up * sig * (1 + gate * (1 - sig))
-        dh = torch.cat([dgate, da * silu], dim=-1).to(x.dtype)
         dx = grouped_gemm_dgrad(dh, w1, offs, backend=ctx.backend)
         dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
         if ctx.release is not None:
             ctx.release()
-        return dx, dw1, dw2, None, None, None, None, None
+        return dx, dw1, dw2, None, None, None, None, None, None, None
 
     @staticmethod
     def _recompute(ctx, x: torch.Tensor, w1: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
@@ -123,6 +127,13 @@ class GroupedSwiGLU(torch.autograd.Function):
         return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
 
 
+def _keep(h: torch.Tensor, retained: int, store: torch.Tensor | None) -> torch.Tensor:
+    """The first ``retained`` GEMM-1 rows, in ``store`` (the policy's buffer rows) when given."""
+    if store is not None:
+        return store.copy_(h[:retained])
+    return h if retained >= h.shape[0] else h[:retained].clone()
+
+
 def grouped_swiglu(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -132,9 +143,13 @@ def grouped_swiglu(
     mx: MXOperands | None = None,
     backend: str = "auto",
     release: Release | None = None,
+    store: torch.Tensor | None = None,
+    fused: bool = False,
 ) -> torch.Tensor:
-    """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends)."""
-    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, mx, backend, release)
+    """Routed experts on rows sorted by local expert (``offs`` = cumulative group ends); ``store``
+    ([retained, 2F], a policy buffer's rows) receives the retained GEMM-1 outputs; ``fused`` picks
+    the fused SwiGLU backward."""
+    return GroupedSwiGLU.apply(x, w1, w2, offs, retained, store, mx, backend, release, fused)
 
 
 def shared_swiglu(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:

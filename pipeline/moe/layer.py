@@ -27,6 +27,7 @@ class MoELayer(torch.nn.Module):
         weights: ExpertWeights,
         group: dist.ProcessGroup | None = None,
         policy: MoKBudget | SharedSlot | None = None,
+        index: int = 0,
     ) -> None:
         super().__init__()
         self.cfg, self.group = cfg, Group.resolve(group)
@@ -38,6 +39,7 @@ class MoELayer(torch.nn.Module):
         self.shared_w1 = torch.nn.Parameter(weights.shared_w1.clone())
         self.shared_w2 = torch.nn.Parameter(weights.shared_w2.clone())
         self.policy = policy if policy is not None else make_policy(cfg)
+        self.index = index  # this layer's place in its stack (MoK's per-layer buffer)
         self.saved_state: SavedState | None = None
         self._mx_weights: tuple | None = None
         self._plan_cache: tuple[torch.Tensor, int, DispatchPlan] | None = None
@@ -56,17 +58,22 @@ class MoELayer(torch.nn.Module):
         self._check_input(x)
         tokens = x.shape[0]
         plan = self._dispatch_plan(topk_idx, topk_weight, tokens)
-        rows, rows_mx = dispatch(x, plan, self.group, fp8=cfg.fp8_on_wire)
+        scratch = self.policy.receive_scratch
+        rows, rows_mx = dispatch(x, plan, self.group, fp8=cfg.fp8_on_wire, scratch=scratch)
 
         hold = torch.is_grad_enabled() and any(t.requires_grad for t in (x, self.w1, self.w2))
-        state = self.policy.reserve(plan.received_rows, cfg.budget_tokens or tokens, cfg.top_k, hold)
-        self.saved_state = state
+        budget_tokens = cfg.budget_tokens or tokens
+        granted = self.policy.reserve(self.index, plan.received_rows, budget_tokens, cfg.top_k, hold)
+        state = self.saved_state = granted.state
         release = Release(self.policy.release, state.retained_rows) if hold else None
         mx = self._mx_operands(rows, rows_mx)
         if mx is not None and rows_mx is None:  # the GEMMs multiply these values (straight-through)
             rows = _straight_through(rows, mx.rows.dequantize(cfg.dtype))
         kept = state.retained_rows if hold else 0  # without autograd nothing is saved
-        out = grouped_swiglu(rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release)
+        out = grouped_swiglu(
+            rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release, granted.store,
+            cfg.fused_swiglu_backward,
+        )  # fmt: skip
 
         y = combine(out, topk_weight, plan, self.group, tokens).to(x.dtype)
         return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
@@ -120,5 +127,6 @@ def _check_weights(cfg: MoEConfig, w: ExpertWeights) -> None:
 
 
 def build_layer(cfg: MoEConfig, weights: ExpertWeights, group: dist.ProcessGroup | None = None) -> MoELayer:
-    """One layer on ``group`` (None = the default group, or a single process when none is initialized)."""
-    return MoELayer(cfg, weights, group)
+    """One layer on ``group`` (None = the default group, or a single process when none is initialized),
+    with its policy's buffers allocated on the weights' device when T is known (``budget_tokens``)."""
+    return MoELayer(cfg, weights, group, make_policy(cfg, 1, weights.w1.device))

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.layer import MoELayer
-from pipeline.moe.policy import make_policy
+from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
 from pipeline.moe.weights import ExpertWeights
 
 Route = tuple[torch.Tensor, torch.Tensor]
@@ -38,6 +38,11 @@ class LayerStack(torch.nn.Module):
             torch.autograd.backward(ys[i], grads[i])
 
     @property
+    def policy(self) -> MoKBudget | SharedSlot:
+        """The one policy object every layer of the stack shares."""
+        return self.layers[0].policy
+
+    @property
     def saved_state(self) -> list[dict]:
         """Evidence of each layer's last forward."""
         states = [layer.saved_state for layer in self.layers]
@@ -47,10 +52,16 @@ class LayerStack(torch.nn.Module):
 
 
 def build_stack(
-    cfg: MoEConfig, weights: Sequence[ExpertWeights], group: dist.ProcessGroup | None = None
+    cfg: MoEConfig,
+    weights: Sequence[ExpertWeights],
+    group: dist.ProcessGroup | None = None,
+    *,
+    backward: bool = True,
 ) -> LayerStack:
-    """Layers built from ``weights`` (one per layer), sharing the policy of ``cfg.implementation``."""
+    """Layers built from ``weights`` (one per layer), sharing the policy of ``cfg.implementation``.
+    With a known T (``cfg.budget_tokens``) the policy's buffers are allocated here, on the weights'
+    device, once for every iteration (saved-activation storage only when there is a ``backward``)."""
     if not weights:
         raise ValueError("a stack needs at least one layer's weights")
-    policy = make_policy(cfg, layers=len(weights))
-    return LayerStack([MoELayer(cfg, w, group, policy) for w in weights])
+    policy = make_policy(cfg, len(weights), weights[0].w1.device, saves=backward)
+    return LayerStack([MoELayer(cfg, w, group, policy, index) for index, w in enumerate(weights)])

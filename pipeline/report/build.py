@@ -9,7 +9,7 @@ from typing import Any
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
-from pipeline.matrix import EXECUTION_BY_ID, counts
+from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS, counts
 from pipeline.report import executions, pairs
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
@@ -27,7 +27,7 @@ class Aggregate:
 
     files: list[Path]
     skipped: list[Skipped]
-    missing: list[str]
+    missing: list[str]  # launched, but no valid shard
     document: dict[str, Any]
 
 
@@ -56,7 +56,8 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped.sort(key=lambda s: s.path)
     pair_rows = pairs.pair_rows(rows)
     ledger = launched(folder)
-    missing = sorted(set(ledger.execution_ids) - {r["execution_id"] for r in rows})
+    present = {r["execution_id"] for r in rows}
+    missing = sorted(set(ledger.execution_ids) - present)  # launched, no valid shard
     expected = counts([EXECUTION_BY_ID[i] for i in ledger.execution_ids if i in EXECUTION_BY_ID])
     document = {
         "meta": {
@@ -67,7 +68,11 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
                 "not_in_matrix": [i for i in ledger.execution_ids if i not in EXECUTION_BY_ID],
                 **_counts(*expected),
             },
-            "missing": missing,
+            "matrix": _counts(*counts(EXECUTIONS)),
+            "missing": {
+                "matrix": sorted({e.execution_id for e in EXECUTIONS} - present),
+                "launched_without_shard": missing,
+            },
             "shards_read": scan.read,
             "shards_skipped": [{"path": s.path, "reason": s.reason} for s in skipped],
         },
@@ -90,13 +95,18 @@ def _counts(executions_: int, workloads: int, pairs_: int) -> dict[str, int]:
 
 
 def _saved_state(row: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Saved-state evidence of one packing execution, per layer, as its shard recorded it;
-    ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1."""
+    """Saved-state evidence of one packing execution as its shard recorded it: per layer, and per
+    stack (``policy``); ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1.
+    ``layers_recomputing`` counts layers with recomputed rows; ``capacity_flags`` counts raised
+    capacity flags (null for MoK, which has none)."""
     keys = ("execution_id", "workload_id", "implementation", "pipeline", "precision", "ep", "profile")
-    layers = meta["saved_state"]
+    layers = sorted(meta["saved_state"], key=lambda layer: layer["layer"])
+    flags = [layer["capacity_flag"] for layer in layers]
     return {
         **{k: row[k] for k in keys},
         "balanced_rows": executions.report_tokens(meta["shape"]) * meta["shape"]["top_k"],
-        "capacity_overflow": any(layer["overflow"] for layer in layers),
-        "layers": sorted(layers, key=lambda layer: layer["layer"]),
+        "layers_recomputing": sum(layer["recomputes"] for layer in layers),
+        "capacity_flags": None if any(f is None for f in flags) else sum(flags),
+        "policy": meta["policy"],
+        "layers": layers,
     }

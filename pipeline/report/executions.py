@@ -1,8 +1,10 @@
-"""One published row per execution: identity, reduced times, rates and the model's prediction.
+"""One published row per execution: identity, reduced times, rates, the model's prediction and what
+ran (scale, shape run beside the nominal one, windows, clock, CUDA graphs, seed, code version).
 
 Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shape the execution ran
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
-rate is the analytical logical byte model over that time, not measured traffic; the prediction is
+rate is the analytical logical byte model of the cluster-average GPU (the convention of useful
+TFLOP/s) over that time, not measured traffic; the prediction is
 empty when no hardware preset matches the recorded device (e.g. CPU runs). The sanity columns are the
 execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise error, its tolerance and
 the verdict; empty for shards written before the gate existed.
@@ -14,10 +16,11 @@ from typing import Any
 
 from pipeline import model
 from pipeline.data.reader import Shard
-from pipeline.metrics import phase_ms, tera_per_second, useful_tflops_per_gpu
+from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
+from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
 GIB = 2**30
-# Measured metrics besides the iteration time (pairs publish each as a Dist-MoE / MoK ratio).
+# Measured metrics besides the iteration time.
 METRICS = (
     "forwardMS",
     "backwardMS",
@@ -26,6 +29,33 @@ METRICS = (
     "nvlinkTxGBs",
     "nvlinkRxGBs",
     "peakAllocatedGiB",
+)
+# Pairs publish these as Dist-MoE / MoK ratios. Not the HBM model rate: its ratio is the speedup times
+# the ratio of two analytical byte counts, so it adds nothing a reader cannot form from those.
+RATIO_METRICS = tuple(m for m in METRICS if m != "hbmModelTBs")
+# What ran, beside the nominal identity columns (docs/dataset.md defines each with its unit).
+RUN_COLUMNS = (
+    "windowMinMS",
+    "windowMaxMS",
+    "scale",
+    "tokens",
+    "tokens_run",
+    "d_model",
+    "d_ff_run",
+    "experts",
+    "experts_run",
+    "top_k",
+    "shared_experts",
+    "imbalance",
+    "windows",
+    "iterationsPerWindow",
+    "workMultiple",
+    "dtype",
+    "clock",
+    "cudaGraphs",
+    "cudaGraphsReason",
+    "seed",
+    "git_sha",
 )
 COLUMNS = (
     "execution_id",
@@ -40,6 +70,7 @@ COLUMNS = (
     "pipeline",
     "iterationMS",
     *METRICS,
+    "hbmModelBytes",
     "device",
     "attempt",
     "job_id",
@@ -48,6 +79,7 @@ COLUMNS = (
     "sanityMaxError",
     "sanityTolerance",
     "sanityPassed",
+    *RUN_COLUMNS,
 )
 
 
@@ -60,10 +92,11 @@ def execution_row(shard: Shard) -> dict[str, Any]:
     layer = layer_shape(ident, shape)
     hardware = model.hardware_for_device(ident["device"])
     predicted = None
+    dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
     if hardware is not None:
-        dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
         predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
     flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
+    hbm_bytes = model.iteration_bytes(layer, dispatch)
     nvlink = shard.meta.get("nvlink") or {}
     peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
     sanity = shard.meta.get("sanity") or {}  # shards written before the correctness gate have none
@@ -73,15 +106,52 @@ def execution_row(shard: Shard) -> dict[str, Any]:
         "forwardMS": times.get("forward"),
         "backwardMS": times.get("backward"),
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
-        "hbmModelTBs": tera_per_second(model.iteration_bytes(layer), ms),
+        "hbmModelTBs": tera_per_second(hbm_bytes, ms),
         "nvlinkTxGBs": _scaled(nvlink.get("tx_bytes_per_s"), 1e9),
         "nvlinkRxGBs": _scaled(nvlink.get("rx_bytes_per_s"), 1e9),
         "peakAllocatedGiB": _scaled(peak, GIB),
+        "hbmModelBytes": hbm_bytes,
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
         "sanityMaxError": sanity.get("max_error"),
         "sanityTolerance": sanity.get("tolerance"),
         "sanityPassed": sanity.get("passed"),
+        **what_ran(shard),
+    }
+
+
+def what_ran(shard: Shard) -> dict[str, Any]:
+    """The run columns of one shard: the combined phase's slowest-rank window spread, the scale and
+    shape that ran, how it was timed and the code and seed that ran it."""
+    meta, shape = shard.meta, shard.meta["shape"]
+    combined = shard.phase == "combined"
+    low, high = slowest_rank_spread(
+        shard.rank[combined], shard.window_ms[combined], shard.iterations[combined]
+    )
+    config, timing = meta.get("config") or {}, meta.get("timing") or {}
+    loads = shape["layer_loads"]
+    return {
+        "windowMinMS": low,
+        "windowMaxMS": high,
+        "scale": (config.get("scale") or {}).get("name"),
+        "tokens": report_tokens(shape),
+        "tokens_run": max(shape["layer_tokens"]),
+        "d_model": shape["d_model"],
+        "d_ff_run": shape["d_ff"],
+        "experts": shape["num_experts"],
+        "experts_run": shape["layer_experts"],
+        "top_k": shape["top_k"],
+        "shared_experts": shape["num_shared"],
+        "imbalance": sum(loads) / len(loads),
+        "windows": shape["windows"],
+        "iterationsPerWindow": shape["iterations"],
+        "workMultiple": WORK_MULTIPLE[shard.identity["kind"]],
+        "dtype": shape.get("dtype"),
+        "clock": timing.get("clock"),
+        "cudaGraphs": timing.get("cuda_graphs"),
+        "cudaGraphsReason": timing.get("cuda_graphs_reason"),
+        "seed": config.get("seed"),
+        "git_sha": (meta.get("provenance") or {}).get("git_sha"),
     }
 
 
@@ -98,6 +168,7 @@ def layer_shape(identity: dict[str, Any], shape: dict[str, Any]) -> model.LayerS
         precision=identity["precision"],
         layer_loads=tuple(shape["layer_loads"]),
         num_shared=shape["num_shared"],
+        element_bytes=DTYPE_BYTES[shape["dtype"]],
     )
 
 

@@ -36,59 +36,126 @@ def write_figures(
         written.append(path)
     if states:
         path = Path(out) / "mok-comparison-saved-state.png"
-        write_atomic(path, png(saved_state_figure(states, pairs)))
+        write_atomic(path, png(saved_state_figure(states, pairs, rows)))
         written.append(path)
     return written
 
 
 def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> Figure:
     """Iteration-ms columns of MoK and the selected Dist-MoE pipeline per shape, speedup above each
-    pair; BF16 and MXFP8 panels share the time axis."""
+    pair: one row of panels per kind (training and packing differ by 10x, so each gets its own time
+    axis), BF16 and MXFP8 side by side sharing it; below, the paired table (Dist-MoE / MoK); device
+    and scale in the title."""
     by_id = {r["execution_id"]: r for r in rows}
     selected = {p["workload_id"]: p for p in pairs if p["selected"]}
     mine = [r for r in rows if r["ep"] == ep]
-    shapes = sorted({_shape(r) for r in mine}, key=_shape_order)
-    fig = Figure(figsize=(max(6.0, 1.3 * len(shapes) * 2), 4.8), layout="constrained")
-    axes = fig.subplots(1, len(PRECISIONS), sharey=True, squeeze=False)[0]
-    width = 0.38
-    for ax, precision in zip(axes, PRECISIONS, strict=True):
-        for x, (_, shape) in enumerate(shapes):
-            workload = f"{shape}-{precision}"
-            mok = next(
-                (r for r in mine if r["workload_id"] == workload and r["implementation"] == "mok"), None
-            )
-            if mok is not None:
-                ax.bar(x - width / 2, mok["iterationMS"], width, color=MOK_COLOR)
-            pair = selected.get(workload)
-            if pair is None:
-                continue
-            dist = by_id[pair["dist_execution_id"]]
-            ax.bar(x + width / 2, dist["iterationMS"], width, color=DIST_COLOR)
-            top = max(dist["iterationMS"], pair["mokIterationMS"])
-            ax.annotate(
-                f"{pair['speedup']:.2f}x\n{pair['pipeline']}",
-                (x, top),
-                xytext=(0, 3),
-                textcoords="offset points",
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-        ax.set_title(f"EP{ep} {precision.upper()}")
-        ax.set_xticks(range(len(shapes)), [_label(shape, ep) for _, shape in shapes], rotation=30, ha="right")
-        ax.grid(axis="y", alpha=0.3)
-        ax.margins(y=0.18)
-    axes[0].set_ylabel("iteration time, ms (slowest GPU)")
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in mine)]
+    shapes = {k: sorted({_shape(r) for r in mine if r["kind"] == k}, key=_shape_order) for k in kinds}
+    widest = max(len(v) for v in shapes.values())
+    table_rows = [(precision, shape) for k in kinds for _, shape in shapes[k] for precision in PRECISIONS]
+    fig = Figure(
+        figsize=(max(7.0, 1.4 * widest * 2), 3.4 * len(kinds) + 0.9 + 0.2 * len(table_rows)),
+        layout="constrained",
+    )
+    grid = fig.add_gridspec(len(kinds) + 1, len(PRECISIONS), height_ratios=[3.0] * len(kinds) + [
+        0.4 + 0.16 * len(table_rows)
+    ])  # fmt: skip
+    width, drawn = 0.38, {"mok": False, "dist": False}
+    for row_index, kind in enumerate(kinds):
+        first = None
+        for col, precision in enumerate(PRECISIONS):
+            ax = fig.add_subplot(grid[row_index, col], sharey=first)
+            first = first or ax
+            for x, (_, shape) in enumerate(shapes[kind]):
+                workload = f"{shape}-{precision}"
+                mok = next(
+                    (r for r in mine if r["workload_id"] == workload and r["implementation"] == "mok"), None
+                )
+                if mok is not None:
+                    ax.bar(x - width / 2, mok["iterationMS"], width, color=MOK_COLOR)
+                    drawn["mok"] = True
+                pair = selected.get(workload)
+                if pair is None:
+                    continue
+                dist = by_id[pair["dist_execution_id"]]
+                ax.bar(x + width / 2, dist["iterationMS"], width, color=DIST_COLOR)
+                drawn["dist"] = True
+                ax.annotate(
+                    f"{pair['speedup']:.2f}x\n{pair['pipeline']}",
+                    (x, max(dist["iterationMS"], pair["mokIterationMS"])),
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+            ax.set_title(f"EP{ep} {kind} {precision.upper()}", fontsize=9)
+            labels = [_label(shape, ep) for _, shape in shapes[kind]]
+            ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+            ax.grid(axis="y", alpha=0.3)
+            ax.margins(y=0.22)
+            ax.set_xlim(-0.7, len(labels) - 0.3)
+            if col == 0:
+                ax.set_ylabel("iteration ms (slowest GPU)", fontsize=8)
+    _paired_table(fig.add_subplot(grid[len(kinds), :]), table_rows, mine, selected, by_id)
     legend = [
-        Patch(color=MOK_COLOR, label="MoK"),
-        Patch(color=DIST_COLOR, label="Dist-MoE, selected pipeline"),
+        handle
+        for shown, handle in (
+            (drawn["mok"], Patch(color=MOK_COLOR, label="MoK")),
+            (drawn["dist"], Patch(color=DIST_COLOR, label="Dist-MoE, selected pipeline")),
+        )
+        if shown
     ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8)
-    fig.suptitle("MoK time / Dist-MoE time above each pair")
+    if legend:
+        fig.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8)
+    fig.suptitle(f"EP{ep}: MoK time / Dist-MoE time above each pair; {_provenance(mine)}", fontsize=10)
     return fig
 
 
-def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> Figure:
+def _paired_table(
+    ax: Any,
+    table_rows: list[tuple[str, str]],
+    mine: list[dict[str, Any]],
+    selected: dict[str, dict[str, Any]],
+    by_id: dict[str, dict[str, Any]],
+) -> None:
+    """The paired values, always Dist-MoE / MoK, of each matched workload with a selected pair."""
+    ax.axis("off")
+    cells = []
+    for precision, shape in table_rows:
+        pair = selected.get(f"{shape}-{precision}")
+        if pair is None:
+            continue
+        dist = by_id[pair["dist_execution_id"]]
+        mok = by_id[pair["mok_execution_id"]]
+        cells.append(
+            [
+                f"{shape} {precision.upper()}",
+                pair["pipeline"],
+                f"{dist['iterationMS']:.3g} / {mok['iterationMS']:.3g}",
+                f"{dist['usefulTFLOPsPerGPU']:.3g} / {mok['usefulTFLOPsPerGPU']:.3g}",
+                f"{pair['speedup']:.2f}x",
+            ]
+        )
+    if not cells:
+        return
+    header = ["workload", "Dist-MoE pipeline", "iteration ms", "useful TFLOP/s per GPU", "speedup"]
+    table = ax.table(cellText=cells, colLabels=header, loc="upper center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(7)
+    ax.set_title("paired values: Dist-MoE / MoK", fontsize=8)
+
+
+def _provenance(rows: list[dict[str, Any]]) -> str:
+    """Where and at which scale the rows ran, for a title."""
+    devices = sorted({str(r.get("device")) for r in rows})
+    scales = sorted({str(r.get("scale")) for r in rows})
+    return f"device {', '.join(devices)}, scale={', '.join(scales)}"
+
+
+def saved_state_figure(
+    states: list[dict[str, Any]], pairs: list[dict[str, Any]], rows: list[dict[str, Any]] | None = None
+) -> Figure:
     """Per packing case and layer, in units of the balanced routed rows (T x K): retained rows (solid),
     recomputed rows (pale), MoK's per-layer budget (tick); Dist-MoE's one slot shared by all layers
     is stated in the panel, as it is no per-layer bound."""
@@ -110,24 +177,39 @@ def saved_state_figure(states: list[dict[str, Any]], pairs: list[dict[str, Any]]
         axes[row][0].set_ylabel("rows / (T x K)", fontsize=8)
     top = max(max(_heights(s), default=0.0) for s in shown) if shown else 1.0
     axes[0][0].set_ylim(0, 1.25 * top)
-    legend = [
-        Patch(color=MOK_COLOR, label="MoK retained"),
-        Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed"),
-        Line2D(
-            [],
-            [],
-            color=MOK_BUDGET,
-            marker="_",
-            markersize=12,
-            linestyle="none",
-            label="MoK budget per layer",
+    mok_states = [st for st in shown if st["implementation"] == "mok"]
+    dist_states = [st for st in shown if st["implementation"] != "mok"]
+    budgets = sorted({round(layer["factor"], 2) for st in mok_states for layer in st["layers"]})
+    candidates = [
+        (mok_states, Patch(color=MOK_COLOR, label="MoK retained")),
+        (_recomputing(mok_states), Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed")),
+        (
+            mok_states,
+            Line2D(
+                [],
+                [],
+                color=MOK_BUDGET,
+                marker="_",
+                markersize=12,
+                linestyle="none",
+                label="MoK budget per layer: " + ", ".join(f"{b:.2f}" for b in budgets) + " x T x K",
+            ),
         ),
-        Patch(color=DIST_COLOR, label="Dist-MoE retained (selected pipeline)"),
-        Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed"),
+        (dist_states, Patch(color=DIST_COLOR, label="Dist-MoE retained (selected pipeline)")),
+        (_recomputing(dist_states), Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed")),
     ]
-    fig.legend(handles=legend, loc="outside lower center", ncols=5 if len(profiles) > 1 else 3, fontsize=8)
-    fig.suptitle("Saved state per layer of the packing cases: budget, retained, recomputed")
+    legend = [handle for present, handle in candidates if present]
+    if legend:
+        fig.legend(handles=legend, loc="outside lower center", ncols=min(len(legend), 3), fontsize=8)
+    where = f"; {_provenance(rows)}" if rows else ""
+    fig.suptitle(
+        f"Saved state per layer of the packing cases: budget, retained, recomputed{where}", fontsize=10
+    )
     return fig
+
+
+def _recomputing(states: list[dict[str, Any]]) -> bool:
+    return any(layer["recomputed_rows"] > 0 for st in states for layer in st["layers"])
 
 
 def _heights(state: dict[str, Any]) -> list[float]:
@@ -150,13 +232,22 @@ def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
     if mok:
         budget = [layer["budget_rows"] / unit for layer in layers]
         ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
+        ax.annotate(
+            f"MoK budget {budget[0]:.2f} x T x K",
+            (x[0], budget[0]),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=7,
+            color=MOK_BUDGET,
+        )
         return
-    slot = max((layer["budget_rows"] for layer in layers), default=0) / unit
-    overflow = "overflow" if any(layer["overflow"] for layer in layers) else "no overflow"
+    share = max((layer["budget_rows"] for layer in layers), default=0) / unit
+    overflow = f"capacity flags: {state['capacity_flags']}"
     ax.text(
         0.98,
         0.96,
-        f"Dist-MoE {state['pipeline']}: one slot of {slot:.3g} x T x K\nshared by all layers, {overflow}",
+        f"Dist-MoE {state['pipeline']}: one slot, {share:.3g} x T x K per layer\n"
+        f"pooled over {len(layers)} layers, {overflow}",
         transform=ax.transAxes,
         ha="right",
         va="top",

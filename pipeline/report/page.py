@@ -80,7 +80,7 @@ def _what_ran(document: dict[str, Any], shards: list[Shard]) -> str:
 def _completeness(document: dict[str, Any]) -> str:
     meta = document["meta"]
     done = {r["execution_id"] for r in document["executions"]}
-    missing = set(meta["missing"])
+    missing = set(meta["missing"]["launched_without_shard"])
     launched = meta["launched"]
     grid: list[list[html.Cell]] = []
     for workload in WORKLOADS:
@@ -98,7 +98,8 @@ def _completeness(document: dict[str, Any]) -> str:
     parts = [
         html.paragraph(
             f"{len(done)} executions published; {launched['executions']} launched in the matrix (from the "
-            f"{launched['source']}), {len(missing)} of them without a usable shard; "
+            f"{launched['source']}), {len(missing)} of them without a usable shard; the matrix lacks "
+            f"{len(meta['missing']['matrix'])} of its {meta['matrix']['executions']} executions; "
             f"{len(meta['shards_read'])} shard file(s) read, {len(skipped)} skipped."
         ),
         html.table(["workload", *(v.name for v in VARIANTS)], grid),
@@ -170,7 +171,14 @@ def _executions(rows: list[dict[str, Any]]) -> str:
 def _saved_state(states: list[dict[str, Any]], pngs: Mapping[str, bytes]) -> str:
     if not states:
         return html.section("Saved state of the packing cases", html.paragraph("No packing execution ran."))
-    columns = ["case", "execution", "budget / (T x K)", "layers recomputing", "recomputed rows", "overflow"]
+    columns = [
+        "case",
+        "execution",
+        "budget / (T x K)",
+        "layers recomputing",
+        "recomputed rows",
+        "capacity flags",
+    ]
     rows: list[list[html.Cell]] = []
     for s in sorted(states, key=lambda s: (s["ep"], s["precision"], s["profile"], s["execution_id"])):
         layers, unit = s["layers"], s["balanced_rows"]
@@ -182,14 +190,16 @@ def _saved_state(states: list[dict[str, Any]], pngs: Mapping[str, bytes]) -> str
                 html.number(max(x["budget_rows"] for x in layers) / unit, 3),
                 " ".join(recomputing) or "none",
                 str(sum(x["recomputed_rows"] for x in layers)),
-                ("overflow", "missing") if s["capacity_overflow"] else "no",
+                "none (MoK has none)" if s["capacity_flags"] is None else str(s["capacity_flags"]),
             ]
         )
     return html.section(
         "Saved state of the packing cases",
         html.paragraph(
-            "Per packing execution, as its shard recorded it: MoK's budget is per layer, Dist-MoE's one slot "
-            "is shared by all ten layers; T x K is a layer's routed rows on the tracked GPU at load 1."
+            "Per packing execution, as its shard recorded it: MoK's budget is per layer (rows past it are "
+            "recomputed in backward), Dist-MoE's one slot is shared by all ten layers (the column is its "
+            "per-layer share) and raises a capacity flag when it overflows; T x K is a layer's routed rows "
+            "on the tracked GPU at load 1."
         ),
         *(html.image(data, f"figure {name}") for name, data in pngs.items()),
         html.table(columns, rows, numeric=columns[2:3] + columns[4:5]),

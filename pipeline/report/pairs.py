@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.report.executions import METRICS as RATIO_METRICS
+from pipeline.report.executions import RATIO_METRICS
 
 COLUMNS = (
     "dist_execution_id",
