@@ -12,6 +12,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from pipeline.compose import compose_jobs, job_config
+from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.sweep import run
 
@@ -20,7 +21,6 @@ class MoEBenchLauncher(Launcher):
     """Runs every job of the sweep as one submitit job with one task per rank."""
 
     def __init__(self, **launcher: Any) -> None:
-        self.launcher = launcher
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
 
@@ -31,9 +31,15 @@ class MoEBenchLauncher(Launcher):
         assert self.config is not None and self.hydra_context is not None, "setup() was not called"
         setup_globals()
         loader = self.hydra_context.config_loader
-        configs = compose_jobs(loader, self.config, job_overrides)
-        planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
-        return [job_return(o, c) for o, c in zip(run(planned, self.launcher), configs, strict=True)]
+        with refusals("pipeline.run"):
+            configs = compose_jobs(loader, self.config, job_overrides)
+            # every job of a sweep shares the launcher; the cluster preset is a job choice: check each
+            settings = [launcher_settings(self.config.hydra.launcher, cluster_of(c)) for c in configs]
+            if any(s != settings[0] for s in settings):
+                raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
+            planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
+        outcomes = run(planned, settings[0])
+        return [job_return(o, c) for o, c in zip(outcomes, configs, strict=True)]
 
 
 def job_return(outcome: Outcome, cfg: DictConfig) -> JobReturn:

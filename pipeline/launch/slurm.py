@@ -15,6 +15,7 @@ asked once per call for all jobs so that status stays fast on large sweeps.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
@@ -34,6 +35,22 @@ from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
 from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
 
+# Launcher keys that are submitit SlurmExecutor parameters of the same name.
+_PASSED = (
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "exclude",
+    "gres",
+    "mem_per_gpu",
+    "exclusive",
+    "setup",
+    "srun_args",
+    "comment",
+    "array_parallelism",
+    "cpus_per_task",
+)
 _SLURM_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 _SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 
@@ -113,22 +130,25 @@ def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Jo
 
 
 def _executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
-    """sbatch for ``nodes`` x ``per_node`` tasks, one GPU per task on GPU clusters.
+    """sbatch for ``nodes`` x ``per_node`` tasks with the sweep's settings (:mod:`pipeline.launch.settings`);
+    one GPU per task on GPU presets unless ``gpus_per_node`` says otherwise.
 
     ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
     new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
     """
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=launcher["max_timeouts"])
+    gpus = launcher["gpus_per_node"]
+    passed = {key: launcher[key] for key in _PASSED if launcher[key] is not None}
     executor.update_parameters(
-        job_name="moe-bench",
-        partition=launcher["partition"],
-        time=launcher["timeout_min"],
+        job_name=launcher["name"],
+        time=math.ceil(launcher["timeout_min"]),
         nodes=nodes,
         ntasks_per_node=per_node,
-        cpus_per_task=launcher["cpus_per_task"],
-        gpus_per_node=per_node if launcher["gpus"] else None,
+        gpus_per_node=gpus if gpus is not None else (per_node if launcher["gpus"] else None),
         signal_delay_s=launcher["signal_delay_s"],
-        additional_parameters={"no-requeue": True},
+        additional_parameters={"no-requeue": True, **launcher["additional_parameters"]},
+        **({"mem": f"{launcher['mem_gb']:g}GB"} if launcher["mem_gb"] is not None else {}),
+        **passed,
     )
     return executor
 

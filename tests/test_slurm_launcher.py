@@ -1,0 +1,63 @@
+"""Launcher settings on the local Slurm cluster: what the command line asks lands in the sbatch
+script and in Slurm's own records; an unknown key submits nothing."""
+
+from pathlib import Path
+
+from tests.slurm_support import (
+    needs_cluster,
+    output,
+    python_module,
+    records,
+    sacct_state,
+    submit,
+    wait_for_state,
+)
+
+pytestmark = needs_cluster
+
+MOK = "inference-ep8-f1536-bf16-mok-native"
+DIST = "inference-ep8-f1536-bf16-dist-moe-bf16"
+
+
+def test_exclude_comment_and_array_parallelism_land_as_asked(tmp_path):
+    submit(
+        tmp_path,
+        "mok-bf16,dist-moe-bf16",
+        "hydra.launcher.exclude=n1",
+        "+hydra.launcher.additional_parameters.comment=moe-launcher-test",
+        "hydra.launcher.array_parallelism=1",
+    )
+    job_ids = [records(tmp_path, "submitted", e)[0]["job_id"] for e in (MOK, DIST)]
+    assert len({j.split("_")[0] for j in job_ids}) == 1  # one array
+    shown = output("scontrol", "show", "job", job_ids[0])
+    assert "Comment=moe-launcher-test" in shown and "ExcNodeList=n1" in shown, shown
+    for execution_id in (MOK, DIST):
+        wait_for_state(tmp_path, execution_id, "done", timeout=180)
+    for job_id in job_ids:
+        state, _, nodes = sacct_state(job_id).split("|")
+        assert state == "COMPLETED"
+        assert "n1" not in output("scontrol", "show", "hostnames", nodes).split(), nodes
+    (script,) = Path(tmp_path, "logs", "arrays").glob("*/*_submission.sh")
+    lines = script.read_text().splitlines()
+    assert {"#SBATCH --exclude=n1", "#SBATCH --comment=moe-launcher-test", "#SBATCH --no-requeue"} <= set(
+        lines
+    )
+    assert any(line.startswith("#SBATCH --array=0-1%1") for line in lines), lines
+
+
+def test_unknown_launcher_key_submits_nothing(tmp_path):
+    done = python_module(
+        "pipeline.run",
+        "--multirun",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+        "hydra/launcher=slurm",
+        "cluster=local-slurm",
+        "+hydra.launcher.acount=x",
+    )
+    assert done.returncode == 2
+    assert "unknown launcher key(s) acount" in done.stderr and "allowed: executor, partition" in done.stderr
+    # a submission creates its array's log folder before sbatch runs: none was made
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger.jsonl").exists()
