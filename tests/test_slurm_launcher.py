@@ -61,3 +61,10 @@ def test_unknown_launcher_key_submits_nothing(tmp_path):
     assert "unknown launcher key(s) acount" in done.stderr and "allowed: executor, partition" in done.stderr
     # a submission creates its array's log folder before sbatch runs: none was made
     assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger.jsonl").exists()
+
+
+def test_cuda_is_resolved_on_the_job_node_not_on_the_submitting_host(tmp_path):
+    submit(tmp_path, "mok-bf16", "device=cuda")  # this host has no GPU: not refused here
+    line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
+    assert "device 'cuda' requested but no CUDA device is visible" in line, line
+    assert "(node n" in line, line

@@ -27,7 +27,10 @@ class LocalBackend:
 
     def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
         for p in planned:
-            gpus = resolve_device(p.config["device"]) == "cuda"
+            try:
+                gpus = resolve_device(p.config["device"]) == "cuda"
+            except ValueError:
+                gpus = False  # the job itself fails and records that no GPU is visible here
             executor = _executor(launcher, p.log_dir, p.shape.ranks, gpus)
             job = executor.submit(run_execution, p.config, p.attempt, self.name, launcher["cluster"])
             ledger.append(p.dataset, submitted(p, job.job_id, launcher))

@@ -1,7 +1,8 @@
 """A sweep's plan: every execution validated before any is submitted, and what a backend reports back.
 
 Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
-holds its EP degree, a feasible routing plan, a device that exists).
+holds its EP degree, a feasible routing plan, a device word that exists). Whether the device is there is
+resolved where the job runs: a login node without a GPU submits ``device=cuda`` jobs to GPU nodes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.bench.distributed import resolve_device
+from pipeline.bench.distributed import DEVICES
 from pipeline.bench.work import routing_plans
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -72,7 +73,8 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
     for overrides, config in jobs:
         try:
             execution, shape = execution_of(config), shape_of(config)
-            resolve_device(config["device"])
+            if config["device"] not in DEVICES:  # which device exists is the job's host to say
+                raise ValueError(f"device {config['device']!r}; allowed: {', '.join(DEVICES)}")
             routing_plans(shape, config["seed"])
         except ValueError as err:
             errors.append(f"{' '.join(overrides)}: {err}")

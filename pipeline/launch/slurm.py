@@ -29,6 +29,7 @@ from typing import Any
 import submitit
 from submitit.helpers import DelayedSubmission
 
+from pipeline.bench.distributed import resolve_device
 from pipeline.bench.execute import run_execution
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -63,6 +64,15 @@ class SlurmTask:
         self.launcher = launcher
 
     def __call__(self, config: dict[str, Any], attempt: int) -> dict[str, Any] | None:
+        try:  # the device is resolved here, on the job's node, not on the submitting host
+            resolve_device(config["device"])
+        except ValueError as err:
+            env = submitit.JobEnvironment()
+            if env.global_rank == 0:
+                reason = f"ValueError: {err} (node {env.hostnames[env.node]})"
+                record = ledger.Failed(self.planned.execution.execution_id, attempt, env.job_id, reason=reason)
+                ledger.append(Dataset(config["dataset_dir"]), record)
+            raise
         return run_execution(config, attempt, SlurmBackend.name, self.launcher["cluster"])
 
     def checkpoint(self, config: dict[str, Any], attempt: int) -> DelayedSubmission | None:
