@@ -70,7 +70,8 @@ class SlurmTask:
             env = submitit.JobEnvironment()
             if env.global_rank == 0:
                 reason = f"ValueError: {err} (node {env.hostnames[env.node]})"
-                record = ledger.Failed(self.planned.execution.execution_id, attempt, env.job_id, reason=reason)
+                execution_id = self.planned.execution.execution_id
+                record = ledger.Failed(execution_id, attempt, env.job_id, reason=reason)
                 ledger.append(Dataset(config["dataset_dir"]), record)
             raise
         return run_execution(config, attempt, SlurmBackend.name, self.launcher["cluster"])
