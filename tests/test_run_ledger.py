@@ -115,3 +115,18 @@ def test_next_attempt_counts_the_ledger_and_the_shard_files(tmp_path):
     (shard.parent / ".attempt-9.parquet.77.tmp").write_bytes(b"")  # a crashed write is no attempt
     assert ledger.next_attempt(dataset, ID) == 4
     assert ledger.next_attempt(dataset, "other") == 5
+
+
+def test_submissions_keep_the_launcher_settings_and_older_records_without_them_still_read(tmp_path):
+    dataset = Dataset(tmp_path)
+    settings = {"executor": "slurm", "timeout_min": 7, "setup": ["export A=1"], "additional_parameters": {}}
+    newer = ledger.Submitted(
+        ID, 2, "9", ["scale=ci"], "slurm", "h200", f"logs/{ID}/attempt-2", settings=settings
+    )
+    older = submitted(1).to_json()
+    assert "settings" not in older
+    dataset.ledger_path.write_text(json.dumps(older) + "\n")
+    ledger.append(dataset, newer)
+    first, second = ledger.read(dataset)
+    assert first.settings is None and first == submitted(1)
+    assert second.settings == settings and second == newer

@@ -3,6 +3,7 @@ script and in Slurm's own records; an unknown key submits nothing."""
 
 from pathlib import Path
 
+from pipeline.data.dataset import Dataset
 from tests.slurm_support import (
     needs_cluster,
     output,
@@ -10,6 +11,7 @@ from tests.slurm_support import (
     records,
     sacct_state,
     submit,
+    wait_for,
     wait_for_state,
 )
 
@@ -68,3 +70,34 @@ def test_cuda_is_resolved_on_the_job_node_not_on_the_submitting_host(tmp_path):
     line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
     assert "device 'cuda' requested but no CUDA device is visible" in line, line
     assert "(node n" in line, line
+
+
+def timelimit(job_id: str) -> str:
+    """The job's time limit in accounting, once the job has reached it."""
+    command = ("sacct", "-X", "-n", "-P", "-o", "Timelimit", "-j", job_id)
+    wait_for(f"job {job_id} in accounting", lambda: bool(output(*command)), timeout=60)
+    return output(*command).splitlines()[-1]
+
+
+def test_resubmit_replays_the_sweeps_time_limit_and_dry_run_submits_nothing(tmp_path):
+    submit(tmp_path, "mok-bf16", "hydra.launcher.timeout_min=7")
+    wait_for_state(tmp_path, MOK, "done", timeout=180)
+    (first,) = records(tmp_path, "submitted", MOK)
+    assert first["settings"]["timeout_min"] == 7 and timelimit(first["job_id"]) == "00:07:00"
+    Dataset(tmp_path).shard_path(MOK, 1).unlink()
+
+    dry = python_module("pipeline.resubmit", str(tmp_path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[0] == f"would resubmit {MOK} as attempt 2 (was missing)"
+    assert (
+        "timeout_min=7.0 " in dry.stdout
+        and dry.stdout.splitlines()[-1] == "1 execution(s) would be resubmitted"
+    )
+    assert len(records(tmp_path, "submitted", MOK)) == 1 and not Dataset(tmp_path).log_dir(MOK, 2).exists()
+
+    again = python_module("pipeline.resubmit", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"resubmitting {MOK} as attempt 2 (was missing)"
+    second = records(tmp_path, "submitted", MOK)[1]
+    assert second["attempt"] == 2 and timelimit(second["job_id"]) == "00:07:00"
+    wait_for_state(tmp_path, MOK, "done", timeout=180)

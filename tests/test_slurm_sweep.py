@@ -67,7 +67,7 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
 
     again = python_module("pipeline.resubmit", str(tmp_path))
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[0] == f"resubmitted {DIST} (was missing, attempt 1)"
+    assert again.stdout.splitlines()[0] == f"resubmitting {DIST} as attempt 2 (was missing)"
     assert again.stdout.splitlines()[-1] == "1 execution(s) resubmitted"
     assert [r["attempt"] for r in records(tmp_path, "submitted", DIST)] == [1, 2]
     assert [r["attempt"] for r in records(tmp_path, "submitted", MOK)] == [1]

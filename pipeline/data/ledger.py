@@ -44,7 +44,9 @@ class _Record:
 @dataclass(frozen=True)
 class Submitted(_Record):
     """An attempt handed to a scheduler. ``launcher`` is the backend (``local`` or ``slurm``),
-    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset."""
+    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset; ``settings`` the sweep's
+    effective launcher settings (``pipeline.launch.settings``; absent in older ledgers), which a
+    resubmission replays."""
 
     overrides: list[str]
     launcher: str
@@ -52,6 +54,7 @@ class Submitted(_Record):
     log_dir: str
     submitted_at: str = field(default_factory=now)
     requeued_from: int | None = None
+    settings: dict[str, Any] | None = None
     event: ClassVar[str] = "submitted"
 
 

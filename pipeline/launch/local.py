@@ -23,7 +23,7 @@ from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, subm
 
 class LocalBackend:
     name = "local"
-    resubmit_overrides: tuple[str, ...] = ()
+    resubmit_settings: dict[str, Any] = {}
 
     def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
         for p in planned:

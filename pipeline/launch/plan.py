@@ -60,7 +60,7 @@ class Backend(Protocol):
     execution as each ends (or at once, unfinished, when the launcher does not wait)."""
 
     name: str
-    resubmit_overrides: tuple[str, ...]  # what a resubmission adds to run without the launcher waiting
+    resubmit_settings: dict[str, Any]  # what a resubmission changes to run without the launcher waiting
 
     def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]: ...
 
@@ -123,6 +123,7 @@ def submitted(
         cluster=launcher["cluster"],
         log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
         requeued_from=requeued_from,
+        settings=dict(launcher),
     )
 
 

@@ -117,3 +117,15 @@ def effective(
         if settings[key] is None:
             settings[key] = value
     return {**settings, "cluster": cluster["name"], "gpus": bool(cluster.get("gpus"))}
+
+
+def override(settings: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with some launcher keys changed (a resubmission's ``--set``); the backend stays."""
+    allowed = [k for k in allowed_keys(settings["executor"]) if k != "executor"]
+    unknown = sorted(set(changes) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown launcher key(s) {', '.join(unknown)} for the {settings['executor']} launcher; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return {**settings, **changes}

@@ -97,7 +97,7 @@ class SlurmTask:
 
 class SlurmBackend:
     name = "slurm"
-    resubmit_overrides: tuple[str, ...] = ("hydra.launcher.wait=false",)
+    resubmit_settings: dict[str, Any] = {"wait": False}
 
     def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
         """Submit everything as job arrays, then (unless ``wait`` is false) wait for each."""
