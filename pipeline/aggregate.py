@@ -15,7 +15,7 @@ from pipeline.report import aggregate
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.aggregate", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="dataset directory holding shards/ (and ledger.jsonl)")
+    parser.add_argument("dataset", type=Path, help="dataset directory holding shards/ (and ledger/)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the files (default: dataset)")
     parser.add_argument("--no-figures", action="store_true", help="write only the CSV and JSON files")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")

@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("dataset_dir", help="dataset folder holding the ledger and shards/")
+    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
     parser.add_argument(
         "launcher_keys", nargs="*", metavar="hydra.launcher.KEY=VALUE", help="change a launcher setting"
     )

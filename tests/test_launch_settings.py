@@ -86,7 +86,7 @@ def test_the_command_line_refuses_with_exit_2_and_submits_nothing(tmp_path, over
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("pipeline.run: ")]
     assert message in line
     assert "Traceback" not in done.stderr
-    assert not (tmp_path / "ledger.jsonl").exists() and not (tmp_path / "logs").exists()
+    assert not (tmp_path / "ledger").exists() and not (tmp_path / "logs").exists()
 
 
 def test_sbatch_script_holds_every_option(tmp_path):

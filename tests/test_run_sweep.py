@@ -34,7 +34,7 @@ def slowest_rank_median(rows: list[dict], phase: str) -> float:
 
 
 def nothing_launched(dataset: Path) -> bool:
-    return not any((dataset / name).exists() for name in ("ledger.jsonl", "shards", "logs"))
+    return not any((dataset / name).exists() for name in ("ledger", "ledger.jsonl", "shards", "logs"))
 
 
 @pytest.mark.slow

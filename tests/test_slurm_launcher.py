@@ -62,7 +62,7 @@ def test_unknown_launcher_key_submits_nothing(tmp_path):
     assert done.returncode == 2
     assert "unknown launcher key(s) acount" in done.stderr and "allowed: executor, partition" in done.stderr
     # a submission creates its array's log folder before sbatch runs: none was made
-    assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger.jsonl").exists()
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger").exists()
 
 
 def test_cuda_is_resolved_on_the_job_node_not_on_the_submitting_host(tmp_path):

@@ -44,7 +44,7 @@ def test_status_of_a_folder_that_does_not_exist(tmp_path):
 def test_status_of_a_folder_where_nothing_was_launched(tmp_path):
     done = cli("pipeline.status", str(tmp_path))
     assert done.returncode == 2
-    assert "holds no ledger.jsonl records and no shards" in done.stderr
+    assert "holds no ledger records and no shards" in done.stderr
 
 
 def test_resubmit_names_the_allowed_choices(tmp_path):

@@ -26,7 +26,7 @@ def _line(s: ExecutionStatus) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.status", description=__doc__)
-    parser.add_argument("dataset_dir", help="dataset folder holding ledger.jsonl and shards/")
+    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
     args = parser.parse_args(argv)
     try:
         statuses = dataset_status(args.dataset_dir)

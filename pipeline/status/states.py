@@ -42,7 +42,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     scan = scan_shards(folder)
     executions = set(submitted) | folder.executions_with_shards()
     if not executions:
-        raise ValueError(f"{dataset} holds no ledger.jsonl records and no shards: nothing was launched there")
+        raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
     jobs = {e: Job(r.job_id, r.launcher, folder.locate(r.log_dir)) for e, r in submitted.items()}
     states = _job_states(list(jobs.values()))
     out = []
