@@ -78,6 +78,7 @@ def test_unknown_key_lists_the_allowed_ones():
         (["hydra/launcher=slurm"], "cluster=gb300|h200|local-slurm"),
         (["cluster=h200"], "cluster=h200 is a Slurm preset"),
         (["hydra/launcher=basic"], "allowed: hydra/launcher=local|slurm"),
+        (["seed=0,1"], "seed=0 and seed=1 both select inference-ep8-f1536-bf16-mok-native in"),
     ],
 )
 def test_the_command_line_refuses_with_exit_2_and_submits_nothing(tmp_path, overrides, message):

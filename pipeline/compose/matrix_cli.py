@@ -8,19 +8,22 @@ import sys
 from hydra.errors import HydraException
 
 from pipeline.compose.select import select
+from pipeline.launch.plan import check_distinct
 from pipeline.matrix import counts, execution_of
 
 
 def main(arguments: list[str]) -> int:
     try:
         jobs = select(arguments)
+        executions = [execution_of(cfg) for _, cfg in jobs]
+        # the launcher's own check: what it would refuse is not listed as launchable
+        check_distinct(
+            [(o, c["dataset_dir"], e.execution_id) for (o, c), e in zip(jobs, executions, strict=True)]
+        )
     except (ValueError, HydraException) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    executions = []
-    for overrides, cfg in jobs:
-        execution = execution_of(cfg)
-        executions.append(execution)
+    for (overrides, _), execution in zip(jobs, executions, strict=True):
         print(execution.execution_id, *overrides)
     n, workloads, pairs = counts(executions)
     print(f"{n} executions, {workloads} workloads, {pairs} pairs")

@@ -83,16 +83,27 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
         checked.append((execution, shape, config, overrides))
     if errors:
         raise ValueError("nothing was launched; invalid executions:\n  " + "\n  ".join(errors))
-    seen: dict[tuple[str, str], list[str]] = {}
-    for execution, _, config, overrides in checked:
-        key = (config["dataset_dir"], execution.execution_id)
-        if key in seen:
-            raise ValueError(f"{execution.execution_id} selected twice: {seen[key]} and {overrides}")
-        seen[key] = overrides
+    check_distinct([(o, c["dataset_dir"], e.execution_id) for e, _, c, o in checked])
     return [
         Planned(e, s, c, o, ledger.next_attempt(Dataset(c["dataset_dir"]), e.execution_id))
         for e, s, c, o in checked
     ]
+
+
+def check_distinct(jobs: list[tuple[list[str], str, str]]) -> None:
+    """Refuse two jobs of (overrides, dataset folder, execution id) that would be one execution of
+    one dataset: an execution is its matrix cell, so a setting outside the matrix (``seed=0,1``,
+    ``scale.tokens=16,32``) makes no new one. Each such setting goes into a dataset of its own."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for overrides, dataset, execution_id in jobs:
+        first = seen.setdefault((dataset, execution_id), overrides)
+        if first is not overrides:
+            a = " ".join(o for o in first if o not in overrides) or "(the same overrides)"
+            b = " ".join(o for o in overrides if o not in first) or "(the same overrides)"
+            raise ValueError(
+                f"{a} and {b} both select {execution_id} in {dataset}: a setting outside the matrix "
+                "is no new execution; sweep it into one dataset_dir per setting"
+            )
 
 
 def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
