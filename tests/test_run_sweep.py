@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -148,3 +149,40 @@ def test_a_failed_execution_exits_non_zero_and_names_its_log(tmp_path):
     assert not list(tmp_path.glob("shards/**/*.parquet"))
     assert [r.event for r in ledger.read(Dataset(tmp_path))][-1] == "failed"
     assert log.is_dir()
+
+
+@pytest.mark.slow
+def test_each_job_leaves_hydras_output_and_its_callbacks_fire(tmp_path):
+    events = tmp_path / "events.txt"
+    done = run(
+        "--multirun",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16,dist-moe-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path / 'data'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=job-${hydra.job.num}",
+        "+hydra.callbacks.record._target_=tests.hydra_callbacks.RecordJobs",
+        f"+hydra.callbacks.record.path={events}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(events.read_text().splitlines()) == [
+        "end:COMPLETED 0 inference-ep8-f1536 mok-bf16",
+        "end:COMPLETED 1 inference-ep8-f1536 dist-moe-bf16",
+        "start 0 inference-ep8-f1536 mok-bf16",
+        "start 1 inference-ep8-f1536 dist-moe-bf16",
+    ]
+    for num, (variant, execution_id) in enumerate(
+        [("mok-bf16", "bf16-mok-native"), ("dist-moe-bf16", "bf16-dist-moe-bf16")]
+    ):
+        job = tmp_path / "sweep" / f"job-{num}"
+        overrides = ["workload=inference-ep8-f1536", f"variant={variant}", "scale=ci"]
+        assert yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())[:3] == overrides
+        config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        assert config["dataset_dir"] == str(tmp_path / "data") and "hydra" not in config
+        assert config["variant"]["implementation"] == variant.removesuffix("-bf16")
+        assert yaml.safe_load((job / ".hydra" / "hydra.yaml").read_text())["hydra"]["job"]["num"] == num
+        logs = (job / "logs").resolve()
+        assert logs == tmp_path / "data" / "logs" / f"inference-ep8-f1536-{execution_id}" / "attempt-1"
+        assert list(logs.glob("*_0_log.out"))
+    assert (tmp_path / "sweep" / "multirun.yaml").is_file()
