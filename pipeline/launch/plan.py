@@ -8,7 +8,7 @@ resolved where the job runs: a login node without a GPU submits ``device=cuda`` 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,12 +57,15 @@ class Outcome:
 
 class Backend(Protocol):
     """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
-    execution as each ends (or at once, unfinished, when the launcher does not wait)."""
+    execution in the order they end (or at once, unfinished, when the launcher does not wait), and
+    calls ``started`` as each execution starts running."""
 
     name: str
     resubmit_settings: dict[str, Any]  # what a resubmission changes to run without the launcher waiting
 
-    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]: ...
+    def run(
+        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+    ) -> Iterator[Outcome]: ...
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
 

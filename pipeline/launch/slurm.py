@@ -22,7 +22,7 @@ import secrets
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
 from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
 
+POLL_S = 2.0  # how often a waiting sweep looks at its jobs
 # Launcher keys that are submitit SlurmExecutor parameters of the same name.
 _PASSED = (
     "partition",
@@ -99,8 +100,10 @@ class SlurmBackend:
     name = "slurm"
     resubmit_settings: dict[str, Any] = {"wait": False}
 
-    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
-        """Submit everything as job arrays, then (unless ``wait`` is false) wait for each."""
+    def run(
+        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+    ) -> Iterator[Outcome]:
+        """Submit everything as job arrays, then (unless ``wait`` is false) wait for all of them."""
         jobs = submit(planned, launcher)
         if not launcher["wait"]:
             datasets = " ".join(sorted({str(p.dataset.root) for p in planned}))
@@ -108,7 +111,7 @@ class SlurmBackend:
                 f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}", flush=True
             )
             return (Outcome(p, None, None) for p in planned)
-        return (collect(p, job) for p, job in zip(planned, jobs, strict=True))
+        return _wait(list(zip(planned, jobs, strict=True)), started)
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return _states([j.job_id for j in jobs]) if jobs else {}
@@ -138,6 +141,28 @@ def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Jo
             flush=True,
         )
     return [jobs[i] for i in range(len(planned))]
+
+
+def _wait(jobs: list[tuple[Planned, submitit.Job]], started: Callable[[Planned], None]) -> Iterator[Outcome]:
+    """Outcomes in the order the jobs end (one slow job holds no other back); an execution has started
+    when its job recorded so in the ledger."""
+    waiting, announced = dict(enumerate(jobs)), set()
+    while waiting:
+        running = {
+            (r.execution_id, r.attempt)
+            for dataset in {p.dataset for p, _ in waiting.values()}
+            for r in ledger.read(dataset)
+            if isinstance(r, ledger.Started)
+        }
+        for i, (p, job) in list(waiting.items()):
+            if i not in announced and (p.execution.execution_id, p.attempt) in running:
+                announced.add(i)
+                started(p)
+            if job.done():
+                del waiting[i]
+                yield collect(p, job)
+        if waiting:
+            time.sleep(POLL_S)
 
 
 def _executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
