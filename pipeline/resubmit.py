@@ -106,16 +106,33 @@ def parse_changes(assignments: list[str]) -> dict[str, Any]:
     return changes
 
 
+def failed_nodes(statuses: list[ExecutionStatus], exclude: str | None) -> str | None:
+    """Slurm's ``--exclude`` list: ``exclude`` and every node a failed attempt of ``statuses`` ran on."""
+    nodes = [n for n in (exclude or "").split(",") if n]
+    nodes += sorted({n for s in statuses if s.state == FAILED for n in s.nodes} - set(nodes))
+    return ",".join(nodes) or None
+
+
 def resubmit(
-    dataset: Path, only: str | None = None, changes: dict[str, Any] | None = None, dry_run: bool = False
+    dataset: Path,
+    only: str | None = None,
+    changes: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    exclude_failed_nodes: bool = False,
 ) -> tuple[list[ExecutionStatus], list[Outcome]]:
     """Submit every failed and/or missing execution again (or, dry, list them): those chosen, and the
-    outcomes of those that ran (none on a scheduler, which does not wait)."""
+    outcomes of those that ran (none on a scheduler, which does not wait). With
+    ``exclude_failed_nodes`` the new attempts keep off every node a failed attempt ran on."""
     if only is not None and only not in CHOICES:
         raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
     wanted = {only} if only else set(CHOICES)
-    chosen = [s for s in dataset_status(dataset) if s.state in wanted]
+    statuses = dataset_status(dataset)
+    chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
+    for batch in planned if exclude_failed_nodes else []:
+        if batch.settings["executor"] == "local":
+            raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
+        batch.settings["exclude"] = failed_nodes(statuses, batch.settings["exclude"])
     outcomes: list[Outcome] = []
     for batch in planned:
         assert batch.planned is not None
@@ -144,10 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="change a launcher setting"
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would go out; submit nothing")
+    parser.add_argument(
+        "--exclude-failed-nodes",
+        action="store_true",
+        help="keep new attempts off the nodes failed attempts ran on (Slurm --exclude)",
+    )
     args = parser.parse_intermixed_args(argv)
     try:
         changes = parse_changes([*args.set, *args.launcher_keys])
-        chosen, outcomes = resubmit(Path(args.dataset_dir), args.only, changes, args.dry_run)
+        chosen, outcomes = resubmit(
+            Path(args.dataset_dir), args.only, changes, args.dry_run, args.exclude_failed_nodes
+        )
     except (ValueError, RuntimeError) as err:
         print(f"pipeline.resubmit: {err}", file=sys.stderr)
         return 2

@@ -101,3 +101,32 @@ def test_resubmit_replays_the_sweeps_time_limit_and_dry_run_submits_nothing(tmp_
     second = records(tmp_path, "submitted", MOK)[1]
     assert second["attempt"] == 2 and timelimit(second["job_id"]) == "00:07:00"
     wait_for_state(tmp_path, MOK, "done", timeout=180)
+
+
+def nodes_of(job_id: str) -> list[str]:
+    """The nodes accounting says the job ran on (the node list settles after the state)."""
+
+    def recorded() -> bool:
+        return sacct_state(job_id).split("|")[-1] not in ("", "None assigned")
+
+    wait_for(f"the node list of job {job_id} in accounting", recorded, timeout=60)
+    return output("scontrol", "show", "hostnames", sacct_state(job_id).split("|")[-1]).split()
+
+
+def test_status_names_a_failed_attempts_nodes_and_resubmit_keeps_off_them(tmp_path):
+    submit(tmp_path, "mok-bf16", "device=cuda")  # fails on every node of this CPU-only cluster
+    line = wait_for_state(tmp_path, MOK, "failed", timeout=120)
+    nodes = line[line.index("nodes:") + 1].split(",")
+    first = records(tmp_path, "submitted", MOK)[0]["job_id"]
+    ran_on = nodes_of(first)
+    assert sorted(nodes) == sorted(ran_on) and len(nodes) == 2, (nodes, ran_on)
+
+    again = python_module("pipeline.resubmit", str(tmp_path), "--exclude-failed-nodes")
+    assert again.returncode == 0, again.stderr
+    assert f"exclude={','.join(sorted(nodes))} " in again.stdout
+    second = records(tmp_path, "submitted", MOK)[1]
+    assert second["settings"]["exclude"] == ",".join(sorted(nodes))
+    line = wait_for_state(tmp_path, MOK, "failed", timeout=120)
+    assert line[line.index("attempt") + 1] == "2"
+    ran_on = nodes_of(second["job_id"])
+    assert len(ran_on) == 2 and not set(ran_on) & set(nodes), (ran_on, nodes)

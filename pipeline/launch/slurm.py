@@ -201,9 +201,9 @@ def _states(job_ids: list[str]) -> dict[str, JobState]:
     wanted = set(job_ids)
     states: dict[str, JobState] = {}
     ended: dict[str, JobState] = {}
-    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"])
+    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%N|%r"])
     for line in live.splitlines():
-        job_id, state, reason = line.split("|", 2)
+        job_id, state, nodes, reason = line.split("|", 3)
         if job_id not in wanted:
             continue
         if state in _SLURM_RUNNING:
@@ -211,16 +211,17 @@ def _states(job_ids: list[str]) -> dict[str, JobState]:
         elif state in _SLURM_PENDING:
             states[job_id] = JobState(PENDING, None if reason == "None" else reason)
         else:
-            ended[job_id] = _finished(state, "not in accounting yet")
+            ended[job_id] = _finished(state, "not in accounting yet", nodes)
     rest = wanted - states.keys()
     if rest:
         # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
         jobs = ",".join(sorted({job_id.split("_")[0] for job_id in rest}))
-        for line in _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", jobs]).splitlines():
-            record, state, exit_code = line.split("|")
+        query = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList", "-j", jobs]
+        for line in _run(query).splitlines():
+            record, state, exit_code, nodes = line.split("|")
             for job_id in _array_tasks(record):
                 if job_id in rest:
-                    states[job_id] = _finished(state, exit_code)
+                    states[job_id] = _finished(state, exit_code, nodes)
     for job_id in wanted - states.keys():
         states[job_id] = ended.get(job_id, JobState(FAILED, f"job {job_id} is unknown to squeue and sacct"))
     return states
@@ -238,7 +239,7 @@ def _array_tasks(record: str) -> list[str]:
     return tasks
 
 
-def _finished(state: str, exit_code: str) -> JobState:
+def _finished(state: str, exit_code: str, nodes: str = "") -> JobState:
     word = state.split()[0]
     if word == "COMPLETED":
         return JobState(COMPLETED)
@@ -246,7 +247,14 @@ def _finished(state: str, exit_code: str) -> JobState:
         return JobState(PENDING, word)
     if word in _SLURM_RUNNING:
         return JobState(RUNNING)
-    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}")
+    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}", _hostnames(nodes))
+
+
+def _hostnames(nodes: str) -> tuple[str, ...]:
+    """sacct's NodeList (``n[1-2],n4``) as node names; none for a job that never ran."""
+    if not nodes or nodes in ("None", "None assigned"):
+        return ()
+    return tuple(_run(["scontrol", "show", "hostnames", nodes]).split())
 
 
 def _run(command: list[str]) -> str:

@@ -19,6 +19,8 @@ def _line(s: ExecutionStatus) -> str:
     text = f"{s.state:<8} {s.execution_id}  {attempt}  {job}"
     if s.detail:
         text += f"  {s.detail}"
+    if s.nodes:
+        text += f"  nodes: {','.join(s.nodes)}"
     if s.state in (FAILED, MISSING) and s.submitted is not None:
         text += f"  log: {s.log if s.log is not None else 'missing'}"
     return text

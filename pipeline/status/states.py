@@ -29,6 +29,7 @@ class ExecutionStatus:
     detail: str  # shard path, job reason, or why it is missing
     log: Path | None  # stderr of the newest attempt, when one was written
     submitted: ledger.Submitted | None  # the newest submission of the execution
+    nodes: tuple[str, ...] = ()  # where a failed attempt ran (Slurm), so that it can be kept off them
 
 
 def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
@@ -74,8 +75,11 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
             kind, detail = FAILED, "; ".join(part for part in (state.reason, error) if part)
         else:
             kind, detail = state.state, state.reason or ""
+        nodes = state.nodes if kind == FAILED else ()
         out.append(
-            ExecutionStatus(execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record)
+            ExecutionStatus(
+                execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes
+            )
         )
     return out
 
