@@ -30,6 +30,11 @@ def main(cfg: DictConfig) -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command: the matrix and resolvers registered, then Hydra's own command line."""
     register()
     main()
+
+
+if __name__ == "__main__":
+    cli()

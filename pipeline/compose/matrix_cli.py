@@ -11,8 +11,18 @@ from pipeline.compose.select import select
 from pipeline.launch.plan import check_distinct
 from pipeline.matrix import counts, execution_of
 
+USAGE = """usage: python -m pipeline.matrix [OVERRIDE ...]
+
+List the executions a multirun with these Hydra overrides would launch (execution id, then the
+overrides that reproduce it) and count them; nothing is launched. Examples:
+  python -m pipeline.matrix                                   the whole matrix (110 executions)
+  python -m pipeline.matrix workload=inference-ep8-f1536 'variant=glob(mok-*)' scale=ci"""
+
 
 def main(arguments: list[str]) -> int:
+    if {"-h", "--help"} & set(arguments):
+        print(USAGE)
+        return 0
     try:
         jobs = select(arguments)
         executions = [execution_of(cfg) for _, cfg in jobs]
