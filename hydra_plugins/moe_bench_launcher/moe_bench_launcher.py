@@ -10,10 +10,9 @@ from typing import Any
 from hydra.core.utils import JobReturn, JobStatus, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pipeline.compose import compose_jobs, job_config, output
-from pipeline.compose.jobs import without_hydra
 from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.sweep import run
@@ -45,7 +44,7 @@ class MoEBenchLauncher(Launcher):
         folders = {}
         for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
             folders[id(p)] = output.prepare(cfg, num, p.overrides)
-            output.save(cfg, folders[id(p)], p.log_dir)
+            output.save(cfg, folders[id(p)], p.config, p.log_dir)
             callbacks.on_job_start(config=cfg, task_function=self.task_function)
         config_of = {id(p): cfg for p, cfg in zip(planned, configs, strict=True)}
         returns = {}
@@ -69,8 +68,8 @@ def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:
         )
     return JobReturn(
         overrides=planned.overrides,
-        cfg=without_hydra(cfg),
-        hydra_cfg=OmegaConf.masked_copy(cfg, ["hydra"]),
+        cfg=cfg,
+        hydra_cfg=cfg,
         working_dir=str(folder),
         task_name=cfg.hydra.job.name,
         status=status,
