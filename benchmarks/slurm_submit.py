@@ -1,6 +1,7 @@
 """Benchmark: submit the whole 110-execution matrix to the local Slurm cluster without waiting.
 
-Times ``python -m pipeline.run --multirun scale=<scale> hydra/launcher=slurm hydra.launcher.wait=false``
+Times ``python -m pipeline.run --multirun scale=<scale> hydra/launcher=slurm cluster=local-slurm
+hydra.launcher.wait=false``
 end to end (interpreter start, Hydra, validation of every execution, job arrays, ledger), checks that
 the ledger holds one submission per execution, then cancels the submitted jobs. Target: under 10 s.
 Needs ``jobs/local-slurm.sh up``.
@@ -29,7 +30,12 @@ def submit_once(scale: str) -> float:
     """Seconds one fire-and-forget submission of the matrix takes; its jobs are cancelled after."""
     with tempfile.TemporaryDirectory(prefix="slurm-submit-") as folder:
         command = [sys.executable, "-m", "pipeline.run", "--multirun", f"scale={scale}"]
-        command += [f"dataset_dir={folder}", "hydra/launcher=slurm", "hydra.launcher.wait=false"]
+        command += [
+            f"dataset_dir={folder}",
+            "hydra/launcher=slurm",
+            "cluster=local-slurm",
+            "hydra.launcher.wait=false",
+        ]
         start = time.perf_counter()
         done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
         seconds = time.perf_counter() - start

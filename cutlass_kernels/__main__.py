@@ -80,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             stage.add_argument("--op", required=True, choices=("fprop", "dgrad", "wgrad", "mx"))
     args = parser.parse_args(argv)
     if args.command == "compile":
+        if args.out.exists() and not args.out.is_dir():
+            print(
+                f"python -m cutlass_kernels compile: --out {args.out} is a file, not a directory",
+                file=sys.stderr,
+            )
+            return 2
         return _compile(args.arch, args.out)
     return _stage(args)
 

@@ -1,7 +1,8 @@
 """``python -m pipeline.aggregate DATASET_DIR``: publish a dataset's shards as CSV, JSON and figures.
 
 Skipped shards and missing executions are listed on stderr (and in the JSON meta); they do not make
-the command fail, since a partial dataset is still worth publishing.
+the command fail, since a partial dataset is still worth publishing. A dataset without any shard
+does (exit 1), as does bad input (exit 2: a path that is no directory, an ``--out`` that is a file).
 """
 
 from __future__ import annotations
@@ -10,20 +11,42 @@ import argparse
 import sys
 from pathlib import Path
 
+from pipeline.data.dataset import Dataset
 from pipeline.report import aggregate
+
+
+def _problem(dataset: Path, out: Path | None, workers: int) -> str | None:
+    """Why these arguments cannot work, or None."""
+    if dataset.is_file():
+        return f"{dataset} is a file, not a dataset directory"
+    if not dataset.is_dir():
+        return f"dataset directory {dataset} does not exist"
+    if out is not None and out.exists() and not out.is_dir():
+        return f"--out {out} is a file, not a directory"
+    if workers < 1:
+        return f"--workers {workers}: must be at least 1"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pipeline.aggregate", description=__doc__.splitlines()[0])
-    parser.add_argument("dataset", type=Path, help="dataset directory holding shards/ (and ledger.jsonl)")
+    parser.add_argument("dataset", type=Path, help="dataset directory holding shards/ (and ledger/)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the files (default: dataset)")
     parser.add_argument("--no-figures", action="store_true", help="write only the CSV and JSON files")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
     args = parser.parse_args(argv)
+    problem = _problem(args.dataset, args.out, args.workers)
+    if problem is not None:
+        print(f"pipeline.aggregate: {problem}", file=sys.stderr)
+        return 2
+    if not Dataset(args.dataset).shard_files():
+        print(f"pipeline.aggregate: {args.dataset} holds no shards: nothing to publish", file=sys.stderr)
+        return 1
     try:
         result = aggregate(args.dataset, args.out, figures=not args.no_figures, workers=args.workers)
     except ValueError as exc:
-        parser.error(str(exc))
+        print(f"pipeline.aggregate: {exc}", file=sys.stderr)
+        return 2
     for skipped in result.skipped:
         print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
     if result.missing:

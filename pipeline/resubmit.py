@@ -1,96 +1,182 @@
-"""``python -m pipeline.resubmit DATASET_DIR [--only failed|missing]``: run again what has no shard.
+"""``python -m pipeline.resubmit DATASET_DIR``: run again what has no valid shard.
 
 Only executions that are failed or missing (see ``pipeline.status``) go out, each as a new attempt
-through ``pipeline.run`` with the overrides the ledger recorded for it, on the launcher it used (on
-Slurm without waiting). Done, pending and running executions are never touched, so running it twice,
-or while a sweep is still going, never duplicates work. It needs only the dataset folder: the process
-that launched the sweep may be long gone.
+with the overrides and the launcher settings its newest submission recorded (timeout, account,
+exclude, ...; on Slurm without waiting). An operator changes settings with ``--set KEY=VALUE`` or the
+Hydra spelling ``hydra.launcher.KEY=VALUE``; ``--dry-run`` lists what would go out and submits
+nothing. Composition, planning and submission run in this process, so progress shows as it happens.
+Done, pending and running executions are never touched, so running it twice, or while a sweep is
+still going, never duplicates work. It needs only the dataset folder: the process that launched the
+sweep may be long gone.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from pipeline.compose import job_config
+from pipeline.compose.launcher import cluster_of, launcher_settings
+from pipeline.compose.select import compose_each
 from pipeline.data.dataset import Dataset
+from pipeline.data.ledger import Submitted
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import FAILED
-from pipeline.matrix import EXECUTION_BY_ID, Execution
+from pipeline.launch.plan import Outcome, Planned, plan
+from pipeline.launch.settings import override
+from pipeline.launch.sweep import run
+from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.status import MISSING, ExecutionStatus, dataset_status
 
 CHOICES = (FAILED, MISSING)
 # Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
 _SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
+_HYDRA_KEY = "hydra.launcher."
 
 
-def run_commands(
-    dataset: Path, chosen: list[ExecutionStatus]
-) -> list[tuple[list[ExecutionStatus], list[str]]]:
-    """``pipeline.run`` command lines that submit these executions again, each with those it covers.
+@dataclass
+class Batch:
+    """Executions that go out together: one launcher, the same settings."""
 
-    Every command names its workloads and its variant explicitly (taken from the execution ids), so a
-    sweep selects exactly the chosen executions and never falls back to the default sweep of the whole
-    matrix, and writes to ``dataset`` even if the folder has moved since. Executions recorded with the
-    same launcher, variant and other overrides share one command.
-    Scheduled jobs go out without waiting (the backend says how); local ones run here, one after another.
-    """
-    groups: dict[tuple[str, ...], list[tuple[ExecutionStatus, Execution]]] = {}
+    settings: dict[str, Any]
+    jobs: list[tuple[list[str], dict[str, Any]]]
+    was: list[ExecutionStatus]
+    planned: list[Planned] | None = None
+
+
+def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[Submitted, list[str]]:
+    """The newest submission of the execution and its overrides, with its own workload and variant
+    (from its id) and the dataset at hand (it may have moved since)."""
+    record = status.submitted
+    if record is None:
+        raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to rerun it from")
+    if status.execution_id not in EXECUTION_BY_ID:
+        raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
+    execution = EXECUTION_BY_ID[status.execution_id]
+    others = [o for o in record.overrides if not o.startswith(_SET_HERE)]
+    if record.launcher != "local" and not any(o.startswith("cluster=") for o in others):
+        others.append(f"cluster={record.cluster}")  # older ledgers: the preset came with the launcher
+    own = [f"workload={execution.workload.name}", f"variant={execution.variant.name}"]
+    return record, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
+
+
+def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, Any]) -> list[Batch]:
+    """Plan the resubmission of ``chosen`` (nothing is submitted): the recorded settings, or those a
+    composition of the recorded overrides gives where an older ledger has none, then ``changes``."""
+    by_launcher: dict[str, list[tuple[ExecutionStatus, Submitted, list[str]]]] = {}
     for status in chosen:
-        record = status.submitted
-        if record is None:
-            raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to rerun it from")
-        if status.execution_id not in EXECUTION_BY_ID:
-            raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
-        execution = EXECUTION_BY_ID[status.execution_id]
-        others = [o for o in record.overrides if not o.startswith(_SET_HERE)]
-        others += [f"dataset_dir={Dataset(dataset).root}", f"variant={execution.variant.name}"]
-        others.append(f"hydra/launcher={record.launcher}")
-        others += backend(record.launcher).resubmit_overrides
-        groups.setdefault(tuple(others), []).append((status, execution))
-    return [
-        (
-            [status for status, _ in members],
-            [sys.executable, "-m", "pipeline.run", "--multirun", *others]
-            + ["workload=" + ",".join(e.workload.name for _, e in members)],
-        )
-        for others, members in groups.items()
-    ]
+        record, overrides = job_overrides(dataset, status)
+        by_launcher.setdefault(record.launcher, []).append((status, record, overrides))
+    out: dict[str, Batch] = {}
+    for launcher, members in by_launcher.items():
+        runner = backend(launcher)
+        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={launcher}"])
+        for (status, record, overrides), cfg in zip(members, configs, strict=True):
+            settings = record.settings
+            if settings is None:
+                settings = launcher_settings(cfg.hydra.launcher, cluster_of(cfg))
+            settings = override({**settings, **runner.resubmit_settings}, changes)
+            batch = out.setdefault(json.dumps(settings, sort_keys=True), Batch(settings, [], []))
+            batch.jobs.append((overrides, job_config(cfg)))
+            batch.was.append(status)
+    for batch in out.values():
+        batch.planned = plan(batch.jobs)
+    return list(out.values())
 
 
-def resubmit(dataset: Path, only: str | None = None) -> list[ExecutionStatus]:
-    """Submit every failed and/or missing execution again; return those submitted."""
+def parse_changes(assignments: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` or ``hydra.launcher.KEY=VALUE`` -> {KEY: VALUE}, VALUE read as YAML (7, true,
+    [a, b], {comment: x})."""
+    changes = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        key = key.lstrip("+").removeprefix(_HYDRA_KEY)
+        if not sep or not key:
+            raise ValueError(f"{assignment!r} is not KEY=VALUE (or hydra.launcher.KEY=VALUE)")
+        try:
+            changes[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"{assignment!r}: the value is not YAML") from None
+    return changes
+
+
+def failed_nodes(statuses: list[ExecutionStatus], exclude: str | None) -> str | None:
+    """Slurm's ``--exclude`` list: ``exclude`` and every node a failed attempt of ``statuses`` ran on."""
+    nodes = [n for n in (exclude or "").split(",") if n]
+    nodes += sorted({n for s in statuses if s.state == FAILED for n in s.nodes} - set(nodes))
+    return ",".join(nodes) or None
+
+
+def resubmit(
+    dataset: Path,
+    only: str | None = None,
+    changes: dict[str, Any] | None = None,
+    dry_run: bool = False,
+    exclude_failed_nodes: bool = False,
+) -> tuple[list[ExecutionStatus], list[Outcome]]:
+    """Submit every failed and/or missing execution again (or, dry, list them): those chosen, and the
+    outcomes of those that ran (none on a scheduler, which does not wait). With
+    ``exclude_failed_nodes`` the new attempts keep off every node a failed attempt ran on."""
     if only is not None and only not in CHOICES:
         raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
     wanted = {only} if only else set(CHOICES)
-    chosen = [s for s in dataset_status(dataset) if s.state in wanted]
-    commands = run_commands(dataset, chosen)  # all reproducible before anything is submitted
-    for members, command in commands:
-        done = subprocess.run(command, capture_output=True, text=True)
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
-            names = ", ".join(s.execution_id for s in members)
-            raise RuntimeError(
-                f"resubmitting {names} failed (pipeline.run exited {done.returncode}):\n{tail}"
-            )
-    return chosen
+    statuses = dataset_status(dataset)
+    chosen = [s for s in statuses if s.state in wanted]
+    planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
+    for batch in planned if exclude_failed_nodes else []:
+        if batch.settings["executor"] == "local":
+            raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
+        batch.settings["exclude"] = failed_nodes(statuses, batch.settings["exclude"])
+    outcomes: list[Outcome] = []
+    for batch in planned:
+        assert batch.planned is not None
+        shown = " ".join(f"{k}={v}" for k, v in sorted(batch.settings.items()) if v not in (None, [], {}))
+        for p, was in zip(batch.planned, batch.was, strict=True):
+            verb = "would resubmit" if dry_run else "resubmitting"
+            print(f"{verb} {p.execution.execution_id} as attempt {p.attempt} (was {was.state})", flush=True)
+        print(f"  launcher: {shown}", flush=True)
+        if not dry_run:
+            outcomes += [o for o in run(batch.planned, batch.settings) if o.ended]
+    return chosen, outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pipeline.resubmit", description=__doc__)
-    parser.add_argument("dataset_dir", help="dataset folder holding ledger.jsonl and shards/")
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline.resubmit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
+    parser.add_argument(
+        "launcher_keys", nargs="*", metavar="hydra.launcher.KEY=VALUE", help="change a launcher setting"
+    )
     parser.add_argument("--only", choices=CHOICES, help="resubmit only failed or only missing executions")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="change a launcher setting"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would go out; submit nothing")
+    parser.add_argument(
+        "--exclude-failed-nodes",
+        action="store_true",
+        help="keep new attempts off the nodes failed attempts ran on (Slurm --exclude)",
+    )
+    args = parser.parse_intermixed_args(argv)
     try:
-        chosen = resubmit(Path(args.dataset_dir), args.only)
+        changes = parse_changes([*args.set, *args.launcher_keys])
+        chosen, outcomes = resubmit(
+            Path(args.dataset_dir), args.only, changes, args.dry_run, args.exclude_failed_nodes
+        )
     except (ValueError, RuntimeError) as err:
         print(f"pipeline.resubmit: {err}", file=sys.stderr)
         return 2
-    for s in chosen:
-        print(f"resubmitted {s.execution_id} (was {s.state}, attempt {s.attempt})")
-    print(f"{len(chosen)} execution(s) resubmitted")
-    return 0
+    print(f"{len(chosen)} execution(s) {'would be ' if args.dry_run else ''}resubmitted")
+    return 1 if any(o.error is not None for o in outcomes) else 0
 
 
 if __name__ == "__main__":

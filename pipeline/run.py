@@ -8,13 +8,13 @@ path (validate, record, submit, wait), so a single run also gets its ranks, ledg
 from __future__ import annotations
 
 import sys
-from typing import Any, cast
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
+from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
 from pipeline.launch.plan import plan
 from pipeline.launch.sweep import run
 
@@ -22,12 +22,19 @@ from pipeline.launch.sweep import run
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    launcher = cast(dict[str, Any], OmegaConf.to_container(hydra_cfg.launcher, resolve=True))
-    (outcome,) = run(plan([(list(hydra_cfg.overrides.task), job_config(cfg))]), launcher)
+    with refusals("pipeline.run"):
+        launcher = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
+        planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))])
+    (outcome,) = run(planned, launcher)
     if outcome.error is not None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command: the matrix and resolvers registered, then Hydra's own command line."""
     register()
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -53,6 +53,7 @@ def submit(dataset: Path, variants: str, *overrides: str) -> None:
         "scale=ci",
         f"dataset_dir={dataset}",
         "hydra/launcher=slurm",
+        "cluster=local-slurm",
         "hydra.launcher.wait=false",
         *overrides,
     )

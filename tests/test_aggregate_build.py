@@ -284,7 +284,7 @@ def test_saved_state_evidence_per_packing_layer(published: Path) -> None:
 def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None:
     moved = tmp_path / "elsewhere"
     shutil.copytree(published / "shards", moved / "shards")
-    shutil.copy(Dataset(published).ledger_path, Dataset(moved).ledger_path)
+    shutil.copytree(Dataset(published).ledger_dir, Dataset(moved).ledger_dir)
     again = aggregate(moved, tmp_path / "out", workers=1)
     names = sorted(p.name for p in again.files)
     assert len(names) == 3 + 3 + 1  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure; page

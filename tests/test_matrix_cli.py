@@ -76,3 +76,19 @@ def test_runs_as_a_module():
         "packing-ep64-f3072-profile-b-bf16-mok-native workload=packing-ep64-f3072-profile-b variant=mok-bf16",
         "1 executions, 1 workloads, 0 pairs",
     ]
+
+
+@pytest.mark.parametrize("sweep", ["seed=0,1", "scale.tokens=16,32"])
+def test_a_sweep_outside_the_matrix_is_refused_as_the_launcher_refuses_it(capsys, sweep):
+    code, lines, err = run_cli(capsys, "workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci", sweep)
+    key, values = sweep.split("=")
+    first, second = values.split(",")
+    assert (code, lines) == (2, [])
+    assert err.startswith(f"error: {key}={first} and {key}={second} both select inference-ep8-f1536-bf16-")
+    assert "sweep it into one dataset_dir per setting" in err and err.count("\n") == 1
+
+
+def test_one_dataset_per_setting_is_allowed(capsys, tmp_path):
+    folders = f"dataset_dir={tmp_path / 'seed0'},{tmp_path / 'seed1'}"
+    code, lines, _ = run_cli(capsys, "workload=inference-ep8-f1536", "variant=mok-bf16", folders)
+    assert code == 0 and lines[-1].startswith("2 executions")

@@ -26,6 +26,6 @@ def test_default_sweep_is_whole_matrix():
     assert config["hydra"]["sweeper"]["params"] == {"workload": "glob(*)", "variant": "glob(*)"}
 
 
-def test_scales_and_launcher_presets_exist():
+def test_scales_and_cluster_presets_exist():
     assert {p.stem for p in (CONFIG_DIR / "scale").glob("*.yaml")} >= {"full", "cpu", "ci"}
-    assert (CONFIG_DIR / "hydra" / "launcher" / "local.yaml").is_file()
+    assert {p.stem for p in (CONFIG_DIR / "cluster").glob("*.yaml")} >= {"h200", "gb300", "local-slurm"}

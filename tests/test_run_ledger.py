@@ -24,15 +24,16 @@ def submitted(attempt: int, execution_id: str = ID, job_id: str = "1") -> ledger
     )
 
 
-def test_records_read_back_in_order(tmp_path):
+def test_records_read_back_in_order_each_a_file_of_its_own(tmp_path):
     dataset = Dataset(tmp_path)
     records = [submitted(1), ledger.Failed(ID, 1, "1", reason="boom"), submitted(2, job_id="2")]
     for r in records:
         ledger.append(dataset, r)
     assert ledger.read(dataset) == records
-    lines = dataset.ledger_path.read_text().splitlines()
-    assert [json.loads(line)["event"] for line in lines] == ["submitted", "failed", "submitted"]
-    assert json.loads(lines[1]) == {
+    files = dataset.ledger_record_files()
+    assert len(files) == 3 and not dataset.legacy_ledger_path.exists()
+    assert [json.loads(p.read_text())["event"] for p in files] == ["submitted", "failed", "submitted"]
+    assert json.loads(files[1].read_text()) == {
         "event": "failed",
         "execution_id": ID,
         "attempt": 1,
@@ -42,14 +43,15 @@ def test_records_read_back_in_order(tmp_path):
     }
 
 
-def test_a_torn_last_line_is_skipped_but_inner_garbage_is_an_error(tmp_path):
+def test_an_unfinished_write_is_ignored_and_older_ledgers_come_first(tmp_path):
     dataset = Dataset(tmp_path)
-    record = submitted(1)
-    ledger.append(dataset, record)
-    with open(dataset.ledger_path, "a") as f:
-        f.write('{"event": "subm')  # an append that never completed
-    assert ledger.read(dataset) == [record]
-    with open(dataset.ledger_path, "a") as f:
+    ledger.append(dataset, submitted(2))
+    (dataset.ledger_dir / ".00000000000000000001-h-1-000000.json.tmp").write_text('{"event": "subm')
+    with open(dataset.legacy_ledger_path, "w") as f:
+        f.write(json.dumps(submitted(1).to_json()) + "\n")
+        f.write('{"event": "subm')  # an O_APPEND write that never completed
+    assert ledger.read(dataset) == [submitted(1), submitted(2)]
+    with open(dataset.legacy_ledger_path, "a") as f:
         f.write("\n")
     with pytest.raises(ValueError, match=r"ledger.jsonl:2"):
         ledger.read(dataset)
@@ -67,10 +69,12 @@ def test_a_torn_last_line_is_skipped_but_inner_garbage_is_an_error(tmp_path):
 def test_bad_records_are_refused(tmp_path, record, message):
     with pytest.raises(ValueError, match=message):
         ledger.from_json(record)
-    path = Dataset(tmp_path).ledger_path
+    dataset = Dataset(tmp_path)
+    path = dataset.ledger_record_path(1, "host-1", 0)
+    path.parent.mkdir()
     path.write_text(json.dumps(record) + "\n")
-    with pytest.raises(ValueError, match=r"ledger.jsonl:1: not a ledger record"):
-        ledger.read(Dataset(tmp_path))
+    with pytest.raises(ValueError, match=rf"{path.name}: not a ledger record"):
+        ledger.read(dataset)
 
 
 def test_records_of_older_ledgers_read_with_their_absolute_paths(tmp_path):
@@ -89,8 +93,8 @@ def _append_many(root, worker: int, n: int) -> None:
         ledger.append(Dataset(root), submitted(i + 1, execution_id=f"e{worker}", job_id="j" * 300))
 
 
-def test_concurrent_appenders_never_interleave(tmp_path):
-    workers, n = 4, 150
+def test_concurrent_writers_lose_nothing(tmp_path):
+    workers, n = 8, 150
     procs = [multiprocessing.Process(target=_append_many, args=(tmp_path, w, n)) for w in range(workers)]
     for p in procs:
         p.start()
@@ -115,3 +119,18 @@ def test_next_attempt_counts_the_ledger_and_the_shard_files(tmp_path):
     (shard.parent / ".attempt-9.parquet.77.tmp").write_bytes(b"")  # a crashed write is no attempt
     assert ledger.next_attempt(dataset, ID) == 4
     assert ledger.next_attempt(dataset, "other") == 5
+
+
+def test_submissions_keep_the_launcher_settings_and_older_records_without_them_still_read(tmp_path):
+    dataset = Dataset(tmp_path)
+    settings = {"executor": "slurm", "timeout_min": 7, "setup": ["export A=1"], "additional_parameters": {}}
+    newer = ledger.Submitted(
+        ID, 2, "9", ["scale=ci"], "slurm", "h200", f"logs/{ID}/attempt-2", settings=settings
+    )
+    older = submitted(1).to_json()
+    assert "settings" not in older
+    dataset.legacy_ledger_path.write_text(json.dumps(older) + "\n")
+    ledger.append(dataset, newer)
+    first, second = ledger.read(dataset)
+    assert first.settings is None and first == submitted(1)
+    assert second.settings == settings and second == newer

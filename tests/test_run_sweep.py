@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -34,7 +35,7 @@ def slowest_rank_median(rows: list[dict], phase: str) -> float:
 
 
 def nothing_launched(dataset: Path) -> bool:
-    return not any((dataset / name).exists() for name in ("ledger.jsonl", "shards", "logs"))
+    return not any((dataset / name).exists() for name in ("ledger", "ledger.jsonl", "shards", "logs"))
 
 
 @pytest.mark.slow
@@ -49,9 +50,18 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[-1] == "10 executions: 10 done, 0 failed"
-    progress = {line.split()[1]: line.split() for line in lines[:-1]}
+    # a start and an end line per execution, each with the counts, the elapsed time and an ETA
+    starts = [line.split() for line in lines if line.startswith("start ")]
+    ends = [line.split() for line in lines if line.startswith("done ")]
+    assert len(lines) == 21 and len(starts) == len(ends) == 10
+    assert [w[1] for w in starts] == [w[1] for w in ends] and len({w[1] for w in ends}) == 10
+    assert re.search(
+        r"\[10/10 ended: 10 done, 0 failed, 0 running; 00:\d\d:\d\d elapsed, ETA 00:00:00\]$", lines[-2]
+    )
+    assert re.search(r"\[0/10 ended: 0 done, 0 failed, 1 running; 00:00:\d\d elapsed, ETA \?\]$", lines[0])
+    progress = {w[1]: w for w in ends}
     shards = sorted(tmp_path.glob("shards/execution=*/attempt-*.parquet"))
-    assert len(shards) == 10 == len(progress)
+    assert len(shards) == 10
     records = [r.to_json() for r in ledger.read(Dataset(tmp_path))]
     for path in shards:
         table = pq.read_table(path)
@@ -104,7 +114,7 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
         # the progress line: id, the slowest-rank median iteration time, the shard
         line = progress[execution_id]
         assert float(line[2]) == pytest.approx(slowest_rank_median(rows, "combined"), abs=5e-4)
-        assert line[-1] == str(path)
+        assert line[3:5] == ["ms/iteration", str(path)]
         events = [r["event"] for r in records if r["execution_id"] == execution_id]
         assert events == ["submitted", "started", "finished"]
         (submitted,) = [r for r in records if r["execution_id"] == execution_id and r["event"] == "submitted"]
@@ -151,8 +161,46 @@ def test_a_failed_execution_exits_non_zero_and_names_its_log(tmp_path):
     )
     log = tmp_path / "logs" / "inference-ep8-f1536-bf16-mok-native" / "attempt-1"
     assert done.returncode == 1
-    assert f"FAILED inference-ep8-f1536-bf16-mok-native  log: {log}" in done.stdout
+    (failed,) = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    assert failed.startswith("FAILED  inference-ep8-f1536-bf16-mok-native  ")
+    assert f"  log: {log}  [1/1 ended: 0 done, 1 failed, 0 running;" in failed
     assert done.stdout.splitlines()[-1] == "1 executions: 0 done, 1 failed"
     assert not list(tmp_path.glob("shards/**/*.parquet"))
     assert [r.event for r in ledger.read(Dataset(tmp_path))][-1] == "failed"
     assert log.is_dir()
+
+
+@pytest.mark.slow
+def test_each_job_leaves_hydras_output_and_its_callbacks_fire(tmp_path):
+    events = tmp_path / "events.txt"
+    done = run(
+        "--multirun",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16,dist-moe-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path / 'data'}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hydra.sweep.subdir=job-${hydra.job.num}",
+        "+hydra.callbacks.record._target_=tests.hydra_callbacks.RecordJobs",
+        f"+hydra.callbacks.record.path={events}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(events.read_text().splitlines()) == [
+        "end:COMPLETED 0 inference-ep8-f1536 mok-bf16",
+        "end:COMPLETED 1 inference-ep8-f1536 dist-moe-bf16",
+        "start 0 inference-ep8-f1536 mok-bf16",
+        "start 1 inference-ep8-f1536 dist-moe-bf16",
+    ]
+    for num, (variant, execution_id) in enumerate(
+        [("mok-bf16", "bf16-mok-native"), ("dist-moe-bf16", "bf16-dist-moe-bf16")]
+    ):
+        job = tmp_path / "sweep" / f"job-{num}"
+        overrides = ["workload=inference-ep8-f1536", f"variant={variant}", "scale=ci"]
+        assert yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())[:3] == overrides
+        config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        assert config["dataset_dir"] == str(tmp_path / "data") and "hydra" not in config
+        assert config["variant"]["implementation"] == variant.removesuffix("-bf16")
+        logs = (job / "logs").resolve()
+        assert logs == tmp_path / "data" / "logs" / f"inference-ep8-f1536-{execution_id}" / "attempt-1"
+        assert list(logs.glob("*_0_log.out"))
+    assert (tmp_path / "sweep" / "multirun.yaml").is_file()

@@ -7,9 +7,9 @@ import subprocess
 
 import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
+from pipeline.compose.launcher import cluster_of, launcher_settings
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
 from pipeline.launch.plan import plan
@@ -43,6 +43,7 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
         "scale=ci",
         f"dataset_dir={tmp_path}",
         "hydra/launcher=slurm",
+        "cluster=local-slurm",
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.stdout.splitlines()[-1] == "2 executions: 2 done, 0 failed"
@@ -66,7 +67,7 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
 
     again = python_module("pipeline.resubmit", str(tmp_path))
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[0] == f"resubmitted {DIST} (was missing, attempt 1)"
+    assert again.stdout.splitlines()[0] == f"resubmitting {DIST} as attempt 2 (was missing)"
     assert again.stdout.splitlines()[-1] == "1 execution(s) resubmitted"
     assert [r["attempt"] for r in records(tmp_path, "submitted", DIST)] == [1, 2]
     assert [r["attempt"] for r in records(tmp_path, "submitted", MOK)] == [1]
@@ -77,8 +78,9 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
 
 def composed(*overrides: str) -> tuple[dict, dict]:
     """(launcher config, job config) that ``pipeline.run`` would hand the launcher for these overrides."""
-    cfg = compose(CONFIG_NAME, overrides=[*overrides, "hydra/launcher=slurm"], return_hydra_config=True)
-    return OmegaConf.to_container(cfg.hydra.launcher, resolve=True), job_config(cfg)
+    overrides = (*overrides, "hydra/launcher=slurm", "cluster=local-slurm")
+    cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+    return launcher_settings(cfg.hydra.launcher, cluster_of(cfg)), job_config(cfg)
 
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):

@@ -2,17 +2,21 @@
 
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
-from pipeline.resubmit import run_commands
+from pipeline.launch.settings import SlurmLauncherConf, effective
+from pipeline.resubmit import batches, parse_changes
 from pipeline.status import ExecutionStatus
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
 EP8 = "inference-ep8-f1536"
 WORKLOADS = f"{EP8},inference-ep16-f1536"
+PRESET = {"name": "local-slurm", "ranks_per_node": 1, "gpus": False, "partition": "debug"}
+SLURM_SETTINGS = effective(asdict(SlurmLauncherConf()), PRESET, [])
 ONE_EXECUTION = ("workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci")
 
 
@@ -40,7 +44,7 @@ def test_status_of_a_folder_that_does_not_exist(tmp_path):
 def test_status_of_a_folder_where_nothing_was_launched(tmp_path):
     done = cli("pipeline.status", str(tmp_path))
     assert done.returncode == 2
-    assert "holds no ledger.jsonl records and no shards" in done.stderr
+    assert "holds no ledger records and no shards" in done.stderr
 
 
 def test_resubmit_names_the_allowed_choices(tmp_path):
@@ -97,21 +101,52 @@ def test_local_failure_shows_the_error_and_the_log(tmp_path):
     assert log.startswith(str(tmp_path / "logs" / MOK / "attempt-1")) and log.endswith("_0_log.err")
 
 
-def test_resubmission_groups_executions_into_exact_sweeps(tmp_path):
-    def failed(workload: str, variant: str, execution_id: str) -> ExecutionStatus:
+def test_resubmission_groups_executions_by_their_recorded_settings(tmp_path):
+    def failed(workload: str, variant: str, execution_id: str, timeout: int | None) -> ExecutionStatus:
         overrides = [f"workload={workload}", f"variant={variant}", "scale=ci", "dataset_dir=/moved/away"]
         log_dir = f"logs/{execution_id}/attempt-1"
-        record = ledger.Submitted(execution_id, 1, "7_0", overrides, "slurm", "local-slurm", log_dir)
+        settings = None
+        if timeout is not None:  # a newer ledger records the sweep's settings; an older one does not
+            settings = {**SLURM_SETTINGS, "timeout_min": timeout}
+        record = ledger.Submitted(
+            execution_id, 1, "7_0", overrides, "slurm", "local-slurm", log_dir, settings=settings
+        )
         return ExecutionStatus(execution_id, "failed", 1, "7_0", "", None, record)
 
+    ep16 = "inference-ep16-f1536-bf16-mok-native"
     chosen = [
-        failed("inference-ep8-f1536", "mok-bf16", MOK),
-        failed("inference-ep16-f1536", "mok-bf16", "inference-ep16-f1536-bf16-mok-native"),
-        failed("inference-ep8-f1536", "dist-moe-bf16", "inference-ep8-f1536-bf16-dist-moe-bf16"),
+        failed(EP8, "mok-bf16", MOK, 7),
+        failed("inference-ep16-f1536", "mok-bf16", ep16, 7),
+        failed(EP8, "dist-moe-bf16", "inference-ep8-f1536-bf16-dist-moe-bf16", None),
     ]
-    commands = [(len(members), command[3:]) for members, command in run_commands(tmp_path, chosen)]
-    tail = [f"dataset_dir={tmp_path}", "hydra/launcher=slurm", "hydra.launcher.wait=false"]
-    assert commands == [
-        (2, ["--multirun", "scale=ci", tail[0], "variant=mok-bf16", *tail[1:], f"workload={WORKLOADS}"]),
-        (1, ["--multirun", "scale=ci", tail[0], "variant=dist-moe-bf16", *tail[1:], f"workload={EP8}"]),
+    got = batches(tmp_path, chosen, {"account": "proj"})
+    assert [[p.execution.execution_id for p in b.planned or []] for b in got] == [
+        [MOK, ep16],
+        ["inference-ep8-f1536-bf16-dist-moe-bf16"],
     ]
+    assert [(b.settings["timeout_min"], b.settings["wait"], b.settings["account"]) for b in got] == [
+        (7, False, "proj"),
+        (60, False, "proj"),  # composed from the recorded overrides and preset
+    ]
+    assert all(
+        p.config["dataset_dir"] == str(tmp_path) and p.attempt == 1 for b in got for p in b.planned or []
+    )
+    assert got[0].planned[0].overrides == [
+        f"workload={EP8}",
+        "variant=mok-bf16",
+        "scale=ci",
+        "cluster=local-slurm",
+        f"dataset_dir={tmp_path}",
+    ]
+    with pytest.raises(ValueError, match="unknown launcher key.*acount.*allowed: partition, account"):
+        batches(tmp_path, chosen, {"acount": "proj"})
+
+
+def test_resubmit_reads_launcher_changes_both_ways():
+    assert parse_changes(["timeout_min=10", "hydra.launcher.exclude=n1,n2", "setup=[a, b]"]) == {
+        "timeout_min": 10,
+        "exclude": "n1,n2",
+        "setup": ["a", "b"],
+    }
+    with pytest.raises(ValueError, match="is not KEY=VALUE"):
+        parse_changes(["timeout_min"])

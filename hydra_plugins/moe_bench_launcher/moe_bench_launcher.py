@@ -4,6 +4,7 @@ sweep to :mod:`pipeline.launch`, which validates all of it before submitting any
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, setup_globals
@@ -11,7 +12,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-from pipeline.compose import compose_jobs, job_config
+from pipeline.compose import compose_jobs, job_config, output
+from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.sweep import run
 
@@ -20,24 +22,42 @@ class MoEBenchLauncher(Launcher):
     """Runs every job of the sweep as one submitit job with one task per rank."""
 
     def __init__(self, **launcher: Any) -> None:
-        self.launcher = launcher
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
-        self.config, self.hydra_context = config, hydra_context
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None, "setup() was not called"
         setup_globals()
         loader = self.hydra_context.config_loader
-        configs = compose_jobs(loader, self.config, job_overrides)
-        planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
-        return [job_return(o, c) for o, c in zip(run(planned, self.launcher), configs, strict=True)]
+        with refusals("pipeline.run"):
+            configs = compose_jobs(loader, self.config, job_overrides)
+            # every job of a sweep shares the launcher; the cluster preset is a job choice: check each
+            settings = [launcher_settings(self.config.hydra.launcher, cluster_of(c)) for c in configs]
+            if any(s != settings[0] for s in settings):
+                raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
+            planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
+        callbacks = self.hydra_context.callbacks
+        folders = {}
+        for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
+            folders[id(p)] = output.prepare(cfg, num, p.overrides)
+            output.save(cfg, folders[id(p)], p.config, p.log_dir)
+            callbacks.on_job_start(config=cfg, task_function=self.task_function)
+        config_of = {id(p): cfg for p, cfg in zip(planned, configs, strict=True)}
+        returns = {}
+        for outcome in run(planned, settings[0]):  # in the order executions end
+            key = id(outcome.planned)
+            returns[key] = job_return(outcome, config_of[key], folders[key])
+            callbacks.on_job_end(config=config_of[key], job_return=returns[key])
+        return [returns[id(p)] for p in planned]
 
 
-def job_return(outcome: Outcome, cfg: DictConfig) -> JobReturn:
-    """Hydra's record of one job; a failed one carries the error the sweeper raises at the end."""
+def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:
+    """Hydra's record of one job; a failed one carries the error the sweeper raises at the end (one
+    submitted without waiting counts as completed: Hydra's sweeper raises on anything else)."""
     planned = outcome.planned
     if outcome.error is None:
         status, value = JobStatus.COMPLETED, outcome.summary
@@ -50,7 +70,7 @@ def job_return(outcome: Outcome, cfg: DictConfig) -> JobReturn:
         overrides=planned.overrides,
         cfg=cfg,
         hydra_cfg=cfg,
-        working_dir=str(planned.log_dir),
+        working_dir=str(folder),
         task_name=cfg.hydra.job.name,
         status=status,
         _return_value=value,

@@ -25,10 +25,10 @@ DATA_GROUPS = tuple(GROUPS)
 
 def job_config(cfg: DictConfig) -> dict[str, Any]:
     """The resolved config of one execution, without Hydra's own node (what the job receives)."""
-    return cast(dict[str, Any], OmegaConf.to_container(_without_hydra(cfg), resolve=True))
+    return cast(dict[str, Any], OmegaConf.to_container(without_hydra(cfg), resolve=True))
 
 
-def _without_hydra(cfg: DictConfig) -> DictConfig:
+def without_hydra(cfg: DictConfig) -> DictConfig:
     return OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"])
 
 
@@ -86,5 +86,5 @@ def _group_option(loader: ConfigLoader, cache: dict[str, DictConfig | None], nam
 
 
 def _check_equal(fast: DictConfig, full: DictConfig, overrides: Sequence[str]) -> None:
-    if OmegaConf.to_container(_without_hydra(fast)) != OmegaConf.to_container(_without_hydra(full)):
+    if OmegaConf.to_container(without_hydra(fast)) != OmegaConf.to_container(without_hydra(full)):
         raise RuntimeError(f"quick composition of {list(overrides)} differs from Hydra's: compose in full")

@@ -36,3 +36,12 @@ def select(arguments: list[str]) -> list[tuple[list[str], DictConfig]]:
     for cfg in configs:
         shape_of(cfg)
     return list(zip(jobs, configs, strict=True))
+
+
+def compose_each(job_overrides: list[list[str]], hydra_overrides: list[str]) -> list[DictConfig]:
+    """The composed config (Hydra's node included) of every job, as the launcher composes a sweep run
+    with ``hydra_overrides`` (``hydra/launcher=slurm``); a resubmission composes in-process this way."""
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        master = compose(CONFIG_NAME, overrides=hydra_overrides, return_hydra_config=True)
+        return compose_jobs(GlobalHydra.instance().config_loader(), master, job_overrides)

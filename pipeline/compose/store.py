@@ -3,7 +3,8 @@
 The two groups are generated from the matrix tables (:mod:`pipeline.matrix`) into Hydra's ConfigStore
 rather than mirrored in 27 YAML files: the tables are the only place a name or a field is written, so
 the configs cannot drift from the matrix. ``conf/`` keeps what people edit by hand: the top-level
-config, the scales, the cluster and launcher presets.
+config, the scales, the cluster presets. The launcher configs are typed dataclasses
+(:mod:`pipeline.launch.settings`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 
 from pipeline import REPO_ROOT
 from pipeline.data.dataset import Dataset
+from pipeline.launch.settings import CONFS
 from pipeline.matrix import VARIANTS, WORKLOADS, Variant, Workload
 
 CONFIG_DIR = REPO_ROOT / "conf"
@@ -29,6 +31,9 @@ def register() -> None:
     for group, items in GROUPS.items():
         for item in items:
             store.store(group=group, name=item.name, node=asdict(item))
+    # typed launcher configs, as hydra-submitit-launcher registers its own: hydra/launcher=local|slurm
+    for name, conf in CONFS.items():
+        store.store(group="hydra/launcher", name=name, node=conf, provider="moe_bench")
     # ``${repo_path:outputs/dataset}``: an absolute path under the checkout (the default dataset_dir).
     OmegaConf.register_new_resolver("repo_path", lambda rel: str(REPO_ROOT / rel), replace=True)
     # ``${dataset_hydra:${dataset_dir}}``: where Hydra's own run folders go inside a dataset.

@@ -3,7 +3,8 @@
 ```
 <dataset>/
   shards/execution=<execution_id>/attempt-<n>.parquet   one per completed attempt (the shard contract)
-  ledger.jsonl                                          the launch ledger (pipeline.data.ledger)
+  ledger/<ns>-<host>-<pid>-<seq>.json                   the launch ledger, one file per record
+  ledger.jsonl                                          the ledger of older datasets (still read)
   logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
   logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
   hydra/                                                Hydra's run and multirun folders
@@ -19,7 +20,8 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-SHARDS, LEDGER, LOGS, ARRAYS, HYDRA = "shards", "ledger.jsonl", "logs", "arrays", "hydra"
+SHARDS, LEDGER, LEGACY_LEDGER = "shards", "ledger", "ledger.jsonl"
+LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
 _ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
 _SHARD_FOLDER = "execution="
 
@@ -86,8 +88,27 @@ class Dataset:
 
     # ledger, logs, Hydra
     @property
-    def ledger_path(self) -> Path:
+    def ledger_dir(self) -> Path:
         return self.root / LEDGER
+
+    @property
+    def legacy_ledger_path(self) -> Path:
+        """``ledger.jsonl``: one record a line, appended with ``O_APPEND`` by older versions."""
+        return self.root / LEGACY_LEDGER
+
+    def ledger_record_path(self, time_ns: int, writer: str, seq: int) -> Path:
+        """``ledger/<ns>-<writer>-<seq>.json``: one record of one writer; names sort by time."""
+        return self.ledger_dir / f"{time_ns:020d}-{writer}-{seq:06d}.json"
+
+    def ledger_record_files(self) -> list[Path]:
+        """The record files in name order (temporary files of unfinished writes start with a dot)."""
+        if not self.ledger_dir.is_dir():
+            return []
+        files = self.ledger_dir.iterdir()
+        return sorted(p for p in files if p.suffix == ".json" and not p.name.startswith("."))
+
+    def has_ledger(self) -> bool:
+        return self.legacy_ledger_path.exists() or bool(self.ledger_record_files())
 
     @property
     def logs_dir(self) -> Path:

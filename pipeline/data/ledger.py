@@ -2,16 +2,21 @@
 
 It is the contract between the stages that launch, run and inspect executions (beside the shard
 contract): the launcher writes ``Submitted``, rank 0 of each job ``Started`` and then ``Finished`` or
-``Failed``. ``<dataset>/ledger.jsonl`` holds one JSON object per line, each appended with one
-``os.write`` on a file opened with ``O_APPEND``, so concurrent local appenders never interleave and a
-crash can at most leave a torn last line, which the reader skips. Paths are stored relative to the
-dataset (:class:`~pipeline.data.dataset.Dataset`).
+``Failed``. Writers run on many nodes over shared storage (often NFS, where ``O_APPEND`` by several
+clients may corrupt a file), so no two writers ever write one file: each record is a file of its own
+in ``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name
+and renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary
+file, which the reader ignores. ``ledger.jsonl`` of older datasets (one record a line) is read first.
+Paths are stored relative to the dataset (:class:`~pipeline.data.dataset.Dataset`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import socket
+import time
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -44,7 +49,9 @@ class _Record:
 @dataclass(frozen=True)
 class Submitted(_Record):
     """An attempt handed to a scheduler. ``launcher`` is the backend (``local`` or ``slurm``),
-    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset."""
+    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset; ``settings`` the sweep's
+    effective launcher settings (``pipeline.launch.settings``; absent in older ledgers), which a
+    resubmission replays."""
 
     overrides: list[str]
     launcher: str
@@ -52,6 +59,7 @@ class Submitted(_Record):
     log_dir: str
     submitted_at: str = field(default_factory=now)
     requeued_from: int | None = None
+    settings: dict[str, Any] | None = None
     event: ClassVar[str] = "submitted"
 
 
@@ -94,33 +102,42 @@ def from_json(data: dict[str, Any]) -> Record:
     return kind(**{f.name: data[f.name] for f in known if f.name in data})
 
 
+_sequence = itertools.count()  # with the host and pid, names every record file of this process apart
+
+
 def append(dataset: Dataset, record: Record) -> None:
-    """Append one record as one write of one whole line."""
-    line = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
-    dataset.root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(dataset.ledger_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        written = os.write(fd, line)
-    finally:
-        os.close(fd)
-    if written != len(line):
-        raise OSError(f"short write to {dataset.ledger_path}: {written} of {len(line)} bytes")
+    """Write one record as a file of this writer: a temporary name, fsync, then a rename."""
+    data = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
+    writer = f"{socket.gethostname()}-{os.getpid()}"
+    path = dataset.ledger_record_path(time.time_ns(), writer, next(_sequence))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
 
 
 def read(dataset: Dataset) -> list[Record]:
-    """All complete records in order; a torn final line (crash mid-append) is skipped."""
-    path = dataset.ledger_path
-    if not path.exists():
-        return []
-    # The text after the last newline is a torn line whose append never completed (or nothing).
-    complete = path.read_text().split("\n")[:-1]
+    """All records: those of an older ``ledger.jsonl`` (a torn final line, from a crash mid-append, is
+    skipped), then every record file in time order."""
     records = []
-    for number, line in enumerate(complete, start=1):
-        try:
-            records.append(from_json(json.loads(line)))
-        except (json.JSONDecodeError, TypeError, ValueError) as err:
-            raise ValueError(f"{path}:{number}: not a ledger record ({err}): {line[:80]!r}") from None
+    legacy = dataset.legacy_ledger_path
+    if legacy.exists():
+        # The text after the last newline is a torn line whose append never completed (or nothing).
+        for number, line in enumerate(legacy.read_text().split("\n")[:-1], start=1):
+            records.append(_parse(line, f"{legacy}:{number}"))
+    for path in dataset.ledger_record_files():
+        records.append(_parse(path.read_text(), str(path)))
     return records
+
+
+def _parse(text: str, where: str) -> Record:
+    try:
+        return from_json(json.loads(text))
+    except (json.JSONDecodeError, TypeError, ValueError) as err:
+        raise ValueError(f"{where}: not a ledger record ({err}): {text.strip()[:80]!r}") from None
 
 
 def next_attempt(dataset: Dataset, execution_id: str) -> int:

@@ -12,6 +12,7 @@ PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed
 class JobState:
     state: str
     reason: str | None = None
+    nodes: tuple[str, ...] = ()  # where the job ran, when the backend knows (Slurm's NodeList)
 
 
 @dataclass(frozen=True)

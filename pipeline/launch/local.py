@@ -8,7 +8,7 @@ reused pid is never mistaken for the job.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,20 @@ from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, subm
 
 class LocalBackend:
     name = "local"
-    resubmit_overrides: tuple[str, ...] = ()
+    resubmit_settings: dict[str, Any] = {}
 
-    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
+    def run(
+        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+    ) -> Iterator[Outcome]:
         for p in planned:
-            gpus = resolve_device(p.config["device"]) == "cuda"
+            try:
+                gpus = resolve_device(p.config["device"]) == "cuda"
+            except ValueError:
+                gpus = False  # the job itself fails and records that no GPU is visible here
             executor = _executor(launcher, p.log_dir, p.shape.ranks, gpus)
             job = executor.submit(run_execution, p.config, p.attempt, self.name, launcher["cluster"])
             ledger.append(p.dataset, submitted(p, job.job_id, launcher))
+            started(p)
             yield collect(p, job)
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:

@@ -1,18 +1,19 @@
 """A sweep's plan: every execution validated before any is submitted, and what a backend reports back.
 
 Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
-holds its EP degree, a feasible routing plan, a device that exists).
+holds its EP degree, a feasible routing plan, a device word that exists). Whether the device is there is
+resolved where the job runs: a login node without a GPU submits ``device=cuda`` jobs to GPU nodes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pipeline.bench.distributed import resolve_device
+from pipeline.bench.distributed import DEVICES
 from pipeline.bench.work import routing_plans
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
@@ -56,12 +57,15 @@ class Outcome:
 
 class Backend(Protocol):
     """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
-    execution as each ends (or at once, unfinished, when the launcher does not wait)."""
+    execution in the order they end (or at once, unfinished, when the launcher does not wait), and
+    calls ``started`` as each execution starts running."""
 
     name: str
-    resubmit_overrides: tuple[str, ...]  # what a resubmission adds to run without the launcher waiting
+    resubmit_settings: dict[str, Any]  # what a resubmission changes to run without the launcher waiting
 
-    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]: ...
+    def run(
+        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+    ) -> Iterator[Outcome]: ...
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
 
@@ -72,7 +76,8 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
     for overrides, config in jobs:
         try:
             execution, shape = execution_of(config), shape_of(config)
-            resolve_device(config["device"])
+            if config["device"] not in DEVICES:  # which device exists is the job's host to say
+                raise ValueError(f"device {config['device']!r}; allowed: {', '.join(DEVICES)}")
             routing_plans(shape, config["seed"])
         except ValueError as err:
             errors.append(f"{' '.join(overrides)}: {err}")
@@ -81,16 +86,27 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
         checked.append((execution, shape, config, overrides))
     if errors:
         raise ValueError("nothing was launched; invalid executions:\n  " + "\n  ".join(errors))
-    seen: dict[tuple[str, str], list[str]] = {}
-    for execution, _, config, overrides in checked:
-        key = (config["dataset_dir"], execution.execution_id)
-        if key in seen:
-            raise ValueError(f"{execution.execution_id} selected twice: {seen[key]} and {overrides}")
-        seen[key] = overrides
+    check_distinct([(o, c["dataset_dir"], e.execution_id) for e, _, c, o in checked])
     return [
         Planned(e, s, c, o, ledger.next_attempt(Dataset(c["dataset_dir"]), e.execution_id))
         for e, s, c, o in checked
     ]
+
+
+def check_distinct(jobs: list[tuple[list[str], str, str]]) -> None:
+    """Refuse two jobs of (overrides, dataset folder, execution id) that would be one execution of
+    one dataset: an execution is its matrix cell, so a setting outside the matrix (``seed=0,1``,
+    ``scale.tokens=16,32``) makes no new one. Each such setting goes into a dataset of its own."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for overrides, dataset, execution_id in jobs:
+        first = seen.setdefault((dataset, execution_id), overrides)
+        if first is not overrides:
+            a = " ".join(o for o in first if o not in overrides) or "(the same overrides)"
+            b = " ".join(o for o in overrides if o not in first) or "(the same overrides)"
+            raise ValueError(
+                f"{a} and {b} both select {execution_id} in {dataset}: a setting outside the matrix "
+                "is no new execution; sweep it into one dataset_dir per setting"
+            )
 
 
 def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
@@ -121,6 +137,7 @@ def submitted(
         cluster=launcher["cluster"],
         log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
         requeued_from=requeued_from,
+        settings=dict(launcher),
     )
 
 

@@ -15,25 +15,44 @@ asked once per call for all jobs so that status stays fast on large sweeps.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import secrets
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import submitit
 from submitit.helpers import DelayedSubmission
 
+from pipeline.bench.distributed import resolve_device
 from pipeline.bench.execute import run_execution
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
 from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
 
+POLL_S = 2.0  # how often a waiting sweep looks at its jobs
+# Launcher keys that are submitit SlurmExecutor parameters of the same name.
+_PASSED = (
+    "partition",
+    "account",
+    "qos",
+    "constraint",
+    "exclude",
+    "gres",
+    "mem_per_gpu",
+    "exclusive",
+    "setup",
+    "srun_args",
+    "comment",
+    "array_parallelism",
+    "cpus_per_task",
+)
 _SLURM_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 _SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 
@@ -46,6 +65,16 @@ class SlurmTask:
         self.launcher = launcher
 
     def __call__(self, config: dict[str, Any], attempt: int) -> dict[str, Any] | None:
+        try:  # the device is resolved here, on the job's node, not on the submitting host
+            resolve_device(config["device"])
+        except ValueError as err:
+            env = submitit.JobEnvironment()
+            if env.global_rank == 0:
+                reason = f"ValueError: {err} (node {env.hostnames[env.node]})"
+                execution_id = self.planned.execution.execution_id
+                record = ledger.Failed(execution_id, attempt, env.job_id, reason=reason)
+                ledger.append(Dataset(config["dataset_dir"]), record)
+            raise
         return run_execution(config, attempt, SlurmBackend.name, self.launcher["cluster"])
 
     def checkpoint(self, config: dict[str, Any], attempt: int) -> DelayedSubmission | None:
@@ -69,10 +98,12 @@ class SlurmTask:
 
 class SlurmBackend:
     name = "slurm"
-    resubmit_overrides: tuple[str, ...] = ("hydra.launcher.wait=false",)
+    resubmit_settings: dict[str, Any] = {"wait": False}
 
-    def run(self, planned: list[Planned], launcher: dict[str, Any]) -> Iterator[Outcome]:
-        """Submit everything as job arrays, then (unless ``wait`` is false) wait for each."""
+    def run(
+        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+    ) -> Iterator[Outcome]:
+        """Submit everything as job arrays, then (unless ``wait`` is false) wait for all of them."""
         jobs = submit(planned, launcher)
         if not launcher["wait"]:
             datasets = " ".join(sorted({str(p.dataset.root) for p in planned}))
@@ -80,7 +111,7 @@ class SlurmBackend:
                 f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}", flush=True
             )
             return (Outcome(p, None, None) for p in planned)
-        return (collect(p, job) for p, job in zip(planned, jobs, strict=True))
+        return _wait(list(zip(planned, jobs, strict=True)), started)
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return _states([j.job_id for j in jobs]) if jobs else {}
@@ -112,23 +143,48 @@ def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Jo
     return [jobs[i] for i in range(len(planned))]
 
 
+def _wait(jobs: list[tuple[Planned, submitit.Job]], started: Callable[[Planned], None]) -> Iterator[Outcome]:
+    """Outcomes in the order the jobs end (one slow job holds no other back); an execution has started
+    when its job recorded so in the ledger."""
+    waiting, announced = dict(enumerate(jobs)), set()
+    while waiting:
+        running = {
+            (r.execution_id, r.attempt)
+            for dataset in {p.dataset for p, _ in waiting.values()}
+            for r in ledger.read(dataset)
+            if isinstance(r, ledger.Started)
+        }
+        for i, (p, job) in list(waiting.items()):
+            if i not in announced and (p.execution.execution_id, p.attempt) in running:
+                announced.add(i)
+                started(p)
+            if job.done():
+                del waiting[i]
+                yield collect(p, job)
+        if waiting:
+            time.sleep(POLL_S)
+
+
 def _executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
-    """sbatch for ``nodes`` x ``per_node`` tasks, one GPU per task on GPU clusters.
+    """sbatch for ``nodes`` x ``per_node`` tasks with the sweep's settings (:mod:`pipeline.launch.settings`);
+    one GPU per task on GPU presets unless ``gpus_per_node`` says otherwise.
 
     ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
     new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
     """
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=launcher["max_timeouts"])
+    gpus = launcher["gpus_per_node"]
+    passed = {key: launcher[key] for key in _PASSED if launcher[key] is not None}
     executor.update_parameters(
-        job_name="moe-bench",
-        partition=launcher["partition"],
-        time=launcher["timeout_min"],
+        job_name=launcher["name"],
+        time=math.ceil(launcher["timeout_min"]),
         nodes=nodes,
         ntasks_per_node=per_node,
-        cpus_per_task=launcher["cpus_per_task"],
-        gpus_per_node=per_node if launcher["gpus"] else None,
+        gpus_per_node=gpus if gpus is not None else (per_node if launcher["gpus"] else None),
         signal_delay_s=launcher["signal_delay_s"],
-        additional_parameters={"no-requeue": True},
+        additional_parameters={"no-requeue": True, **launcher["additional_parameters"]},
+        **({"mem": f"{launcher['mem_gb']:g}GB"} if launcher["mem_gb"] is not None else {}),
+        **passed,
     )
     return executor
 
@@ -145,9 +201,9 @@ def _states(job_ids: list[str]) -> dict[str, JobState]:
     wanted = set(job_ids)
     states: dict[str, JobState] = {}
     ended: dict[str, JobState] = {}
-    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%r"])
+    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%N|%r"])
     for line in live.splitlines():
-        job_id, state, reason = line.split("|", 2)
+        job_id, state, nodes, reason = line.split("|", 3)
         if job_id not in wanted:
             continue
         if state in _SLURM_RUNNING:
@@ -155,16 +211,17 @@ def _states(job_ids: list[str]) -> dict[str, JobState]:
         elif state in _SLURM_PENDING:
             states[job_id] = JobState(PENDING, None if reason == "None" else reason)
         else:
-            ended[job_id] = _finished(state, "not in accounting yet")
+            ended[job_id] = _finished(state, "not in accounting yet", nodes)
     rest = wanted - states.keys()
     if rest:
         # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
         jobs = ",".join(sorted({job_id.split("_")[0] for job_id in rest}))
-        for line in _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", jobs]).splitlines():
-            record, state, exit_code = line.split("|")
+        query = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList", "-j", jobs]
+        for line in _run(query).splitlines():
+            record, state, exit_code, nodes = line.split("|")
             for job_id in _array_tasks(record):
                 if job_id in rest:
-                    states[job_id] = _finished(state, exit_code)
+                    states[job_id] = _finished(state, exit_code, nodes)
     for job_id in wanted - states.keys():
         states[job_id] = ended.get(job_id, JobState(FAILED, f"job {job_id} is unknown to squeue and sacct"))
     return states
@@ -182,7 +239,7 @@ def _array_tasks(record: str) -> list[str]:
     return tasks
 
 
-def _finished(state: str, exit_code: str) -> JobState:
+def _finished(state: str, exit_code: str, nodes: str = "") -> JobState:
     word = state.split()[0]
     if word == "COMPLETED":
         return JobState(COMPLETED)
@@ -190,7 +247,14 @@ def _finished(state: str, exit_code: str) -> JobState:
         return JobState(PENDING, word)
     if word in _SLURM_RUNNING:
         return JobState(RUNNING)
-    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}")
+    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}", _hostnames(nodes))
+
+
+def _hostnames(nodes: str) -> tuple[str, ...]:
+    """sacct's NodeList (``n[1-2],n4``) as node names; none for a job that never ran."""
+    if not nodes or nodes in ("None", "None assigned"):
+        return ()
+    return tuple(_run(["scontrol", "show", "hostnames", nodes]).split())
 
 
 def _run(command: list[str]) -> str:

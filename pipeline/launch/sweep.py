@@ -1,39 +1,89 @@
-"""Run a planned sweep on its backend and report progress as executions end.
+"""Run a planned sweep on its backend and report progress an operator can follow.
 
-Each job is recorded in the ledger before it runs and prints one progress line when it ends; a
-summary closes the sweep. Which backend runs it is the launcher config's ``executor``
-(:mod:`pipeline.launch.backends`).
+A line when each execution starts and when it ends (in the order they end, on any backend), each
+with the counts, the elapsed time and an estimate of the time left; a failure's line carries its
+error and its log. The lines are plain (Slurm logs, pipes); on a terminal a status line below them
+is redrawn in place between events. A summary closes the sweep. Which backend runs it is the launcher
+config's ``executor`` (:mod:`pipeline.launch.backends`).
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+import time
+from typing import Any, TextIO
 
 from pipeline.launch.backends import backend
 from pipeline.launch.plan import Outcome, Planned
 
 
+def clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """Counts of a sweep's executions and the lines that report them."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stdout
+        self.live = self.stream.isatty()
+        self.t0 = time.monotonic()
+        self.running: set[str] = set()
+        self.done = self.failed = 0
+
+    def tally(self) -> str:
+        elapsed = time.monotonic() - self.t0
+        ended = self.done + self.failed
+        eta = clock(elapsed / ended * (self.total - ended)) if ended else "?"
+        return (
+            f"[{ended}/{self.total} ended: {self.done} done, {self.failed} failed, "
+            f"{len(self.running)} running; {clock(elapsed)} elapsed, ETA {eta}]"
+        )
+
+    def started(self, p: Planned) -> None:
+        self.running.add(p.execution.execution_id)
+        self._line(f"start   {p.execution.execution_id}  attempt {p.attempt}")
+
+    def ended(self, outcome: Outcome) -> None:
+        p = outcome.planned
+        self.running.discard(p.execution.execution_id)
+        if outcome.error is not None:
+            self.failed += 1
+            self._line(f"FAILED  {p.execution.execution_id}  {outcome.error}  log: {p.log_dir}")
+        elif outcome.summary is not None:
+            self.done += 1
+            ms = outcome.summary["iteration_ms"]["combined"]
+            self._line(
+                f"done    {p.execution.execution_id}  {ms:.3f} ms/iteration  {outcome.summary['shard']}"
+            )
+
+    def _line(self, text: str) -> None:
+        if self.live:  # replace the status line, then draw it again below the new line
+            self.stream.write(f"\r\033[K{text}  {self.tally()}\n{self.tally()}")
+        else:
+            self.stream.write(f"{text}  {self.tally()}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
 def run(planned: list[Planned], launcher: dict[str, Any]) -> list[Outcome]:
-    """Submit the executions, wait for each (unless the launcher does not wait), print progress."""
+    """Submit the executions, wait for each (unless the launcher does not wait), print progress;
+    the outcomes in the order the executions ended."""
+    progress = Progress(len(planned))
     outcomes = []
-    for outcome in backend(launcher["executor"]).run(planned, launcher):
-        outcomes.append(outcome)
-        if outcome.ended:
-            print(f"[{len(outcomes)}/{len(planned)}] {progress_line(outcome)}", flush=True)
-            if outcome.error is not None:
-                print(
-                    f"{outcome.planned.execution.execution_id}: {outcome.error}", file=sys.stderr, flush=True
-                )
+    try:
+        for outcome in backend(launcher["executor"]).run(planned, launcher, progress.started):
+            outcomes.append(outcome)
+            if outcome.ended:
+                progress.ended(outcome)
+    finally:
+        progress.close()
     if all(o.ended for o in outcomes):
         failed = sum(o.error is not None for o in outcomes)
         print(f"{len(outcomes)} executions: {len(outcomes) - failed} done, {failed} failed", flush=True)
     return outcomes
-
-
-def progress_line(outcome: Outcome) -> str:
-    p = outcome.planned
-    if outcome.summary is None:
-        return f"FAILED {p.execution.execution_id}  log: {p.log_dir}"
-    ms = outcome.summary["iteration_ms"]["combined"]
-    return f"{p.execution.execution_id}  {ms:.3f} ms/iteration  {outcome.summary['shard']}"

@@ -19,6 +19,6 @@ class Launched:
 
 def launched(dataset: Dataset) -> Launched:
     """Executions with a ``submitted`` ledger event, or the full matrix when there is no ledger."""
-    if not dataset.ledger_path.exists():
+    if not dataset.has_ledger():
         return Launched(sorted(e.execution_id for e in EXECUTIONS), "matrix")
     return Launched(sorted(ledger.newest_submissions(ledger.read(dataset))), "ledger")

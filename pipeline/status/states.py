@@ -29,11 +29,14 @@ class ExecutionStatus:
     detail: str  # shard path, job reason, or why it is missing
     log: Path | None  # stderr of the newest attempt, when one was written
     submitted: ledger.Submitted | None  # the newest submission of the execution
+    nodes: tuple[str, ...] = ()  # where a failed attempt ran (Slurm), so that it can be kept off them
 
 
 def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     """One status per execution named in the ledger or in the shards, sorted by execution id."""
     folder = Dataset(dataset)
+    if folder.root.is_file():
+        raise ValueError(f"{str(dataset)!r} is a file, not a dataset directory")
     if not folder.root.is_dir():
         raise ValueError(f"dataset directory {str(dataset)!r} does not exist")
     records = ledger.read(folder)
@@ -42,7 +45,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     scan = scan_shards(folder)
     executions = set(submitted) | folder.executions_with_shards()
     if not executions:
-        raise ValueError(f"{dataset} holds no ledger.jsonl records and no shards: nothing was launched there")
+        raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
     jobs = {e: Job(r.job_id, r.launcher, folder.locate(r.log_dir)) for e, r in submitted.items()}
     states = _job_states(list(jobs.values()))
     out = []
@@ -74,8 +77,11 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
             kind, detail = FAILED, "; ".join(part for part in (state.reason, error) if part)
         else:
             kind, detail = state.state, state.reason or ""
+        nodes = state.nodes if kind == FAILED else ()
         out.append(
-            ExecutionStatus(execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record)
+            ExecutionStatus(
+                execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes
+            )
         )
     return out
 

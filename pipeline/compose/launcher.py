@@ -1,0 +1,42 @@
+"""The launcher settings of a composed config: ``hydra.launcher`` and the ``cluster`` preset, merged
+and checked by :func:`pipeline.launch.settings.effective`; a refusal ends the command in one line."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+from omegaconf import DictConfig, OmegaConf
+
+from pipeline.compose.store import CONFIG_DIR
+from pipeline.launch.settings import effective
+
+
+def presets() -> list[str]:
+    """The cluster presets of ``conf/cluster/``."""
+    return sorted(p.stem for p in (CONFIG_DIR / "cluster").glob("*.yaml"))
+
+
+def launcher_settings(launcher: DictConfig, cluster: DictConfig | None) -> dict[str, Any]:
+    """The effective settings of ``hydra.launcher`` on the chosen ``cluster`` node (None: none chosen)."""
+    plain = cast(dict[str, Any], OmegaConf.to_container(launcher, resolve=True))
+    preset = None if cluster is None else cast(dict[str, Any], OmegaConf.to_container(cluster, resolve=True))
+    return effective(plain, preset, presets())
+
+
+def cluster_of(cfg: DictConfig) -> DictConfig | None:
+    """The ``cluster`` node of a composed config, or None when no preset was chosen."""
+    node = cfg.get("cluster")
+    return node if isinstance(node, DictConfig) else None
+
+
+@contextmanager
+def refusals(command: str) -> Iterator[None]:
+    """Bad input (a ValueError) ends ``command`` with its message on stderr and exit status 2."""
+    try:
+        yield
+    except ValueError as err:
+        print(f"{command}: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None

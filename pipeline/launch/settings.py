@@ -1,0 +1,131 @@
+"""The launcher settings: which keys each backend takes, and the effective settings of a sweep.
+
+The keys are those users of hydra-submitit-launcher and submitit know. The two dataclasses are the
+typed configs of ``hydra/launcher=local|slurm`` (:mod:`pipeline.compose.store` puts them in Hydra's
+ConfigStore, so ``hydra.launcher.account=x`` needs no ``+``). A Slurm value left ``None`` comes from
+the cluster preset (``conf/cluster/<name>.yaml``: ``ranks_per_node``, ``gpus`` and any launcher key),
+else from submitit's default: the launcher config overrides the preset, which overrides submitit.
+
+:func:`effective` turns the launcher config and the chosen preset into the one plain dict the
+backends, the jobs and the ledger see; an unknown key anywhere is a ValueError that lists the allowed
+ones, raised before anything is submitted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
+LOCAL_CLUSTER = "local"
+# What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
+PRESET_KEYS = ("name", "ranks_per_node", "gpus")
+
+
+@dataclass
+class LocalLauncherConf:
+    """Each execution is one submitit job on this machine, one process per rank, one after another."""
+
+    _target_: str = TARGET
+    executor: str = "local"
+    tasks_per_node: int | None = None  # None: every rank of an execution on one node
+    timeout_min: float = 60
+
+
+@dataclass
+class SlurmLauncherConf:
+    """One job array per resource shape; ``None`` takes the cluster preset's value, else submitit's."""
+
+    _target_: str = TARGET
+    executor: str = "slurm"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None  # nodes to keep off, Slurm's --exclude list
+    gres: str | None = None
+    gpus_per_node: int | None = None  # None: one GPU per task on a GPU preset, none on a CPU one
+    mem_gb: float | None = None
+    mem_per_gpu: str | None = None
+    exclusive: bool | None = None
+    setup: list[str] | None = None  # shell lines of the sbatch script before srun
+    srun_args: list[str] | None = None
+    # any other sbatch option, one by one: +hydra.launcher.additional_parameters.mail-type=END
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    array_parallelism: int | None = None  # at most this many tasks of a job array at once
+    name: str | None = None  # the job name; None: moe-bench
+    comment: str | None = None
+    timeout_min: float | None = None  # None: 60
+    signal_delay_s: int | None = None  # seconds before the limit at which the job requeues; None: 90
+    max_timeouts: int | None = None  # time-limit requeues one execution may take; None: 3
+    wait: bool = True  # false: submit and return; follow with pipeline.status
+    cpus_per_task: int | None = None
+    tasks_per_node: int | None = None  # None: the preset's ranks_per_node
+
+
+CONFS: dict[str, type[LocalLauncherConf] | type[SlurmLauncherConf]] = {
+    "local": LocalLauncherConf,
+    "slurm": SlurmLauncherConf,
+}
+_FALLBACK = {"name": "moe-bench", "timeout_min": 60, "signal_delay_s": 90, "max_timeouts": 3}
+
+
+def allowed_keys(executor: str) -> list[str]:
+    """The launcher keys of one backend (without Hydra's ``_target_``)."""
+    return [f.name for f in fields(CONFS[executor]) if f.name != "_target_"]
+
+
+def effective(
+    launcher: Mapping[str, Any], cluster: Mapping[str, Any] | None, presets: list[str]
+) -> dict[str, Any]:
+    """The settings a sweep runs with: ``executor``, ``cluster`` (the preset's name, or ``local``),
+    ``gpus`` and every launcher key, preset values filled in where the launcher left ``None``."""
+    executor = launcher.get("executor")
+    if executor not in CONFS:
+        target = str(launcher.get("_target_", "?")).rsplit(".", 1)[-1]
+        raise ValueError(f"launcher {target} is not allowed; allowed: hydra/launcher={'|'.join(CONFS)}")
+    allowed = allowed_keys(executor)
+    unknown = sorted(set(launcher) - set(allowed) - {"_target_"})
+    if unknown:
+        raise ValueError(
+            f"unknown launcher key(s) {', '.join(unknown)} for hydra/launcher={executor}; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    settings = {k: launcher.get(k) for k in allowed}
+    if executor == "local":
+        if cluster is not None:
+            raise ValueError(
+                f"cluster={cluster.get('name')} is a Slurm preset: add hydra/launcher=slurm "
+                "(the local launcher runs on this machine)"
+            )
+        return {**settings, "cluster": LOCAL_CLUSTER, "gpus": None}
+    if cluster is None:
+        raise ValueError(f"hydra/launcher=slurm needs a cluster preset: cluster={'|'.join(presets)}")
+    unknown = sorted(set(cluster) - set(allowed) - set(PRESET_KEYS))
+    if unknown:
+        raise ValueError(
+            f"cluster preset {cluster.get('name')!r}: unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join([*PRESET_KEYS, *allowed])}"
+        )
+    for key, value in cluster.items():
+        if key not in PRESET_KEYS and settings[key] is None:
+            settings[key] = value
+    if settings["tasks_per_node"] is None:
+        settings["tasks_per_node"] = cluster.get("ranks_per_node")
+    for key, value in _FALLBACK.items():
+        if settings[key] is None:
+            settings[key] = value
+    return {**settings, "cluster": cluster["name"], "gpus": bool(cluster.get("gpus"))}
+
+
+def override(settings: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` with some launcher keys changed (a resubmission's ``--set``); the backend stays."""
+    allowed = [k for k in allowed_keys(settings["executor"]) if k != "executor"]
+    unknown = sorted(set(changes) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"unknown launcher key(s) {', '.join(unknown)} for the {settings['executor']} launcher; "
+            f"allowed: {', '.join(allowed)}"
+        )
+    return {**settings, **changes}

@@ -1,0 +1,132 @@
+"""The launcher settings: typed Hydra configs, cluster presets as defaults the command line overrides,
+unknown keys and wrong launcher / preset combinations refused in one line before anything is submitted,
+and the sbatch script holding what was asked."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, register
+from pipeline.compose.launcher import cluster_of, launcher_settings, presets
+from pipeline.launch.settings import allowed_keys, effective
+from pipeline.launch.slurm import _executor
+from tests.slurm_support import python_module
+
+SWEEP = ["--multirun", "workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci"]
+
+
+def settings(*overrides: str) -> dict:
+    register()
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+        cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+        return launcher_settings(cfg.hydra.launcher, cluster_of(cfg))
+
+
+def test_launcher_keys_need_no_plus_and_override_the_preset():
+    got = settings(
+        "hydra/launcher=slurm",
+        "cluster=h200",
+        "hydra.launcher.account=proj",
+        "hydra.launcher.qos=high",
+        "hydra.launcher.cpus_per_task=3",
+        "hydra.launcher.setup=['module load cuda','export A=1']",
+    )
+    assert (got["account"], got["qos"], got["cpus_per_task"]) == ("proj", "high", 3)
+    assert got["setup"] == ["module load cuda", "export A=1"]
+    # the preset's values where the launcher left None; submitit-side defaults where neither says
+    assert (got["cluster"], got["tasks_per_node"], got["gpus"]) == ("h200", 8, True)
+    assert (got["timeout_min"], got["signal_delay_s"], got["max_timeouts"], got["name"]) == (
+        60,
+        90,
+        3,
+        "moe-bench",
+    )
+    assert settings("hydra/launcher=slurm", "cluster=h200")["cpus_per_task"] == 12
+
+
+def test_local_launcher_is_the_default():
+    got = settings()
+    assert (got["executor"], got["cluster"], got["tasks_per_node"]) == ("local", "local", None)
+
+
+@pytest.mark.parametrize(
+    "launcher, cluster, message",
+    [
+        ({"executor": "slurm"}, None, "hydra/launcher=slurm needs a cluster preset: cluster=a|b"),
+        ({"executor": "local"}, {"name": "a"}, "cluster=a is a Slurm preset: add hydra/launcher=slurm"),
+        ({"_target_": "x.BasicLauncher"}, None, "launcher BasicLauncher is not allowed; allowed:"),
+        ({"executor": "slurm", "acount": "x"}, {"name": "a"}, "unknown launcher key(s) acount for"),
+        ({"executor": "slurm"}, {"name": "a", "qoss": "x"}, "cluster preset 'a': unknown key(s) qoss;"),
+    ],
+)
+def test_bad_settings_are_refused_in_one_line(launcher, cluster, message):
+    with pytest.raises(ValueError) as err:
+        effective(launcher, cluster, ["a", "b"])
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_lists_the_allowed_ones():
+    with pytest.raises(ValueError, match="allowed: executor, partition, account, qos"):
+        effective({"executor": "slurm", "acount": "x"}, {"name": "a"}, ["a"])
+    assert presets() == ["gb300", "h200", "local-slurm"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["hydra/launcher=slurm", "+hydra.launcher.acount=x", "cluster=local-slurm"], "acount"),
+        (["hydra/launcher=slurm"], "cluster=gb300|h200|local-slurm"),
+        (["cluster=h200"], "cluster=h200 is a Slurm preset"),
+        (["hydra/launcher=basic"], "allowed: hydra/launcher=local|slurm"),
+        (["seed=0,1"], "seed=0 and seed=1 both select inference-ep8-f1536-bf16-mok-native in"),
+    ],
+)
+def test_the_command_line_refuses_with_exit_2_and_submits_nothing(tmp_path, overrides, message):
+    done = python_module("pipeline.run", *SWEEP, f"dataset_dir={tmp_path}", *overrides, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("pipeline.run: ")]
+    assert message in line
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "ledger").exists() and not (tmp_path / "logs").exists()
+
+
+def test_sbatch_script_holds_every_option(tmp_path):
+    launcher = settings(
+        "hydra/launcher=slurm",
+        "cluster=local-slurm",
+        "hydra.launcher.exclude=n2",
+        "hydra.launcher.account=proj",
+        "hydra.launcher.qos=high",
+        "hydra.launcher.constraint=h200",
+        "hydra.launcher.gres=gpu:8",
+        "hydra.launcher.mem_gb=64",
+        "hydra.launcher.exclusive=true",
+        "hydra.launcher.comment=from-cli",
+        "hydra.launcher.name=bench",
+        "hydra.launcher.timeout_min=7",
+        "hydra.launcher.array_parallelism=1",
+        "hydra.launcher.setup=['export A=1']",
+        "hydra.launcher.srun_args=['--cpu-bind=none']",
+        "+hydra.launcher.additional_parameters.mail-type=END",
+    )
+    script = _executor(launcher, tmp_path, 2, 1)._make_submission_file_text("true", "uid")
+    for line in (
+        "#SBATCH --exclude=n2",
+        "#SBATCH --account=proj",
+        "#SBATCH --qos=high",
+        "#SBATCH --constraint=h200",
+        "#SBATCH --gres=gpu:8",
+        "#SBATCH --mem=64GB",
+        "#SBATCH --exclusive",
+        "#SBATCH --comment=from-cli",
+        "#SBATCH --job-name=bench",
+        "#SBATCH --time=7",
+        "#SBATCH --mail-type=END",
+        "#SBATCH --no-requeue",
+        "#SBATCH --partition=debug",
+        "#SBATCH --nodes=2",
+        "export A=1",
+    ):
+        assert line in script.splitlines(), line
+    assert "--cpu-bind=none" in script
+    assert set(allowed_keys("slurm")) >= {"account", "qos", "exclude", "setup", "srun_args", "comment"}

@@ -1,0 +1,132 @@
+"""Launcher settings on the local Slurm cluster: what the command line asks lands in the sbatch
+script and in Slurm's own records; an unknown key submits nothing."""
+
+from pathlib import Path
+
+from pipeline.data.dataset import Dataset
+from tests.slurm_support import (
+    needs_cluster,
+    output,
+    python_module,
+    records,
+    sacct_state,
+    submit,
+    wait_for,
+    wait_for_state,
+)
+
+pytestmark = needs_cluster
+
+MOK = "inference-ep8-f1536-bf16-mok-native"
+DIST = "inference-ep8-f1536-bf16-dist-moe-bf16"
+
+
+def test_exclude_comment_and_array_parallelism_land_as_asked(tmp_path):
+    submit(
+        tmp_path,
+        "mok-bf16,dist-moe-bf16",
+        "hydra.launcher.exclude=n1",
+        "+hydra.launcher.additional_parameters.comment=moe-launcher-test",
+        "hydra.launcher.array_parallelism=1",
+    )
+    job_ids = [records(tmp_path, "submitted", e)[0]["job_id"] for e in (MOK, DIST)]
+    assert len({j.split("_")[0] for j in job_ids}) == 1  # one array
+    shown = output("scontrol", "show", "job", job_ids[0])
+    assert "Comment=moe-launcher-test" in shown and "ExcNodeList=n1" in shown, shown
+    for execution_id in (MOK, DIST):
+        wait_for_state(tmp_path, execution_id, "done", timeout=180)
+    for job_id in job_ids:
+        state, _, nodes = sacct_state(job_id).split("|")
+        assert state == "COMPLETED"
+        assert "n1" not in output("scontrol", "show", "hostnames", nodes).split(), nodes
+    (script,) = Path(tmp_path, "logs", "arrays").glob("*/*_submission.sh")
+    lines = script.read_text().splitlines()
+    assert {"#SBATCH --exclude=n1", "#SBATCH --comment=moe-launcher-test", "#SBATCH --no-requeue"} <= set(
+        lines
+    )
+    assert any(line.startswith("#SBATCH --array=0-1%1") for line in lines), lines
+
+
+def test_unknown_launcher_key_submits_nothing(tmp_path):
+    done = python_module(
+        "pipeline.run",
+        "--multirun",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={tmp_path}",
+        "hydra/launcher=slurm",
+        "cluster=local-slurm",
+        "+hydra.launcher.acount=x",
+    )
+    assert done.returncode == 2
+    assert "unknown launcher key(s) acount" in done.stderr and "allowed: executor, partition" in done.stderr
+    # a submission creates its array's log folder before sbatch runs: none was made
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger").exists()
+
+
+def test_cuda_is_resolved_on_the_job_node_not_on_the_submitting_host(tmp_path):
+    submit(tmp_path, "mok-bf16", "device=cuda")  # this host has no GPU: not refused here
+    line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
+    assert "device 'cuda' requested but no CUDA device is visible" in line, line
+    assert "(node n" in line, line
+
+
+def timelimit(job_id: str) -> str:
+    """The job's time limit in accounting, once the job has reached it."""
+    command = ("sacct", "-X", "-n", "-P", "-o", "Timelimit", "-j", job_id)
+    wait_for(f"job {job_id} in accounting", lambda: bool(output(*command)), timeout=60)
+    return output(*command).splitlines()[-1]
+
+
+def test_resubmit_replays_the_sweeps_time_limit_and_dry_run_submits_nothing(tmp_path):
+    submit(tmp_path, "mok-bf16", "hydra.launcher.timeout_min=7")
+    wait_for_state(tmp_path, MOK, "done", timeout=180)
+    (first,) = records(tmp_path, "submitted", MOK)
+    assert first["settings"]["timeout_min"] == 7 and timelimit(first["job_id"]) == "00:07:00"
+    Dataset(tmp_path).shard_path(MOK, 1).unlink()
+
+    dry = python_module("pipeline.resubmit", str(tmp_path), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[0] == f"would resubmit {MOK} as attempt 2 (was missing)"
+    assert (
+        "timeout_min=7.0 " in dry.stdout
+        and dry.stdout.splitlines()[-1] == "1 execution(s) would be resubmitted"
+    )
+    assert len(records(tmp_path, "submitted", MOK)) == 1 and not Dataset(tmp_path).log_dir(MOK, 2).exists()
+
+    again = python_module("pipeline.resubmit", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"resubmitting {MOK} as attempt 2 (was missing)"
+    second = records(tmp_path, "submitted", MOK)[1]
+    assert second["attempt"] == 2 and timelimit(second["job_id"]) == "00:07:00"
+    wait_for_state(tmp_path, MOK, "done", timeout=180)
+
+
+def nodes_of(job_id: str) -> list[str]:
+    """The nodes accounting says the job ran on (the node list settles after the state)."""
+
+    def recorded() -> bool:
+        return sacct_state(job_id).split("|")[-1] not in ("", "None assigned")
+
+    wait_for(f"the node list of job {job_id} in accounting", recorded, timeout=60)
+    return output("scontrol", "show", "hostnames", sacct_state(job_id).split("|")[-1]).split()
+
+
+def test_status_names_a_failed_attempts_nodes_and_resubmit_keeps_off_them(tmp_path):
+    submit(tmp_path, "mok-bf16", "device=cuda")  # fails on every node of this CPU-only cluster
+    line = wait_for_state(tmp_path, MOK, "failed", timeout=120)
+    nodes = line[line.index("nodes:") + 1].split(",")
+    first = records(tmp_path, "submitted", MOK)[0]["job_id"]
+    ran_on = nodes_of(first)
+    assert sorted(nodes) == sorted(ran_on) and len(nodes) == 2, (nodes, ran_on)
+
+    again = python_module("pipeline.resubmit", str(tmp_path), "--exclude-failed-nodes")
+    assert again.returncode == 0, again.stderr
+    assert f"exclude={','.join(sorted(nodes))} " in again.stdout
+    second = records(tmp_path, "submitted", MOK)[1]
+    assert second["settings"]["exclude"] == ",".join(sorted(nodes))
+    line = wait_for_state(tmp_path, MOK, "failed", timeout=120)
+    assert line[line.index("attempt") + 1] == "2"
+    ran_on = nodes_of(second["job_id"])
+    assert len(ran_on) == 2 and not set(ran_on) & set(nodes), (ran_on, nodes)
