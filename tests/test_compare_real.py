@@ -174,7 +174,8 @@ def _self_contained(page: str) -> None:
 
 def test_comparison_page_and_report_page_are_self_contained(sweeps, tmp_path, capsys) -> None:
     first, rerun = sweeps
-    assert main([str(first), str(rerun), "--out", str(tmp_path / "cmp")]) == 0
+    # what the comparison finds is the other tests' business; here only what the page holds
+    assert main([str(first), str(rerun), "--out", str(tmp_path / "cmp")]) in (0, 1)
     page = (tmp_path / "cmp" / "comparison.html").read_text()
     _self_contained(page)
     for heading in ("The two datasets", "Time ratios", "Changed times", "Speedups", "Selected", "All times"):
