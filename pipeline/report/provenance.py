@@ -2,7 +2,9 @@
 executions recorded each value.
 
 ``SETTINGS`` are the ones two datasets must share for their times to be comparable (the comparison
-lists any that differ); the rest describe the run. A value a shard does not record reads ``unknown``.
+lists any that differ): the scale's timing request among them, not the iterations per window each
+execution calibrated to (they vary from run to run by design); the rest describe the run. A value a
+shard does not record reads ``unknown``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 from pipeline.data.reader import Shard
 
 UNKNOWN = "unknown"
-SETTINGS = ("scale", "device", "iterations", "git_sha", "cutlass_dsl")
+SETTINGS = ("scale", "device", "iterations", "min_window_ms", "git_sha", "cutlass_dsl")
 
 
 def _meta(*keys: str) -> Callable[[Shard], Any]:
@@ -30,7 +32,10 @@ def _meta(*keys: str) -> Callable[[Shard], Any]:
 FIELDS: dict[str, Callable[[Shard], Any]] = {
     "scale": _meta("config", "scale", "name"),
     "device": lambda shard: shard.identity["device"],
-    "iterations": lambda shard: shard.identity["iterations"],
+    # the timing the scale asked for (iterations per window at least, windows at least this long); the
+    # iterations each execution then ran are a measurement of its own (``iterationsPerWindow``)
+    "iterations": _meta("config", "scale", "iterations"),
+    "min_window_ms": _meta("config", "scale", "min_window_ms"),
     "git_sha": _meta("provenance", "git_sha"),
     "cutlass_dsl": _meta("provenance", "versions", "cutlass_dsl"),
     "torch": _meta("provenance", "versions", "torch"),
