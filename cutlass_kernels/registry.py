@@ -22,14 +22,8 @@ import torch
 from cutlass_kernels import choices
 from cutlass_kernels.choices import Choice, Problem
 from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
-from cutlass_kernels.sm90_cluster import Sm90ClusterGemm
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
-from cutlass_kernels.sm90_tail64 import Sm90Tail64Gemm
-from cutlass_kernels.sm90_tma_cluster import Sm90TmaClusterGemm
-from cutlass_kernels.sm90_tma_epilogue import Sm90TmaEpilogueGemm
-from cutlass_kernels.sm90_wgrad_inplace import Sm90InPlaceWgrad
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
-from cutlass_kernels.sm100_gemm_cta2 import Sm100PairGroupedGemm, Sm100PairMxGroupedGemm
 
 VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
 BF16_OPS = ("fprop", "dgrad", "wgrad")
@@ -64,13 +58,9 @@ class Variant:
             raise ValueError(f"variant {self.name!r} ops {self.ops} are not allowed; allowed: {VARIANT_OPS}")
 
 
-def _sm90_default(spec: KernelSpec) -> Any:
-    return Sm90GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
-
-
-def _sm90_variant(cls: type) -> Callable[[KernelSpec], Any]:
-    """The factory of an sm90 variant class constructed as the default kernel is."""
-    return lambda spec: cls(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad")
+def _sm90(**switches: Any) -> Callable[[KernelSpec], Any]:
+    """The factory of the Hopper kernel with ``switches`` on (:mod:`cutlass_kernels.sm90_gemm`)."""
+    return lambda spec: Sm90GroupedGemm(spec.tile_m, spec.tile_n, k_grouped=spec.op == "wgrad", **switches)
 
 
 def _sm100_default(spec: KernelSpec) -> Any:
@@ -80,20 +70,20 @@ def _sm100_default(spec: KernelSpec) -> Any:
 
 
 def _sm100_pair(spec: KernelSpec) -> Any:
-    if spec.mx:
-        return Sm100PairMxGroupedGemm(spec.tile_m, spec.tile_n)
-    return Sm100PairGroupedGemm(spec.tile_m, spec.tile_n)
+    if spec.mx:  # one accumulator stage: 256 of a CTA's 512 tensor-memory columns, its scales 48 more
+        return Sm100MxGroupedGemm(spec.tile_m, spec.tile_n, cta_pair=True, acc_stages=1)
+    return Sm100GroupedGemm(spec.tile_m, spec.tile_n, cta_pair=True)
 
 
 # arch -> its variants, "default" first
 _VARIANTS: dict[str, tuple[Variant, ...]] = {
     "sm_90a": (
-        Variant("default", BF16_OPS, _sm90_default),
-        Variant("inplace", ("wgrad",), lambda s: Sm90InPlaceWgrad(s.tile_m, s.tile_n), wgrad_in_place=True),
-        Variant("tma_epilogue", BF16_OPS, _sm90_variant(Sm90TmaEpilogueGemm)),
-        Variant("tail64", BF16_OPS, _sm90_variant(Sm90Tail64Gemm)),
-        Variant("cluster2x1", BF16_OPS, _sm90_variant(Sm90ClusterGemm)),
-        Variant("tma_cluster2x1", BF16_OPS, _sm90_variant(Sm90TmaClusterGemm)),
+        Variant("default", BF16_OPS, _sm90()),
+        Variant("inplace", ("wgrad",), _sm90(in_place=True), wgrad_in_place=True),
+        Variant("tma_epilogue", BF16_OPS, _sm90(tma_store=True)),
+        Variant("tail64", BF16_OPS, _sm90(skip_empty_halves=True)),
+        Variant("cluster2x1", BF16_OPS, _sm90(cluster_m=2)),
+        Variant("tma_cluster2x1", BF16_OPS, _sm90(tma_store=True, cluster_m=2)),
     ),
     "sm_100a": (
         Variant("default", VARIANT_OPS, _sm100_default),
@@ -101,7 +91,7 @@ _VARIANTS: dict[str, tuple[Variant, ...]] = {
         Variant(
             "cta2_mcast",
             ("fprop", "dgrad"),
-            lambda s: Sm100PairGroupedGemm(s.tile_m, s.tile_n, cluster_n=2),
+            lambda s: Sm100GroupedGemm(s.tile_m, s.tile_n, cta_pair=True, cluster_n=2),
             tile_mn=(256, 256),
         ),
         Variant(

@@ -17,7 +17,19 @@ to the block-scaled tcgen05 MMA. The loader warp also brings each K slice's scal
 layout, see :mod:`cutlass_kernels.mx_layout`) into shared memory and the MMA warp copies them to
 tensor memory next to the accumulators. A's scales are laid out per tile, so a tile starting at any
 row finds its 128 scale rows at its tile index.
+
+``cta_pair`` (M-grouped only) runs the 2-CTA MMA (``cta_group::2``) on 256-row tiles: the pair (the two
+CTAs of a cluster's M mode) computes one 256 x tile_n tile of one group; each CTA TMA-loads its own
+128 rows of A and half of B's tile_n rows, and the leader CTA's MMA warp issues the MMA, which reads
+both CTAs' shared memory and leaves each CTA's 128 accumulator rows in its own tensor memory, so every
+CTA pulls half the B bytes per FLOP of the 1-CTA kernel. With ``cluster_n=2`` the cluster holds two
+pairs on consecutive N tiles of the same rows and A's loads are multicast to both (another halving,
+of A). The walk then runs over 256-row M tiles and ``cluster_n``-wide N tile groups, per cluster;
+ragged groups work as in the 1-CTA kernel at the cost of up to 255 masked rows per group instead of
+127. With every switch off the code traced is the 1-CTA kernel's alone.
 """
+
+from typing import Any
 
 import cutlass
 import cutlass.cute as cute
@@ -40,19 +52,48 @@ _SF_DTYPE = cutlass.Float8E8M0FNU
 
 class Sm100GroupedGemm:
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
-    ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape."""
+    ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape; ``tile_m`` is 128, or 256 on
+    CTA pairs."""
 
     mx = False
 
-    def __init__(self, tile_m: int = 128, tile_n: int = 256, k_grouped: bool = False) -> None:
-        if tile_m != 128 or tile_n not in (128, 256):
-            raise ValueError(f"sm100 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
+    def __init__(
+        self,
+        tile_m: int = 128,
+        tile_n: int = 256,
+        k_grouped: bool = False,
+        *,
+        cta_pair: bool = False,
+        cluster_n: int = 1,
+        acc_stages: int = _ACC_STAGES,
+    ) -> None:
+        self.pair = 2 if cta_pair else 1
+        if tile_m != 128 * self.pair or tile_n not in (128, 256):
+            allowed = "256x128, 256x256 on CTA pairs" if cta_pair else "128x128, 128x256"
+            raise ValueError(f"sm100 tile {tile_m}x{tile_n} is not allowed; allowed: {allowed}")
+        if cluster_n not in (1, 2) or (cluster_n > 1 and not cta_pair) or (cta_pair and k_grouped):
+            raise ValueError(
+                f"sm100 cluster_n={cluster_n}, cta_pair={cta_pair}, k_grouped={k_grouped} is not allowed; "
+                "allowed: cluster_n 2 on M-grouped CTA pairs only"
+            )
+        # tensor memory per CTA: accumulators, then 4 scale columns per 32 rows of the A and B tiles
+        columns = tile_n * acc_stages + ((tile_m // self.pair + tile_n) // 32 * 4 if self.mx else 0)
+        if acc_stages not in (1, 2) or columns > _TMEM_COLUMNS:
+            raise ValueError(
+                f"tile {tile_m}x{tile_n} with {acc_stages} accumulator stages needs {columns} "
+                f"tensor-memory columns; {_TMEM_COLUMNS} exist (1 or 2 stages)"
+            )
         self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
+        self.cta_pair, self.cluster_n, self.acc_stages = cta_pair, cluster_n, acc_stages
         self.acc_dtype = cutlass.Float32
-        self.use_2cta_instrs = False  # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
-        self.acc_stages = _ACC_STAGES
-        self.cta_group = tcgen05.CtaGroup.ONE  # of the scales' shared -> tensor memory copy
+        # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
+        self.use_2cta_instrs = cta_pair
+        self.cta_group = tcgen05.CtaGroup.TWO if cta_pair else tcgen05.CtaGroup.ONE
+        self.cluster_shape_mnk = (self.pair, cluster_n, 1)
         self.threads = 32 * (len(_EPI_WARPS) + 2)
+        # MX on pairs only: the 1-CTA view of the MMA that B's scales are loaded by, and its cluster layout
+        self.tiled_mma_sfb: Any = None
+        self.cluster_sfb_vmnk: Any = None
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
@@ -62,30 +103,33 @@ class Sm100GroupedGemm:
             utils.LayoutEnum.from_tensor(b).mma_major_mode(),
         )
         if cutlass.const_expr(self.mx):
-            self.tiled_mma = sm100_utils.make_blockscaled_trivial_tiled_mma(
-                self.a_dtype,
-                self.b_dtype,
-                *majors,
-                _SF_DTYPE,
-                _SF_VEC,
-                tcgen05.CtaGroup.ONE,
-                (self.tile_m, self.tile_n),
-            )
+            self.tiled_mma = self._mx_mma(majors, self.cta_group, self.tile_m)
+            if cutlass.const_expr(self.cta_pair):
+                # B's scales are loaded per CTA for the whole N tile, by a 1-CTA view of the MMA
+                self.tiled_mma_sfb = self._mx_mma(majors, tcgen05.CtaGroup.ONE, self.tile_m // self.pair)
         else:
             self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
-                self.a_dtype, *majors, self.acc_dtype, tcgen05.CtaGroup.ONE, (self.tile_m, self.tile_n)
+                self.a_dtype, *majors, self.acc_dtype, self.cta_group, (self.tile_m, self.tile_n)
             )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
         self.problem = GroupedProblem(self.k_grouped, self.tile_m, self.tile_n, tile_k)
-        self.cta_tile_shape_mnk = self.mma_tiler
+        self.cta_tile_shape_mnk = (self.tile_m // self.pair, self.tile_n, tile_k)
         self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
-            self.cta_tile_shape_mnk, False, self.c_layout, self.c_dtype
+            self.cta_tile_shape_mnk, self.cta_pair, self.c_layout, self.c_dtype
+        )
+        self.cluster_vmnk = cute.tiled_divide(
+            cute.make_layout(self.cluster_shape_mnk), (self.tiled_mma.thr_id.shape,)
         )
         one_a = sm100_utils.make_smem_layout_a(self.tiled_mma, self.mma_tiler, self.a_dtype, 1)
         one_b = sm100_utils.make_smem_layout_b(self.tiled_mma, self.mma_tiler, self.b_dtype, 1)
         stage_bytes = cute.size_in_bytes(self.a_dtype, one_a) + cute.size_in_bytes(self.b_dtype, one_b)
         if cutlass.const_expr(self.mx):
+            self.mma_tiler_sfb = self.cta_tile_shape_mnk
+            if cutlass.const_expr(self.cta_pair):
+                self.cluster_sfb_vmnk = cute.tiled_divide(
+                    cute.make_layout(self.cluster_shape_mnk), (self.tiled_mma_sfb.thr_id.shape,)
+                )
             for make in (blockscaled_layout.make_smem_layout_sfa, blockscaled_layout.make_smem_layout_sfb):
                 stage_bytes += cute.size_in_bytes(_SF_DTYPE, make(self.tiled_mma, self.mma_tiler, _SF_VEC, 1))
         free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
@@ -105,12 +149,19 @@ class Sm100GroupedGemm:
                 self.tiled_mma, self.mma_tiler, _SF_VEC, self.stages
             )
         self.acc_cols = self.tile_n * self.acc_stages
-        # scales: 4 columns per 32 rows of A (SFA) and of B (SFB) per K tile, after the accumulators
-        self.sfa_cols = self.tile_m // 32 * 4
+        # scales: 4 columns per 32 rows of this CTA's A (SFA) and of B (SFB) per K tile, after the
+        # accumulators
+        self.sfa_cols = self.tile_m // self.pair // 32 * 4
         self.tmem_cols = (
             cute.arch.get_max_tmem_alloc_cols("sm_100")
             if cutlass.const_expr(self.mx)
             else utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+        )
+
+    def _mx_mma(self, majors: tuple[Any, Any], cta_group: Any, tile_m: int) -> cute.TiledMma:
+        """The block-scaled tiled MMA of ``cta_group`` on ``tile_m x tile_n`` tiles."""
+        return sm100_utils.make_blockscaled_trivial_tiled_mma(
+            self.a_dtype, self.b_dtype, *majors, _SF_DTYPE, _SF_VEC, cta_group, (tile_m, self.tile_n)
         )
 
     def _acc_fragment(self, tiled_mma: cute.TiledMma) -> cute.Tensor:
@@ -129,37 +180,38 @@ class Sm100GroupedGemm:
         stream,
     ) -> None:
         """a (M, K); b (N, K, G) K- or N-major; c (M, N); offs (G,) int32 row ends; num_ctas persistent
-        CTAs (the SM count)."""
+        CTAs (the SM count; on pairs rounded down to whole clusters)."""
         self._launch(a, b, c, offs, None, None, num_ctas, stream)
 
     def _launch(self, a, b, c, offs, sfa, sfb, num_ctas, stream) -> None:
-        """Trace-time body of ``__call__``: TMA atoms, shared storage, kernel launch."""
+        """Trace-time body of ``__call__``: TMA atoms (2-CTA on pairs, A multicast across pairs),
+        shared storage, kernel launch."""
         if cutlass.const_expr(self.k_grouped):
             b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
         self._setup(a, b, c)
         a_stage = cute.slice_(self.a_smem, (None, None, None, 0))
         b_stage = cute.slice_(self.b_smem, (None, None, None, 0))
-        one_cta = cute.make_layout((1, 1, 1, 1))
+        # the layout of this kernel's cluster: one CTA, or pairs
+        cluster = cute.make_layout((1, 1, 1, 1))
+        op_a = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        op_b = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        if cutlass.const_expr(self.cta_pair):
+            cluster = self.cluster_vmnk
+            op_a = sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mnk, self.tiled_mma.thr_id)
+            op_b = sm100_utils.cluster_shape_to_tma_atom_B(self.cluster_shape_mnk, self.tiled_mma.thr_id)
         tma_a, mA = cute.nvgpu.make_tiled_tma_atom_A(
-            cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE),
-            a,
-            a_stage,
-            self.mma_tiler,
-            self.tiled_mma,
-            one_cta.shape,
+            op_a, a, a_stage, self.mma_tiler, self.tiled_mma, cluster.shape
         )
         tma_b, mB = cute.nvgpu.make_tiled_tma_atom_B(
-            cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE),
-            b,
-            b_stage,
-            self.mma_tiler,
-            self.tiled_mma,
-            one_cta.shape,
+            op_b, b, b_stage, self.mma_tiler, self.tiled_mma, cluster.shape
         )
-        self.tma_bytes = cute.size_in_bytes(self.a_dtype, a_stage) + cute.size_in_bytes(self.b_dtype, b_stage)
+        per_cta = cute.size_in_bytes(self.a_dtype, a_stage) + cute.size_in_bytes(self.b_dtype, b_stage)
         tma_sfa, mSFA, tma_sfb, mSFB = None, None, None, None
         if cutlass.const_expr(self.mx):
-            tma_sfa, mSFA, tma_sfb, mSFB = self._scale_tmas(a, b, sfa, sfb, one_cta)
+            tma_sfa, mSFA, tma_sfb, mSFB, scale_bytes = self._scale_tmas(a, b, sfa, sfb, op_a, cluster)
+            per_cta += scale_bytes
+        # on pairs, the leader's full barrier counts both CTAs' bytes
+        self.tma_bytes = per_cta * self.pair
 
         @cute.struct
         class Storage:
@@ -171,6 +223,10 @@ class Sm100GroupedGemm:
 
         self.storage = Storage
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
+        cluster_size = self.pair * self.cluster_n
+        grid = num_ctas
+        if cutlass.const_expr(cluster_size > 1):
+            grid = num_ctas // cluster_size * cluster_size
         self.kernel(
             self.tiled_mma,
             tma_a,
@@ -179,7 +235,7 @@ class Sm100GroupedGemm:
             mB,
             c3,
             offs,
-            one_cta,
+            cluster,
             self.a_smem,
             self.b_smem,
             self.epi_tile,
@@ -189,20 +245,27 @@ class Sm100GroupedGemm:
             mSFB,
             self.sfa_smem,
             self.sfb_smem,
-        ).launch(grid=(num_ctas, 1, 1), block=(self.threads, 1, 1), cluster=(1, 1, 1), stream=stream)
+            self.tiled_mma_sfb,
+            self.cluster_sfb_vmnk,
+        ).launch(grid=(grid, 1, 1), block=(self.threads, 1, 1), cluster=(cluster_size, 1, 1), stream=stream)
 
-    def _scale_tmas(self, a, b, sfa, sfb, one_cta):
-        """TMA atoms for the scales (:meth:`_scale_tensors`)."""
+    def _scale_tmas(self, a, b, sfa, sfb, op_a, cluster):
+        """TMA atoms for the scales (:meth:`_scale_tensors`): A's like A (on pairs per CTA half), B's
+        (on pairs for the whole N tile into both CTAs of the pair); and the bytes they add to a
+        stage per CTA."""
         mSFA, mSFB, sfa_stage, sfb_stage = self._scale_tensors(a, b, sfa, sfb)
-        op = cpasync.CopyBulkTensorTileG2SOp(tcgen05.CtaGroup.ONE)
+        op_b, mma_b, layout_b = op_a, self.tiled_mma, cluster
+        if cutlass.const_expr(self.cta_pair):
+            op_b = sm100_utils.cluster_shape_to_tma_atom_SFB(self.cluster_shape_mnk, self.tiled_mma.thr_id)
+            mma_b, layout_b = self.tiled_mma_sfb, self.cluster_sfb_vmnk
         tma_sfa, mSFA = cute.nvgpu.make_tiled_tma_atom_A(
-            op, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+            op_a, mSFA, sfa_stage, self.mma_tiler, self.tiled_mma, cluster.shape, internal_type=cutlass.Int16
         )
         tma_sfb, mSFB = cute.nvgpu.make_tiled_tma_atom_B(
-            op, mSFB, sfb_stage, self.mma_tiler, self.tiled_mma, one_cta.shape, internal_type=cutlass.Int16
+            op_b, mSFB, sfb_stage, self.mma_tiler_sfb, mma_b, layout_b.shape, internal_type=cutlass.Int16
         )
-        self.tma_bytes += cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
-        return tma_sfa, mSFA, tma_sfb, mSFB
+        scale_bytes = cute.size_in_bytes(_SF_DTYPE, sfa_stage) + cute.size_in_bytes(_SF_DTYPE, sfb_stage)
+        return tma_sfa, mSFA, tma_sfb, mSFB, scale_bytes
 
     def _scale_tensors(self, a, b, sfa, sfb):
         """The scales as MMA-layout tensors, and one stage of their shared-memory layouts: ``sfa`` holds
@@ -233,7 +296,7 @@ class Sm100GroupedGemm:
         mB: cute.Tensor,
         mC: cute.Tensor,
         offs: cute.Tensor,
-        one_cta: cute.Layout,
+        cluster_vmnk: cute.Layout,
         a_smem: cute.ComposedLayout,
         b_smem: cute.ComposedLayout,
         epi_tile: cute.Tile,
@@ -243,11 +306,20 @@ class Sm100GroupedGemm:
         mSFB: cute.Tensor | None,
         sfa_smem: cute.Layout | None,
         sfb_smem: cute.Layout | None,
+        tiled_mma_sfb: Any,
+        cluster_sfb_vmnk: Any,
     ) -> None:
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
+        # the cluster walks the tile order as one: this CTA's place in the pair (v) and among the pairs
+        rank, v, n_in_cluster, walker, walkers = None, 0, 0, cta, grid
+        if cutlass.const_expr(self.cta_pair):
+            rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+            v, _, n_in_cluster, _ = cluster_vmnk.get_flat_coord(rank)
+            cluster_size = self.pair * self.cluster_n
+            walker, walkers = cta // cluster_size, grid // cluster_size
         if warp == _TMA_WARP:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
@@ -261,27 +333,28 @@ class Sm100GroupedGemm:
             barrier_storage=storage.ring_barriers.data_ptr(),
             num_stages=self.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            # on pairs, the MMAs of every pair an A load reaches release its stage
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cluster_n),
             tx_count=self.tma_bytes,
-            cta_layout_vmnk=one_cta,
+            cta_layout_vmnk=cluster_vmnk,
             defer_sync=True,
         ).make_participants()
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_barriers.data_ptr(),
             num_stages=self.acc_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, len(_EPI_WARPS)),
-            cta_layout_vmnk=one_cta,
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, len(_EPI_WARPS) * self.pair),
+            cta_layout_vmnk=cluster_vmnk,
             defer_sync=True,
         )
         tmem = utils.TmemAllocator(
             storage.tmem_base.ptr,
             barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=2, num_threads=32 * (len(_EPI_WARPS) + 1)),
             allocator_warp_id=_EPI_WARPS[0],
-            is_two_cta=False,
+            is_two_cta=self.cta_pair,
             two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc.ptr,
         )
-        pipeline.pipeline_init_arrive(cluster_shape_mn=one_cta, is_relaxed=True)
+        pipeline.pipeline_init_arrive(cluster_shape_mn=cluster_vmnk, is_relaxed=True)
         sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
         sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
         sSFA, sSFB = None, None
@@ -289,7 +362,7 @@ class Sm100GroupedGemm:
             sSFA = smem.allocate_tensor(_SF_DTYPE, sfa_smem, byte_alignment=128)
             sSFB = smem.allocate_tensor(_SF_DTYPE, sfb_smem, byte_alignment=128)
         prefix = storage.tile_prefix.get_tensor(cute.make_layout(MAX_GROUPS + 1))
-        pipeline.pipeline_init_wait(cluster_shape_mn=one_cta)
+        pipeline.pipeline_init_wait(cluster_shape_mn=cluster_vmnk)
         if warp == _TMA_WARP:
             build_tile_prefix(offs, prefix, self.problem.prefix_unit)
         cute.arch.sync_threads()
@@ -299,11 +372,13 @@ class Sm100GroupedGemm:
         rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else m_total
         tiles_m = cute.ceil_div(rows_out, self.tile_m)
         tiles_n = cute.ceil_div(n_total, self.tile_n)
+        if cutlass.const_expr(self.cluster_n > 1):
+            tiles_n = cute.ceil_div(tiles_n, self.cluster_n)  # N tiles of one cluster step
         k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
         total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
         work_args = (prefix, offs)
         work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
-        thr_mma = tiled_mma.get_slice(0)
+        thr_mma = tiled_mma.get_slice(v)
         acc_layout = self._acc_fragment(tiled_mma).layout
         tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
         tile_mn = cute.select(self.mma_tiler, mode=[0, 1])
@@ -318,34 +393,67 @@ class Sm100GroupedGemm:
                 cute.group_modes(sB, 0, 3),
                 cute.group_modes(thr_mma.partition_B(gB), 0, 3),
             )
+            a_mask, b_mask, sfb_mask = None, None, None
+            if cutlass.const_expr(self.cta_pair):
+                a_mask = cpasync.create_tma_multicast_mask(
+                    cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=2
+                )
+                b_mask = cpasync.create_tma_multicast_mask(
+                    cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=1
+                )
             if cutlass.const_expr(self.mx):
                 # scale K-slices for every (tile / n tile, k tile, group)
-                tAsSFA, tAgSFA = self._scale_partition(tma_sfa, sSFA, thr_mma.partition_A, mSFA, [0, 2])
-                tBsSFB, tBgSFB = self._scale_partition(tma_sfb, sSFB, thr_mma.partition_B, mSFB, [1, 2])
+                tAsSFA, tAgSFA = self._scale_partition(
+                    tma_sfa, sSFA, thr_mma.partition_A, mSFA, tile_mk, n_in_cluster, self.cluster_n
+                )
+                sfb_partition, sfb_at, sfb_ctas = thr_mma.partition_B, 0, 1
+                if cutlass.const_expr(self.cta_pair):
+                    sfb_coord = cluster_sfb_vmnk.get_flat_coord(rank)
+                    sfb_partition = tiled_mma_sfb.get_slice(0).partition_B
+                    sfb_at, sfb_ctas = sfb_coord[1], cute.slice_(cluster_sfb_vmnk, (0, None, 0, 0)).shape
+                    sfb_mask = cpasync.create_tma_multicast_mask(cluster_sfb_vmnk, sfb_coord, mcast_mode=1)
+                tBsSFB, tBgSFB = self._scale_partition(
+                    tma_sfb,
+                    sSFB,
+                    sfb_partition,
+                    mSFB,
+                    cute.select(self.mma_tiler_sfb, mode=[1, 2]),
+                    sfb_at,
+                    sfb_ctas,
+                )
             group = cutlass.Int32(0)
-            tile = cta
+            tile = walker
             while tile < total:
                 group, a_row, n_tile, k_begin, k_end, _, _, m_tile = tile_work(
                     self.problem, *work_args, group, tile, *work_shape
                 )
+                if cutlass.const_expr(self.cluster_n > 1):
+                    n_tile = n_tile * self.cluster_n + n_in_cluster
                 b_group = 0 if cutlass.const_expr(self.k_grouped) else group
                 gA = cute.local_tile(cute.domain_offset((a_row, 0), mA), tile_mk, (0, None))
                 tAsA, tAgA = cpasync.tma_partition(
                     tma_a,
-                    0,
-                    cute.make_layout(1),
+                    n_in_cluster,
+                    cute.make_layout(self.cluster_n),
                     cute.group_modes(sA, 0, 3),
                     cute.group_modes(thr_mma.partition_A(gA), 0, 3),
                 )
                 ab_producer.reset()
                 for k in cutlass.range(k_begin, k_end, unroll=1):
                     handle = ab_producer.acquire_and_advance()
-                    cute.copy(tma_a, tAgA[(None, k)], tAsA[(None, handle.index)], tma_bar_ptr=handle.barrier)
+                    cute.copy(
+                        tma_a,
+                        tAgA[(None, k)],
+                        tAsA[(None, handle.index)],
+                        tma_bar_ptr=handle.barrier,
+                        mcast_mask=a_mask,
+                    )
                     cute.copy(
                         tma_b,
                         tBgB[(None, n_tile, k, b_group)],
                         tBsB[(None, handle.index)],
                         tma_bar_ptr=handle.barrier,
+                        mcast_mask=b_mask,
                     )
                     if cutlass.const_expr(self.mx):
                         cute.copy(
@@ -353,75 +461,28 @@ class Sm100GroupedGemm:
                             tAgSFA[(None, m_tile, k, 0)],
                             tAsSFA[(None, handle.index)],
                             tma_bar_ptr=handle.barrier,
+                            mcast_mask=a_mask,
                         )
                         cute.copy(
                             tma_sfb,
                             tBgSFB[(None, n_tile, k, group)],
                             tBsSFB[(None, handle.index)],
                             tma_bar_ptr=handle.barrier,
+                            mcast_mask=sfb_mask,
                         )
-                tile = tile + grid
+                tile = tile + walkers
             ab_producer.tail()
 
         if warp == _MMA_WARP:
             tmem.wait_for_alloc()
             acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
-            acc_base = cute.make_tensor(acc_ptr, acc_layout)
-            tCrA = tiled_mma.make_fragment_A(sA)
-            tCrB = tiled_mma.make_fragment_B(sB)
-            if cutlass.const_expr(self.mx):
-                tCtSFA, copy_sfa, tCsSFA_s2t, tCtSFA_s2t = self._scales_in_tmem(
-                    tiled_mma,
-                    acc_ptr + self.acc_cols,
-                    sSFA,
-                    sfa_smem,
-                    blockscaled_layout.make_tmem_layout_sfa,
-                )
-                tCtSFB, copy_sfb, tCsSFB_s2t, tCtSFB_s2t = self._scales_in_tmem(
-                    tiled_mma,
-                    acc_ptr + self.acc_cols + self.sfa_cols,
-                    sSFB,
-                    sfb_smem,
-                    blockscaled_layout.make_tmem_layout_sfb,
-                )
-            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.acc_stages)
-            group = cutlass.Int32(0)
-            tile = cta
-            while tile < total:
-                group, _, _, k_begin, k_end, _, _, _ = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
-                )
-                # a tile without K tiles (K-grouped, empty group) takes no accumulator stage: its
-                # epilogue stores zeros
-                if k_end > k_begin:
-                    acc = acc_base[(None, None, None, acc_state.index)]
-                    ab_consumer.reset()
-                    acc_pipeline.producer_acquire(acc_state)
-                    tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
-                    for k in cutlass.range(k_begin, k_end, unroll=1):
-                        handle = ab_consumer.wait_and_advance()
-                        if cutlass.const_expr(self.mx):
-                            stage = (None, None, None, None, handle.index)
-                            cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
-                            cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
-                            tiled_mma.set(tcgen05.Field.ACCUMULATE, k != k_begin)
-                            ab = (None, None, None, handle.index)
-                            cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
-                        else:
-                            for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
-                                cute.gemm(
-                                    tiled_mma,
-                                    acc,
-                                    tCrA[(None, None, kb, handle.index)],
-                                    tCrB[(None, None, kb, handle.index)],
-                                    acc,
-                                )
-                                tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
-                        handle.release()
-                    acc_pipeline.producer_commit(acc_state)
-                    acc_state.advance()
-                tile = tile + grid
-            acc_pipeline.producer_tail(acc_state)
+            mma_args = (tiled_mma, acc_ptr, acc_layout, sA, sB, sSFA, sSFB, sfa_smem, sfb_smem)
+            walk = (ab_consumer, acc_pipeline, work_args, work_shape, walker, walkers, total)
+            if cutlass.const_expr(self.cta_pair):
+                if v == 0:  # the 2-CTA MMA is issued by the pair's leader alone
+                    self._mma(*mma_args, *walk)
+            else:
+                self._mma(*mma_args, *walk)
 
         if warp < _MMA_WARP:
             tmem.allocate(self.tmem_cols)
@@ -431,35 +492,112 @@ class Sm100GroupedGemm:
             acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.acc_stages)
             coords = cute.make_identity_tensor(mC.shape)
             group = cutlass.Int32(0)
-            tile = cta
+            tile = walker
             while tile < total:
                 group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
                     self.problem, *work_args, group, tile, *work_shape
                 )
+                if cutlass.const_expr(self.cluster_n > 1):
+                    n_tile = n_tile * self.cluster_n + n_in_cluster
                 gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
-                if k_end > k_begin:
-                    cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
-                    acc_state = utils.gemm.sm100.epilogue(
-                        self,
-                        tidx,
-                        acc_base,
-                        thr_mma.partition_C(gC),
-                        epi_tile,
-                        lambda x: x,
-                        (0, n_tile, 0),
-                        acc_state,
-                        acc_pipeline,
-                        tCcC_base=thr_mma.partition_C(cC),
-                        mC_mnl=cute.make_identity_tensor((row_end, n_total, 1)),
-                    )
+                tile_args = (tidx, acc_base, thr_mma, gC, coords, row, row_end, n_tile, epi_tile)
+                if cutlass.const_expr(self.cta_pair):  # M-grouped: every tile has K tiles
+                    acc_state = self._drain(*tile_args, acc_state, acc_pipeline)
                 else:
-                    self._store_zeros(
-                        gC[(None, None, 0, n_tile, 0)], tidx, row_end - row, n_total - n_tile * self.tile_n
-                    )
-                tile = tile + grid
+                    if k_end > k_begin:
+                        acc_state = self._drain(*tile_args, acc_state, acc_pipeline)
+                    else:
+                        self._store_zeros(
+                            gC[(None, None, 0, n_tile, 0)],
+                            tidx,
+                            row_end - row,
+                            n_total - n_tile * self.tile_n,
+                        )
+                tile = tile + walkers
             pipeline.NamedBarrier(barrier_id=3, num_threads=32 * len(_EPI_WARPS)).arrive_and_wait()
             tmem.relinquish_alloc_permit()
             tmem.free(acc_ptr)
+
+    @cute.jit
+    def _mma(
+        self, tiled_mma, acc_ptr, acc_layout, sA, sB, sSFA, sSFB, sfa_smem, sfb_smem, ab_consumer,
+        acc_pipeline, work_args, work_shape, walker, walkers, total,
+    ) -> None:  # fmt: skip
+        """The MMA warp: every tile's K loop into a free accumulator stage. A tile without K tiles
+        (K-grouped, empty group) takes no accumulator stage: its epilogue stores zeros."""
+        acc_base = cute.make_tensor(acc_ptr, acc_layout)
+        tCrA = tiled_mma.make_fragment_A(sA)
+        tCrB = tiled_mma.make_fragment_B(sB)
+        if cutlass.const_expr(self.mx):
+            # A's scales right after the accumulators, B's after A's
+            (tCtSFA, copy_sfa, tCsSFA_s2t, tCtSFA_s2t), (tCtSFB, copy_sfb, tCsSFB_s2t, tCtSFB_s2t) = (
+                self._scales_in_tmem(tiled_mma, acc_ptr + column, scales, smem_layout, make)
+                for column, scales, smem_layout, make in (
+                    (self.acc_cols, sSFA, sfa_smem, blockscaled_layout.make_tmem_layout_sfa),
+                    (self.acc_cols + self.sfa_cols, sSFB, sfb_smem, blockscaled_layout.make_tmem_layout_sfb),
+                )
+            )
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.acc_stages)
+        group = cutlass.Int32(0)
+        tile = walker
+        while tile < total:
+            if cutlass.const_expr(self.cta_pair):
+                k_begin, k_end = 0, work_shape[2]  # M-grouped: every tile takes all K tiles
+            else:
+                group, _, _, k_begin, k_end, _, _, _ = tile_work(
+                    self.problem, *work_args, group, tile, *work_shape
+                )
+            if k_end > k_begin:
+                acc = acc_base[(None, None, None, acc_state.index)]
+                ab_consumer.reset()
+                acc_pipeline.producer_acquire(acc_state)
+                tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+                for k in cutlass.range(k_begin, k_end, unroll=1):
+                    handle = ab_consumer.wait_and_advance()
+                    if cutlass.const_expr(self.mx):
+                        stage = (None, None, None, None, handle.index)
+                        cute.copy(copy_sfa, tCsSFA_s2t[stage], tCtSFA_s2t)
+                        cute.copy(copy_sfb, tCsSFB_s2t[stage], tCtSFB_s2t)
+                        tiled_mma.set(tcgen05.Field.ACCUMULATE, k != k_begin)
+                        ab = (None, None, None, handle.index)
+                        cute.gemm(tiled_mma, acc, [tCrA[ab], tCtSFA], [tCrB[ab], tCtSFB], acc)
+                    else:
+                        for kb in cutlass.range(cute.size(tCrA, mode=[2]), unroll_full=True):
+                            cute.gemm(
+                                tiled_mma,
+                                acc,
+                                tCrA[(None, None, kb, handle.index)],
+                                tCrB[(None, None, kb, handle.index)],
+                                acc,
+                            )
+                            tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                    handle.release()
+                acc_pipeline.producer_commit(acc_state)
+                acc_state.advance()
+            tile = tile + walkers
+        acc_pipeline.producer_tail(acc_state)
+
+    @cute.jit
+    def _drain(
+        self, tidx, acc_base, thr_mma, gC, coords, row, row_end, n_tile, epi_tile, acc_state, acc_pipeline
+    ):
+        """Store one tile's accumulator stage to ``gC`` (rows up to the group's end, N up to C's); the
+        accumulator pipeline's state after it."""
+        tile_mn = cute.select(self.mma_tiler, mode=[0, 1])
+        cC = cute.local_tile(cute.domain_offset((row, 0, 0), coords), tile_mn, (None, None, None))
+        return utils.gemm.sm100.epilogue(
+            self,
+            tidx,
+            acc_base,
+            thr_mma.partition_C(gC),
+            epi_tile,
+            lambda x: x,
+            (0, n_tile, 0),
+            acc_state,
+            acc_pipeline,
+            tCcC_base=thr_mma.partition_C(cC),
+            mC_mnl=cute.make_identity_tensor((row_end, coords.shape[1], 1)),
+        )
 
     @cute.jit
     def _store_zeros(
@@ -471,14 +609,14 @@ class Sm100GroupedGemm:
             for col in cutlass.range(cutlass.min(cols_left, self.tile_n)):
                 gC[(tidx, col)] = self.c_dtype(0)
 
-    def _scale_partition(self, tma, s_scale, partition, m_scale, modes):
-        """TMA source/destination views of one operand's scales: ((atom), stage) and
-        ((atom), rest_mn, rest_k, rest_l)."""
-        g_scale = cute.local_tile(m_scale, cute.select(self.mma_tiler, mode=modes), (None, None, None))
+    def _scale_partition(self, tma, s_scale, partition, m_scale, tile, cta_coord, cta_layout):
+        """TMA source/destination views of one operand's scales for CTA ``cta_coord`` of the
+        ``cta_layout`` CTAs that share each load: ((atom), stage) and ((atom), rest_mn, rest_k, rest_l)."""
+        g_scale = cute.local_tile(m_scale, tile, (None, None, None))
         smem_view, gmem_view = cpasync.tma_partition(
             tma,
-            0,
-            cute.make_layout(1),
+            cta_coord,
+            cute.make_layout(cta_layout),
             cute.group_modes(s_scale, 0, 3),
             cute.group_modes(partition(g_scale), 0, 3),
         )
@@ -503,20 +641,15 @@ class Sm100GroupedGemm:
 
 
 class Sm100MxGroupedGemm(Sm100GroupedGemm):
-    """MXFP8 form: ``C[rows of g] = (A * SFA)[rows of g] @ (B[g] * SFB[g])^T`` with E4M3 A, B."""
+    """MXFP8 form: ``C[rows of g] = (A * SFA)[rows of g] @ (B[g] * SFB[g])^T`` with E4M3 A, B. A's
+    scales are padded per tile of ``tile_m`` rows (:func:`cutlass_kernels.mx_layout.pad_per_tile`)."""
 
     mx = True
 
-    def __init__(self, tile_m: int = 128, tile_n: int = 128, acc_stages: int = _ACC_STAGES) -> None:
-        super().__init__(tile_m, tile_n)
-        # tensor memory: accumulators, then 4 scale columns per 32 rows of the A and of the B tile
-        columns = tile_n * acc_stages + (tile_m + tile_n) // 32 * 4
-        if acc_stages not in (1, 2) or columns > _TMEM_COLUMNS:
-            raise ValueError(
-                f"MX tile {tile_m}x{tile_n} with {acc_stages} accumulator stages needs {columns} "
-                f"tensor-memory columns; {_TMEM_COLUMNS} exist (1 or 2 stages)"
-            )
-        self.acc_stages = acc_stages
+    def __init__(
+        self, tile_m: int = 128, tile_n: int = 128, *, cta_pair: bool = False, acc_stages: int = _ACC_STAGES
+    ) -> None:
+        super().__init__(tile_m, tile_n, cta_pair=cta_pair, acc_stages=acc_stages)
 
     @cute.jit
     def __call__(

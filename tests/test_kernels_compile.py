@@ -43,23 +43,16 @@ KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items(
 
 
 @pytest.mark.parametrize("arch", sorted(MMA))
-def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, tmp_path: Path):
-    # a fresh process: the DSL reads its target arch when first imported
-    done = subprocess.run(
-        [sys.executable, "-m", "cutlass_kernels", "compile", "--arch", arch, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels):
+    out = compiled_kernels(arch)
     for name in KERNELS[arch]:
-        ptx = (tmp_path / f"{name}_{arch}.ptx").read_text()
+        ptx = (out / f"{name}_{arch}.ptx").read_text()
         assert f".target {arch}" in ptx
         assert MMA[arch] in ptx
         if "_mx_" in name:
             assert "kind::mxf8f6f4.block_scale.block32" in ptx
-        assert (tmp_path / f"{name}_{arch}.cubin").stat().st_size > 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        assert (out / f"{name}_{arch}.cubin").stat().st_size > 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(
         f"{name}_{arch}.{ext}" for name in KERNELS[arch] for ext in ("ptx", "cubin")
     )
 

@@ -9,7 +9,6 @@ import importlib.util
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -376,37 +375,29 @@ VARIANT_PTX = {
 }
 # spill bytes ptxas reports at most, per arch and output dtype (FP32 epilogues hold twice the values)
 SPILL_BYTES = {("sm_100a", "float32"): 32}
-_COMPILE_VARIANTS = """
-import os, sys, pathlib
-os.environ["CUTE_DSL_ARCH"] = sys.argv[1]
-from cutlass_kernels import registry
-from cutlass_kernels.cute_base import compile_spec
-for spec in registry.all_specs(sys.argv[1]):
-    if spec.variant != "default":
-        compile_spec(spec, registry.kernel_for(spec), pathlib.Path(sys.argv[2]))
-        print(spec.variant, spec.name)
-"""
+# <op>_<dtypes>_<tile>[_<variant>]_<arch>.ptx, as KernelSpec.name spells it
+_VARIANT_OF = re.compile(r"_\d+x\d+_(?:([a-z0-9_]+)_)?sm_\d+a\.ptx$")
 PTXAS = shutil.which("ptxas") or "/usr/local/bin/ptxas"
 
 
 @needs_dsl
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(VARIANT_PTX))
-def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(arch: str, tmp_path):
+def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(
+    arch: str, compiled_kernels, tmp_path
+):
     if not Path(PTXAS).exists():
         pytest.skip("ptxas is not installed")
-    done = subprocess.run(
-        [sys.executable, "-c", _COMPILE_VARIANTS, arch, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    compiled = [line.split() for line in done.stdout.splitlines()]
+    out = compiled_kernels(arch)
+    compiled = [
+        (variant, ptx.name.removesuffix(".ptx"))
+        for ptx in sorted(out.glob("*.ptx"))
+        if (variant := _VARIANT_OF.search(ptx.name).group(1))
+    ]
     claims = VARIANT_PTX[arch]
     assert {variant for variant, _ in compiled} == set(claims)
     for variant, name in compiled:
-        ptx = tmp_path / f"{name}.ptx"
+        ptx = out / f"{name}.ptx"
         text = ptx.read_text()
         missing = [claim for claim in claims[variant] if claim not in text]
         assert not missing, f"{ptx.name} lacks {missing}"
@@ -418,5 +409,5 @@ def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(arch: st
         )
         assert info.returncode == 0, info.stderr[-2000:]
         stores = int(re.search(r"(\d+) bytes spill stores", info.stderr).group(1))
-        out = "float32" if "-float32_" in name else "bfloat16"
-        assert stores <= SPILL_BYTES.get((arch, out), 0), f"{ptx.name}: {info.stderr[-600:]}"
+        out_dtype = "float32" if "-float32_" in name else "bfloat16"
+        assert stores <= SPILL_BYTES.get((arch, out_dtype), 0), f"{ptx.name}: {info.stderr[-600:]}"

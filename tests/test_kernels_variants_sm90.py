@@ -108,37 +108,17 @@ needs_dsl = pytest.mark.skipif(
     importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
 )
 OPS_OUTS = [(op, out) for op in ("fprop", "dgrad", "wgrad") for out in ("bfloat16", "float32")]
-_COMPILE = """
-import sys
-from pathlib import Path
-import torch
-from cutlass_kernels.cute_base import KernelSpec, compile_spec
-from cutlass_kernels.{module} import {cls}
-out_dir = Path(sys.argv[1])
-for op, out in {ops_outs!r}:
-    spec = KernelSpec("sm_90a", op, torch.bfloat16, getattr(torch, out), 128, 256)
-    compile_spec(spec, {cls}(128, 256, k_grouped=op == "wgrad"), out_dir)
-"""
 TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
 MULTICAST_LOAD = re.compile(
     r"cp\.async\.bulk\.tensor\.[23]d\.shared::cluster\.global\.tile\.\S*multicast::cluster"
 )
 
 
-def _compile_variant(module: str, cls: str, out_dir: Path) -> dict[tuple[str, str], str]:
-    code = _COMPILE.format(module=module, cls=cls, ops_outs=OPS_OUTS)
-    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(out_dir)}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(out_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=out_dir,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def _variant_ptx(compiled_kernels, variant: str) -> dict[tuple[str, str], str]:
+    """The PTX of each (op, output dtype) of a registered sm90 variant, from the session's compile."""
+    out_dir = compiled_kernels("sm_90a")
     return {
-        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_sm_90a.ptx").read_text()
+        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_{variant}_sm_90a.ptx").read_text()
         for op, out in OPS_OUTS
     }
 
@@ -159,14 +139,6 @@ def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
     assert re.search(r"Used \d+ registers", done.stderr)
 
 
-def _assert_cluster_launches(out_dir: Path, count: int) -> None:
-    """The kept IR of the compiled kernels launches ``count`` of them on 2x1 clusters, the rest plainly."""
-    launch_ir = "\n".join(p.read_text() for p in out_dir.glob("*_clean.mlir"))
-    assert launch_ir.count("cluster_launch = true") == count
-    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == count
-    assert launch_ir.count("cluster_launch = false") == len(OPS_OUTS) - count
-
-
 def _assert_common(ptx: str) -> None:
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async" in ptx
@@ -174,8 +146,8 @@ def _assert_common(ptx: str) -> None:
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
-    for (op, out), ptx in _compile_variant("sm90_tma_epilogue", "Sm90TmaEpilogueGemm", tmp_path).items():
+def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, tmp_path: Path):
+    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_epilogue").items():
         _assert_common(ptx)
         assert ptx.count(TMA_STORE) >= 8, (op, out)  # one per 8 KiB slice of a 128 x 256 tile
         assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
@@ -185,30 +157,38 @@ def test_tma_epilogue_stores_through_shared_memory_with_tma(tmp_path: Path):
         assert "st.global.v4.b32" in ptx and "st.global.b16" not in ptx, (op, out)
         assert "multicast::cluster" not in ptx
         _assert_no_spills(ptx, tmp_path)
-    _assert_cluster_launches(tmp_path, 0)
+
+
+# what each variant of plain stores (no TMA store) holds beside the default's code, and what it lacks
+_PLAIN_STORE_CLAIMS = {
+    # 64-row halves skip their wgmma: nothing new in the instruction mix
+    "tail64": ((), ("multicast::cluster", "%cluster_ctarank")),
+    # B multicast to both CTAs of the cluster, stages released to both
+    "cluster2x1": (
+        (
+            "%cluster_ctarank",
+            "barrier.cluster.wait",
+            "mbarrier.arrive.shared::cluster.b64",
+            "mapa.shared::cluster",
+        ),
+        (),
+    ),
+}
 
 
 @needs_dsl
 @pytest.mark.slow
-def test_tail64_keeps_the_default_stores_and_loads(tmp_path: Path):
-    for (op, out), ptx in _compile_variant("sm90_tail64", "Sm90Tail64Gemm", tmp_path).items():
+@pytest.mark.parametrize("variant", sorted(_PLAIN_STORE_CLAIMS))
+def test_plain_store_variants_hold_their_claims_and_keep_the_default_stores(
+    variant: str, compiled_kernels, tmp_path: Path
+):
+    present, absent = _PLAIN_STORE_CLAIMS[variant]
+    for (op, out), ptx in _variant_ptx(compiled_kernels, variant).items():
         _assert_common(ptx)
-        assert TMA_STORE not in ptx and "stmatrix" not in ptx and "multicast::cluster" not in ptx, (op, out)
+        assert TMA_STORE not in ptx and "stmatrix" not in ptx, (op, out)
+        assert bool(MULTICAST_LOAD.search(ptx)) == (variant == "cluster2x1"), (op, out)
+        assert all(claim in ptx for claim in present) and not any(claim in ptx for claim in absent), (op, out)
         _assert_no_spills(ptx, tmp_path)
-    _assert_cluster_launches(tmp_path, 0)
-
-
-@needs_dsl
-@pytest.mark.slow
-def test_cluster_multicasts_b_and_launches_2x1_clusters(tmp_path: Path):
-    for (op, out), ptx in _compile_variant("sm90_cluster", "Sm90ClusterGemm", tmp_path).items():
-        _assert_common(ptx)
-        assert MULTICAST_LOAD.search(ptx), (op, out)
-        assert "%cluster_ctarank" in ptx and "barrier.cluster.wait" in ptx
-        # stages are released to both CTAs of the cluster
-        assert "mbarrier.arrive.shared::cluster.b64" in ptx and "mapa.shared::cluster" in ptx
-        _assert_no_spills(ptx, tmp_path)
-    _assert_cluster_launches(tmp_path, len(OPS_OUTS))
 
 
 _EPILOGUE_MAP = """
@@ -216,7 +196,7 @@ import json, sys
 import cutlass, cutlass.cute as cute, cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass_kernels.sm90_variant_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
+from cutlass_kernels.sm90_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
 
 found = {}
 
@@ -283,10 +263,43 @@ def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_d
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_cluster_combines_multicast_and_tma_stores(tmp_path: Path):
-    for (op, out), ptx in _compile_variant("sm90_tma_cluster", "Sm90TmaClusterGemm", tmp_path).items():
+def test_tma_cluster_combines_multicast_and_tma_stores(compiled_kernels, tmp_path: Path):
+    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_cluster2x1").items():
         _assert_common(ptx)
         assert MULTICAST_LOAD.search(ptx) and ptx.count(TMA_STORE) >= 8, (op, out)
         assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
         _assert_no_spills(ptx, tmp_path)
-    _assert_cluster_launches(tmp_path, len(OPS_OUTS))
+
+
+_LAUNCH_IR = """
+import sys
+from pathlib import Path
+import torch
+from cutlass_kernels import registry
+from cutlass_kernels.cute_base import compile_spec
+spec = registry.spec_for("sm_90a", "fprop", torch.bfloat16, torch.bfloat16, sys.argv[1])
+compile_spec(spec, registry.kernel_for(spec), Path(sys.argv[2]))
+"""
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize(("variant", "clustered"), [("cluster2x1", True), ("tma_epilogue", False)])
+def test_cluster_variants_launch_on_2x1_clusters_and_the_others_plainly(
+    variant: str, clustered: bool, tmp_path: Path
+):
+    # the cluster shape is a launch attribute: it lives in the host IR the DSL keeps, not in the PTX
+    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCH_IR, variant, str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    launch_ir = "\n".join(p.read_text() for p in tmp_path.glob("*_clean.mlir"))
+    assert launch_ir.count("cluster_launch = true") == clustered
+    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
+    assert launch_ir.count("cluster_launch = false") == (not clustered)
