@@ -164,11 +164,14 @@ def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
         ([base], "the following arguments are required: new"),
     ]
     for arguments, message in cases:
-        run = subprocess.run(
-            [sys.executable, "-m", "pipeline.compare", *arguments],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
-        assert run.stderr.startswith(f"python -m pipeline.compare: error: {message}"), run.stderr
+        error = compare_error(arguments)
+        assert error.startswith(f"python -m pipeline.compare: error: {message}"), error
+
+
+def compare_error(arguments: list[str]) -> str:
+    """The one line a ``python -m pipeline.compare`` call that must fail with exit 2 writes."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.compare", *arguments], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
+    return run.stderr

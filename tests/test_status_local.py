@@ -3,6 +3,7 @@
 import subprocess
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,17 @@ def status_words(dataset) -> tuple[int, list[str]]:
     return done.returncode, line.split()
 
 
+def run_mok(dataset: Path) -> subprocess.CompletedProcess:
+    """The MoK BF16 execution of the smallest inference workload at scale=ci, into ``dataset``."""
+    return cli(
+        "pipeline.run",
+        "workload=inference-ep8-f1536",
+        "variant=mok-bf16",
+        "scale=ci",
+        f"dataset_dir={dataset}",
+    )
+
+
 def test_status_of_a_folder_that_does_not_exist(tmp_path):
     done = cli("pipeline.status", str(tmp_path / "nowhere"))
     assert done.returncode == 2
@@ -55,13 +67,7 @@ def test_resubmit_names_the_allowed_choices(tmp_path):
 
 @pytest.mark.slow
 def test_local_execution_done_missing_then_resubmitted(tmp_path):
-    run = cli(
-        "pipeline.run",
-        "workload=inference-ep8-f1536",
-        "variant=mok-bf16",
-        "scale=ci",
-        f"dataset_dir={tmp_path}",
-    )
+    run = run_mok(tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     code, words = status_words(tmp_path)
     assert (code, words[0], words[3]) == (0, "done", "1")
@@ -85,13 +91,7 @@ def test_local_execution_done_missing_then_resubmitted(tmp_path):
 def test_local_failure_shows_the_error_and_the_log(tmp_path):
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
-    run = cli(
-        "pipeline.run",
-        "workload=inference-ep8-f1536",
-        "variant=mok-bf16",
-        "scale=ci",
-        f"dataset_dir={tmp_path}",
-    )
+    run = run_mok(tmp_path)
     assert run.returncode == 1
     code, words = status_words(tmp_path)
     assert (code, words[0]) == (1, "failed")

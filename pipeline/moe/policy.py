@@ -44,6 +44,28 @@ class SavedState:
     recomputes: bool  # some routed rows are recomputed in backward (recomputed_rows > 0)
     capacity_flag: bool | None  # Dist-MoE's capacity flag (slot or scratch overflow); None for MoK
 
+    @classmethod
+    def of(
+        cls,
+        budget_rows: int,
+        routed_rows: int,
+        retained_rows: int,
+        tokens: int,
+        top_k: int,
+        flag: bool | None,
+    ) -> SavedState:
+        """A forward that kept ``retained_rows`` of its ``routed_rows`` within ``budget_rows`` (the
+        rest recomputed in backward); ``flag``: the capacity flag (None for MoK)."""
+        return cls(
+            factor=budget_rows / max(tokens * top_k, 1),
+            budget_rows=budget_rows,
+            routed_rows=routed_rows,
+            retained_rows=retained_rows,
+            recomputed_rows=routed_rows - retained_rows,
+            recomputes=retained_rows < routed_rows,
+            capacity_flag=flag,
+        )
+
     def as_dict(self) -> dict[str, float | int | bool]:
         return asdict(self)
 
@@ -106,15 +128,7 @@ class MoKBudget:
     def reserve(self, layer: int, routed_rows: int, tokens: int, top_k: int, hold: bool) -> Reservation:
         budget = self.budget_rows(tokens, top_k)
         retained = min(routed_rows, budget)
-        state = SavedState(
-            factor=budget / max(tokens * top_k, 1),
-            budget_rows=budget,
-            routed_rows=routed_rows,
-            retained_rows=retained,
-            recomputed_rows=routed_rows - retained,
-            recomputes=routed_rows > budget,
-            capacity_flag=None,
-        )
+        state = SavedState.of(budget, routed_rows, retained, tokens, top_k, None)
         store = self.saved[layer][:retained] if hold and self.saved else None
         return Reservation(state, store)
 
@@ -183,14 +197,8 @@ class SharedSlot:
             if self.slot is not None:
                 store = self.slot[self.used : self.used + retained]
             self.used += retained
-        state = SavedState(
-            factor=share / max(tokens * top_k, 1),
-            budget_rows=share,
-            routed_rows=routed_rows,
-            retained_rows=retained,
-            recomputed_rows=routed_rows - retained,
-            recomputes=retained < routed_rows,
-            capacity_flag=retained < routed_rows or scratch_overflow,
+        state = SavedState.of(
+            share, routed_rows, retained, tokens, top_k, retained < routed_rows or scratch_overflow
         )
         return Reservation(state, store)
 
