@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -105,8 +104,8 @@ def calibrated(
     shape: Shape, forward: Callable[[], Any], backward: Callable[[Any], None] | None, clock: Clock
 ) -> Shape:
     """``shape`` with the iterations per window that make a combined window last ``min_window_ms``
-    on every rank (never fewer than the scale's): ``warmup`` iterations, then the median of a few timed
-    iterations on each rank, and the largest count any rank needs."""
+    on every rank (never fewer than the scale's): ``warmup`` iterations, then the mean of timed
+    iterations over at least half a window on each rank, and the largest count any rank needs."""
     if shape.min_window_ms <= 0:
         return shape
 
@@ -117,15 +116,28 @@ def calibrated(
 
     for _ in range(shape.warmup):
         iteration()
-    times = []
-    for _ in range(CALIBRATION_ITERATIONS):
+    # whole iterations until half a window has passed (at least a few): a mean over that long is
+    # not thrown off by one slow or fast iteration, as a count from a few iterations would be
+    # (every rank times as many as the rank that needs the most: each start is a barrier)
+    done, elapsed = 0, 0.0
+    while _any_rank(done < CALIBRATION_ITERATIONS or elapsed < shape.min_window_ms / 2, clock):
         started = clock.start()
         iteration()
-        times.append(clock.stop(started))
-    needed = max(shape.iterations, math.ceil(shape.min_window_ms / max(statistics.median(times), 1e-3)))
-    count = torch.tensor([needed], dtype=torch.int64)
+        elapsed += clock.stop(started)
+        done += 1
+    needed = max(shape.iterations, math.ceil(shape.min_window_ms * done / max(elapsed, 1e-3)))
+    return dataclasses.replace(shape, iterations=_largest(needed, clock))
+
+
+def _largest(value: int, clock: Clock) -> int:
+    """The largest ``value`` of any rank (this rank's own without a process group)."""
+    count = torch.tensor([value], dtype=torch.int64)
     if dist.is_initialized():
         if clock.cuda:
             count = count.cuda()
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
-    return dataclasses.replace(shape, iterations=int(count.item()))
+    return int(count.item())
+
+
+def _any_rank(flag: bool, clock: Clock) -> bool:
+    return _largest(int(flag), clock) == 1
