@@ -86,6 +86,21 @@ def _check_float(name: str, t: torch.Tensor, dims: int) -> None:
         raise ValueError(f"{name} must be a {dims}-d float32/bfloat16 tensor, got {t.dtype} {tuple(t.shape)}")
 
 
+def _check_operands(
+    first: tuple[str, torch.Tensor], second: tuple[str, torch.Tensor, int], axes: tuple[int, int], extent: str
+) -> None:
+    """A 2-d float ``first`` and a float ``second`` of the given dimensions, of one dtype, whose
+    extents along ``axes`` agree (``extent`` names it)."""
+    (a_name, a), (b_name, b, b_dims) = first, second
+    _check_float(a_name, a, 2)
+    _check_float(b_name, b, b_dims)
+    if a.shape[axes[0]] != b.shape[axes[1]] or a.dtype != b.dtype:
+        raise ValueError(
+            f"{a_name} {a.dtype} {tuple(a.shape)} and {b_name} {b.dtype} {tuple(b.shape)} "
+            f"must share {extent} and dtype"
+        )
+
+
 def grouped_gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -96,12 +111,7 @@ def grouped_gemm(
     variant: str = "auto",
 ) -> torch.Tensor:
     """``out[rows of g] = a[rows of g] @ b[g]^T``; a [M, K], b [G, N, K] -> [M, N]. FP32 accumulation."""
-    _check_float("a", a, 2)
-    _check_float("b", b, 3)
-    if a.shape[1] != b.shape[2] or a.dtype != b.dtype:
-        raise ValueError(
-            f"a {a.dtype} {tuple(a.shape)} and b {b.dtype} {tuple(b.shape)} must share K and dtype"
-        )
+    _check_operands(("a", a), ("b", b, 3), (1, 2), "K")
     _check_offs(offs, b.shape[0], a.device)
     impl, extra = _impl(backend, a.device, variant)
     return impl.grouped_gemm(a, b, offs, out_dtype or a.dtype, *extra)
@@ -117,12 +127,7 @@ def grouped_gemm_dgrad(
     variant: str = "auto",
 ) -> torch.Tensor:
     """Input gradient of :func:`grouped_gemm`: ``out[rows of g] = dy[rows of g] @ b[g]``; dy [M, N]."""
-    _check_float("dy", dy, 2)
-    _check_float("b", b, 3)
-    if dy.shape[1] != b.shape[1] or dy.dtype != b.dtype:
-        raise ValueError(
-            f"dy {dy.dtype} {tuple(dy.shape)} and b {b.dtype} {tuple(b.shape)} must share N and dtype"
-        )
+    _check_operands(("dy", dy), ("b", b, 3), (1, 1), "N")
     _check_offs(offs, b.shape[0], dy.device)
     impl, extra = _impl(backend, dy.device, variant)
     return impl.grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype, *extra)
@@ -139,12 +144,7 @@ def grouped_gemm_wgrad(
 ) -> torch.Tensor:
     """Weight gradient of :func:`grouped_gemm`: ``out[g] = dy[rows of g]^T @ x[rows of g]`` -> [G, N, K],
     grouped along the reduction dimension; empty groups give zeros."""
-    _check_float("dy", dy, 2)
-    _check_float("x", x, 2)
-    if dy.shape[0] != x.shape[0] or dy.dtype != x.dtype:
-        raise ValueError(
-            f"dy {dy.dtype} {tuple(dy.shape)} and x {x.dtype} {tuple(x.shape)} must share M and dtype"
-        )
+    _check_operands(("dy", dy), ("x", x, 2), (0, 0), "M")
     _check_offs(offs, offs.shape[0], dy.device)
     impl, extra = _impl(backend, dy.device, variant)
     return impl.grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype, *extra)
