@@ -62,8 +62,8 @@ def test_clock_measures_milliseconds(device):
     assert 20 <= clock.stop(started) < 200
 
 
-def _shape(min_window_ms: float, iterations: int = 2):
-    scale = Scale("ci", 16, 64, 48, 384, 6, 1, 2, "float32", 1, 5, iterations, min_window_ms)
+def _shape(min_window_ms: float, iterations: int = 2, min_timed_ms: float = 0.0):
+    scale = Scale("ci", 16, 64, 48, 384, 6, 1, 2, "float32", 1, 5, iterations, min_window_ms, min_timed_ms)
     return shape_for(WORKLOAD_BY_NAME["training-ep32-f3072"], scale)
 
 
@@ -83,6 +83,23 @@ def test_calibration_lengthens_windows_to_the_minimum_time():
     )
     unchanged = _shape(0.0)
     assert calibrated(unchanged, forward, backward, Clock(torch.device("cpu"))) is unchanged
+    assert shape.windows == 5  # no min_timed_ms: the scale's windows
+
+
+def test_calibration_adds_windows_until_a_phase_lasts_the_minimum_time():
+    log: list[str] = []
+    forward, backward = sleeper(log)  # one iteration sleeps 6 ms
+    shape = calibrated(_shape(12.0, min_timed_ms=150.0), forward, backward, Clock(torch.device("cpu")))
+    assert shape.iterations == 2  # ceil(12 / a little over 6 ms)
+    assert 9 <= shape.windows <= 13  # ceil(150 / a little over 12 ms)
+    windows = time_windows(forward, backward, Clock(torch.device("cpu")), 0, shape.windows, shape.iterations)
+    assert len(windows["combined"]) == shape.windows and sum(windows["combined"]) >= 140.0
+    # never fewer than the scale's windows; only min_timed_ms asked for, iterations stay the scale's
+    assert (
+        calibrated(_shape(0.0, min_timed_ms=10.0), forward, backward, Clock(torch.device("cpu"))).windows == 5
+    )
+    only_windows = calibrated(_shape(0.0, min_timed_ms=100.0), forward, backward, Clock(torch.device("cpu")))
+    assert only_windows.iterations == 2 and 7 <= only_windows.windows <= 9  # ceil(100 / ~12.5 ms)
 
 
 def _calibrate_uneven(rank: int, world: int) -> int:
@@ -92,9 +109,15 @@ def _calibrate_uneven(rank: int, world: int) -> int:
     def forward() -> None:
         time.sleep(0.002 if rank == 1 else 0.0005)
 
-    return calibrated(_shape(40.0), forward, None, Clock(torch.device("cpu"))).iterations
+    shape = calibrated(_shape(40.0, min_timed_ms=400.0), forward, None, Clock(torch.device("cpu")))
+    return shape.iterations, shape.windows
 
 
 def test_ranks_agree_on_one_count():
     counts = run_ranks(2, _calibrate_uneven, timeout=120)
-    assert counts[0] == counts[1] and 25 <= counts[0] <= 80  # ceil(40 / a little over 0.5 ms)
+    assert counts[0] == counts[1]
+    iterations, windows = counts[0]
+    assert 25 <= iterations <= 80  # ceil(40 / a little over 0.5 ms)
+    # with that count rank 0's windows last about 40 ms and need 10 to add up to 400 ms; rank 1's
+    # last about four times as long, so the scale's 5 would do for it alone
+    assert windows >= 10

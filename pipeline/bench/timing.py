@@ -6,11 +6,14 @@ CUDA, events on the rank's stream bracket the window, so it covers the kernels, 
 Backward cannot run without its forward: the backward window is the sum of the backward parts of
 ``iterations`` forward+backward repetitions, each started after a barrier.
 
-A scale may ask for windows of at least ``min_window_ms`` (``calibrated``): after warm-up whole
-iterations are timed and the iterations per window rise until a combined window lasts that long on
-every rank (all ranks take the largest count any rank needs), so on shared CPUs a window is long beside the
-clock's and the scheduler's noise whatever the shape (inference's forward window, the same work,
-lasts as long; a forward window with a backward about a third).
+A scale may ask for windows of at least ``min_window_ms`` and for at least ``min_timed_ms`` of windows
+per phase (``calibrated``): after warm-up whole iterations are timed, the iterations per window rise
+until a combined window lasts ``min_window_ms`` and the windows per phase until they add up to
+``min_timed_ms``, on every rank (all ranks take the largest counts any rank needs). On shared CPUs
+an iteration's time is heavy-tailed (a collective's wake-up can cost ten times its median), and the
+median of many short windows is steadier than that of a few long ones of the same total time
+(``docs/performance.md``); inference's forward window, the same work, lasts as long as the combined
+one, a forward window with a backward about a third.
 """
 
 from __future__ import annotations
@@ -104,9 +107,10 @@ def calibrated(
     shape: Shape, forward: Callable[[], Any], backward: Callable[[Any], None] | None, clock: Clock
 ) -> Shape:
     """``shape`` with the iterations per window that make a combined window last ``min_window_ms``
-    on every rank (never fewer than the scale's): ``warmup`` iterations, then the mean of timed
-    iterations over at least half a window on each rank, and the largest count any rank needs."""
-    if shape.min_window_ms <= 0:
+    and the windows that make the combined windows add up to ``min_timed_ms`` on every rank (never
+    fewer than the scale's): ``warmup`` iterations, then the mean of timed iterations over at least
+    half a window (and a few iterations) on each rank, and the largest counts any rank needs."""
+    if shape.min_window_ms <= 0 and shape.min_timed_ms <= 0:
         return shape
 
     def iteration() -> None:
@@ -125,8 +129,10 @@ def calibrated(
         iteration()
         elapsed += clock.stop(started)
         done += 1
-    needed = max(shape.iterations, math.ceil(shape.min_window_ms * done / max(elapsed, 1e-3)))
-    return dataclasses.replace(shape, iterations=_largest(needed, clock))
+    iteration_ms = max(elapsed, 1e-3) / done
+    iterations = _largest(max(shape.iterations, math.ceil(shape.min_window_ms / iteration_ms)), clock)
+    windows = max(shape.windows, math.ceil(shape.min_timed_ms / (iterations * iteration_ms)))
+    return dataclasses.replace(shape, iterations=iterations, windows=_largest(windows, clock))
 
 
 def _largest(value: int, clock: Clock) -> int:

@@ -49,7 +49,8 @@ class Scale:
     warmup: int
     windows: int
     iterations: int
-    min_window_ms: float = 0.0  # iterations per window rise until a forward window lasts this long
+    min_window_ms: float = 0.0  # iterations per window rise until a combined window lasts this long
+    min_timed_ms: float = 0.0  # windows rise until the combined windows add up to this long
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,10 @@ class Shape:
     layer_loads: tuple[float, ...]
     dtype: str
     warmup: int
-    windows: int
+    windows: int  # per phase: the scale's, or more where ``min_timed_ms`` asked for them
     iterations: int  # per window: the scale's, or more where ``min_window_ms`` asked for them
     min_window_ms: float = 0.0
+    min_timed_ms: float = 0.0
 
     def metadata(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -81,7 +83,7 @@ class Shape:
 def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
     """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``."""
     fields = set(Scale.__dataclass_fields__) - {"max_ranks"}
-    optional = {"min_window_ms"}
+    optional = {"min_window_ms", "min_timed_ms"}
     unknown = sorted(set(scale) - fields - {"max_ranks"})
     missing = sorted(fields - optional - set(scale))
     if unknown or missing:
@@ -112,8 +114,11 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     for key in ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows"):
         if getattr(scale, key) < 1:
             raise ValueError(f"scale {scale.name}: {key} must be >= 1, got {getattr(scale, key)}")
-    if scale.iterations < 1 or scale.warmup < 0 or not scale.min_window_ms >= 0:
-        raise ValueError(f"scale {scale.name}: need iterations >= 1 and warmup >= 0, got {scale}")
+    if scale.iterations < 1 or scale.warmup < 0 or not (scale.min_window_ms >= 0 and scale.min_timed_ms >= 0):
+        raise ValueError(
+            f"scale {scale.name}: need iterations >= 1, warmup >= 0, min_window_ms >= 0 and "
+            f"min_timed_ms >= 0, got {scale}"
+        )
     if scale.max_ranks is not None and scale.max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
     if workload.d_ff % scale.d_ff_divisor:
@@ -175,4 +180,5 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
         windows=scale.windows,
         iterations=scale.iterations,
         min_window_ms=float(scale.min_window_ms),
+        min_timed_ms=float(scale.min_timed_ms),
     )

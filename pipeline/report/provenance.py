@@ -16,7 +16,7 @@ from typing import Any
 from pipeline.data.reader import Shard
 
 UNKNOWN = "unknown"
-SETTINGS = ("scale", "device", "iterations", "min_window_ms", "git_sha", "cutlass_dsl")
+SETTINGS = ("scale", "device", "iterations", "min_window_ms", "min_timed_ms", "git_sha", "cutlass_dsl")
 
 
 def _meta(*keys: str) -> Callable[[Shard], Any]:
@@ -32,10 +32,12 @@ def _meta(*keys: str) -> Callable[[Shard], Any]:
 FIELDS: dict[str, Callable[[Shard], Any]] = {
     "scale": _meta("config", "scale", "name"),
     "device": lambda shard: shard.identity["device"],
-    # the timing the scale asked for (iterations per window at least, windows at least this long); the
-    # iterations each execution then ran are a measurement of its own (``iterationsPerWindow``)
+    # the timing the scale asked for (iterations per window at least, windows at least this long, the
+    # windows of a phase at least this long together); the iterations and windows each execution then
+    # ran are measurements of its own (``iterationsPerWindow``, ``windows``)
     "iterations": _meta("config", "scale", "iterations"),
     "min_window_ms": _meta("config", "scale", "min_window_ms"),
+    "min_timed_ms": _meta("config", "scale", "min_timed_ms"),
     "git_sha": _meta("provenance", "git_sha"),
     "cutlass_dsl": _meta("provenance", "versions", "cutlass_dsl"),
     "torch": _meta("provenance", "versions", "torch"),
