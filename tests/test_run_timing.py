@@ -54,6 +54,23 @@ def test_inference_times_forward_and_the_whole_iteration():
     assert "".join(log) == "f" * 12
 
 
+def test_inference_phases_take_alternate_iterations_of_one_span():
+    """The same work, so one span per window pair: the 1st, 3rd, ... iteration to forward, the 2nd,
+    4th, ... to combined (here the odd ones sleep 2 ms, the even ones 10 ms)."""
+    calls = []
+
+    def forward():
+        calls.append(len(calls))
+        time.sleep(0.002 if len(calls) % 2 else 0.010)
+
+    times = time_windows(forward, None, Clock(torch.device("cpu")), 1, 4, 3)
+    assert len(calls) == 1 + 4 * 2 * 3
+    # warm-up took one call, so each span starts on an even call: 3 x 10 ms to forward, 3 x 2 to combined
+    assert all(
+        30.0 <= f and 6.0 <= c < 30.0 for f, c in zip(times["forward"], times["combined"], strict=True)
+    )
+
+
 @pytest.mark.parametrize("device", ["cpu"])
 def test_clock_measures_milliseconds(device):
     clock = Clock(torch.device(device))

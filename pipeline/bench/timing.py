@@ -4,7 +4,8 @@ A window is ``iterations`` repetitions. Its clock starts after a barrier (all ra
 and stops when this rank's own work is done, so ranks differ and the slowest one can be found. On
 CUDA, events on the rank's stream bracket the window, so it covers the kernels, not only their launch.
 Backward cannot run without its forward: the backward window is the sum of the backward parts of
-``iterations`` forward+backward repetitions, each started after a barrier.
+``iterations`` forward+backward repetitions, each started after a barrier. Inference's forward and
+combined windows time the same work; they share one span of back-to-back iterations, taken alternately.
 
 A scale may ask for windows of at least ``min_window_ms`` and for at least ``min_timed_ms`` of windows
 per phase (``calibrated``): after warm-up whole iterations are timed, the iterations per window rise
@@ -22,6 +23,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import torch
@@ -33,6 +35,9 @@ from pipeline.vocabulary import timed_phases
 CALIBRATION_ITERATIONS = 3
 
 
+Mark = float | torch.cuda.Event
+
+
 class Clock:
     """Window clock of one rank, aligned with the other ranks at ``start``: CUDA events recorded on
     the rank's stream on GPUs, ``perf_counter`` on CPUs."""
@@ -41,25 +46,31 @@ class Clock:
         self.cuda = device.type == "cuda"
         self.name = "barrier + cuda events" if self.cuda else "barrier + perf_counter"
 
-    def start(self) -> float | torch.cuda.Event:
+    def start(self) -> Mark:
         if self.cuda:
             torch.cuda.synchronize()
         if dist.is_initialized():
             dist.barrier()
+        return self.mark()
+
+    def mark(self) -> Mark:
+        """Now, on this rank's clock (on CUDA: once the work queued so far has run)."""
         if not self.cuda:
             return time.perf_counter()
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
 
-    def stop(self, started: float | torch.cuda.Event) -> float:
+    def laps(self, marks: list[Mark]) -> list[float]:
+        """Milliseconds between consecutive ``marks`` (on CUDA, once the last has been reached)."""
+        if not self.cuda:
+            return [(b - a) * 1e3 for a, b in pairwise(marks)]  # type: ignore[operator]
+        marks[-1].synchronize()  # type: ignore[union-attr]
+        return [a.elapsed_time(b) for a, b in pairwise(marks)]  # type: ignore[union-attr,arg-type]
+
+    def stop(self, started: Mark) -> float:
         """Milliseconds since ``started``."""
-        if isinstance(started, float):
-            return (time.perf_counter() - started) * 1e3
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        end.synchronize()
-        return started.elapsed_time(end)
+        return self.laps([started, self.mark()])[0]
 
 
 def time_windows(
@@ -84,23 +95,40 @@ def time_windows(
         iteration()
     times: dict[str, list[float]] = {phase: [] for phase in timed_phases(backward is not None)}
     for _ in range(windows):
+        if backward is None:
+            forward_ms, combined_ms = _alternating(forward, clock, iterations)
+            times["forward"].append(forward_ms)
+            times["combined"].append(combined_ms)
+            continue
         started = clock.start()
         for _ in range(iterations):
             forward()
         times["forward"].append(clock.stop(started))
-        if backward is not None:
-            total = 0.0
-            for _ in range(iterations):
-                out = forward()
-                started = clock.start()
-                backward(out)
-                total += clock.stop(started)
-            times["backward"].append(total)
+        total = 0.0
+        for _ in range(iterations):
+            out = forward()
+            started = clock.start()
+            backward(out)
+            total += clock.stop(started)
+        times["backward"].append(total)
         started = clock.start()
         for _ in range(iterations):
             iteration()
         times["combined"].append(clock.stop(started))
     return times
+
+
+def _alternating(forward: Callable[[], Any], clock: Clock, iterations: int) -> tuple[float, float]:
+    """Inference's forward and combined windows: the same work, so one span of ``2 * iterations``
+    back-to-back forwards after one barrier, every other iteration to each; both phases then see the
+    same moments of a noisy host (an iteration of a shared CPU can stall for several times its median
+    wherever it falls) instead of two different spans."""
+    marks = [clock.start()]
+    for _ in range(2 * iterations):
+        forward()
+        marks.append(clock.mark())
+    laps = clock.laps(marks)
+    return sum(laps[0::2]), sum(laps[1::2])
 
 
 def calibrated(

@@ -1,10 +1,11 @@
 """Distribution-free confidence intervals for time ratios, from two samples of window times.
 
 A timing sample here is the per-iteration window times of one execution's slowest rank: five
-windows at every scale of the matrix. The interval for the ratio NEW / BASE inverts the
-Mann-Whitney rank test on log times (the Hodges-Lehmann interval of the log shift): it is exact for
-any continuous distribution of window times, needs no seed and no resampling, and at five windows per
-side still has its stated coverage, which a bootstrap of medians of five does not.
+windows at the report's scale, more where a scale asks for them. The interval for the ratio
+NEW / BASE inverts the Mann-Whitney rank test on log times (the Hodges-Lehmann interval of the log
+shift): it is exact for any continuous distribution of window times, needs no seed and no
+resampling, and at five windows per side still has its stated coverage, which a bootstrap of
+medians of five does not.
 """
 
 from __future__ import annotations
