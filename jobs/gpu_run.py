@@ -35,7 +35,11 @@ LIMITS_S = {"env": 30, "smoke": 50, "correctness": 60, "timing": 60, "tests": 40
 PLANTED_LIMIT_S = 5
 UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
 AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
-CUDA_TESTS = ("tests/test_moe_layer.py::test_nccl_one_rank", "tests/test_run_graphs.py")
+CUDA_TESTS = (
+    "tests/test_moe_layer.py::test_nccl_one_rank",
+    "tests/test_run_graphs.py",
+    "tests/test_run_timing.py::test_cuda_laps_are_the_kernels_intervals",
+)
 # each kind; MoK and Dist-MoE; BF16 and MXFP8 (the fp8-dispatch Dist-MoE pipeline runs MXFP8 GEMMs)
 WORKLOADS = "inference-ep8-f3072,training-ep32-f3072,packing-ep32-f3072-profile-a"
 VARIANTS = "mok-bf16,dist-moe-fp8-dispatch"

@@ -71,6 +71,22 @@ def test_inference_phases_take_alternate_iterations_of_one_span():
     )
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_laps_are_the_kernels_intervals():
+    """On a GPU the marks are events on the stream: a lap is the queued kernels' time, not the
+    microseconds their launch took; alternate spans of long and short sleep kernels go to forward
+    and combined as on CPUs."""
+    calls = []
+
+    def forward():
+        calls.append(len(calls))
+        torch.cuda._sleep(1_000_000 if len(calls) % 2 else 5_000_000)  # GPU clock cycles
+
+    times = time_windows(forward, None, Clock(torch.device("cuda")), 1, 3, 4)
+    for long, short in zip(times["forward"], times["combined"], strict=True):
+        assert 0 < short and 2.5 * short < long  # about 5x: the cycles' ratio
+
+
 @pytest.mark.parametrize("device", ["cpu"])
 def test_clock_measures_milliseconds(device):
     clock = Clock(torch.device(device))
