@@ -111,14 +111,11 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     """Resolve and check the shape; every problem is a ValueError naming the value and what is allowed."""
     if scale.dtype not in DTYPES:
         raise ValueError(f"scale {scale.name}: dtype {scale.dtype!r}; allowed: {', '.join(DTYPES)}")
-    for key in ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows"):
-        if getattr(scale, key) < 1:
-            raise ValueError(f"scale {scale.name}: {key} must be >= 1, got {getattr(scale, key)}")
-    if scale.iterations < 1 or scale.warmup < 0 or not (scale.min_window_ms >= 0 and scale.min_timed_ms >= 0):
-        raise ValueError(
-            f"scale {scale.name}: need iterations >= 1, warmup >= 0, min_window_ms >= 0 and "
-            f"min_timed_ms >= 0, got {scale}"
-        )
+    counts = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows")
+    lowest = {**dict.fromkeys((*counts, "iterations"), 1), "warmup": 0, "min_window_ms": 0, "min_timed_ms": 0}
+    for key, bound in lowest.items():
+        if not getattr(scale, key) >= bound:  # ``not >=``: a NaN is refused too
+            raise ValueError(f"scale {scale.name}: {key} must be >= {bound}, got {getattr(scale, key)}")
     if scale.max_ranks is not None and scale.max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
     if workload.d_ff % scale.d_ff_divisor:
