@@ -17,10 +17,10 @@ from pipeline.report import aggregate
 
 def _problem(dataset: Path, out: Path | None, workers: int) -> str | None:
     """Why these arguments cannot work, or None."""
-    if dataset.is_file():
-        return f"{dataset} is a file, not a dataset directory"
-    if not dataset.is_dir():
-        return f"dataset directory {dataset} does not exist"
+    try:
+        Dataset.existing(dataset)
+    except ValueError as err:
+        return str(err)
     if out is not None and out.exists() and not out.is_dir():
         return f"--out {out} is a file, not a directory"
     if workers < 1:

@@ -85,7 +85,7 @@ def test_status_columns_line_up_and_json_filters_by_state(tmp_path):
         (
             ["-m", "pipeline.aggregate", "{file}"],
             2,
-            "pipeline.aggregate: {file} is a file, not a dataset directory",
+            "pipeline.aggregate: '{file}' is a file, not a dataset directory",
         ),
         (
             ["-m", "pipeline.aggregate", "{dir}", "--out", "{file}"],

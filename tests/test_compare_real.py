@@ -148,7 +148,7 @@ def test_bad_input_is_one_line_and_exit_two(sweeps, tmp_path) -> None:
     cases = [
         (
             [str(tmp_path / "absent"), str(first)],
-            f"not a dataset: '{tmp_path / 'absent'}' is not a directory",
+            f"dataset directory '{tmp_path / 'absent'}' does not exist",
         ),
         ([str(tmp_path / "empty"), str(first)], "has no usable shard (no shards/execution=*/*.parquet)"),
         ([str(only_first), str(only_second)], "no common executions: "),

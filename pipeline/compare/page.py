@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.compare.plot import ratio_figure
+from pipeline.data.atomic import atomic_write
 from pipeline.report import html
 from pipeline.report.figures import png
 from pipeline.report.provenance import SETTINGS
-from pipeline.report.publish import write_atomic
 
 PAGE_NAME = "comparison.html"
 
@@ -19,7 +19,7 @@ def write_page(out: Path, document: dict[str, Any]) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / PAGE_NAME
-    write_atomic(path, page_html(document))
+    atomic_write(path, page_html(document))
     return path
 
 

@@ -38,9 +38,7 @@ class Side:
 def load(path: Path, workers: int = 8) -> Side:
     """Read a dataset folder; a folder without one usable shard is not a dataset (``ValueError``)."""
     path = Path(path)
-    if not path.is_dir():
-        raise ValueError(f"not a dataset: {str(path)!r} is not a directory")
-    folder = Dataset(path)
+    folder = Dataset.existing(path)
     scan = scan_shards(folder, workers=workers)
     skipped = list(scan.skipped)
     rows: dict[str, dict[str, Any]] = {}

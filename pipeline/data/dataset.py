@@ -38,6 +38,17 @@ class Dataset:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(os.path.abspath(root))
 
+    @classmethod
+    def existing(cls, root: str | os.PathLike[str]) -> Dataset:
+        """The dataset folder at ``root``, which must be a directory; a ValueError says what it is
+        instead (the one check every command that reads a dataset makes)."""
+        path = Path(root)
+        if path.is_file():
+            raise ValueError(f"{str(root)!r} is a file, not a dataset directory")
+        if not path.is_dir():
+            raise ValueError(f"dataset directory {str(root)!r} does not exist")
+        return cls(path)
+
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r})"
 

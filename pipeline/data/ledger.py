@@ -21,6 +21,7 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from pipeline.data.atomic import atomic_write
 from pipeline.data.dataset import Dataset
 
 
@@ -110,13 +111,7 @@ def append(dataset: Dataset, record: Record) -> None:
     data = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
     writer = f"{socket.gethostname()}-{os.getpid()}"
     path = dataset.ledger_record_path(time.time_ns(), writer, next(_sequence))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    atomic_write(path, data, exclusive=True)
 
 
 def read(dataset: Dataset) -> list[Record]:

@@ -1,20 +1,20 @@
 """Atomic shard writer: a shard exists under its final name complete or not at all.
 
-The table is written to a hidden temporary file in the shard's own folder (same filesystem), flushed
-to disk, then renamed with ``os.replace``; a crash at any point leaves no ``attempt-<n>.parquet``, so
-readers never see half a shard and completed attempts are never touched.
+The table goes through :func:`pipeline.data.atomic.atomic_write` (a temporary sibling, fsync, rename),
+so a crash at any point leaves no ``attempt-<n>.parquet``: readers never see half a shard, and an
+existing attempt is never replaced.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.data.atomic import atomic_write
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
 
@@ -29,8 +29,6 @@ def write_shard(
     if not rows:
         raise ValueError(f"no rows to write for execution {execution_id!r} attempt {attempt}")
     final = dataset.shard_path(execution_id, attempt)
-    if final.exists():
-        raise FileExistsError(f"{final} already exists; attempts are never overwritten")
     stray = {r["execution_id"] for r in rows} - {execution_id}
     if stray:
         raise ValueError(f"rows of other executions {sorted(stray)} in the shard of {execution_id!r}")
@@ -41,25 +39,4 @@ def write_shard(
     meta = {**metadata, "schema_version": SCHEMA_VERSION, "execution_id": execution_id, "attempt": attempt}
     table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
 
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(final.parent)
-    return final
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable (the directory entry lives in the folder)."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return atomic_write(final, lambda f: pq.write_table(table, f), exclusive=True)

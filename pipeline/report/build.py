@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.data.atomic import atomic_write
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
@@ -14,7 +15,7 @@ from pipeline.report import executions, pairs
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
 from pipeline.report.page import write_report
-from pipeline.report.publish import csv_text, json_text, write_atomic
+from pipeline.report.publish import csv_text, json_text
 
 CSV_NAME = "mok-comparison.csv"
 PAIRS_NAME = "mok-comparison-pairs.csv"
@@ -33,9 +34,7 @@ class Aggregate:
 
 def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8) -> Aggregate:
     """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset)."""
-    folder = Dataset(dataset)
-    if not folder.root.is_dir():
-        raise ValueError(f"dataset directory {str(dataset)!r} does not exist")
+    folder = Dataset.existing(dataset)
     out = folder.root if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
     scan = scan_shards(folder, workers=workers)
@@ -81,9 +80,9 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
         "saved_state": states,
     }
     files = [out / CSV_NAME, out / PAIRS_NAME, out / JSON_NAME]
-    write_atomic(files[0], csv_text(rows, executions.COLUMNS))
-    write_atomic(files[1], csv_text(pair_rows, pairs.COLUMNS))
-    write_atomic(files[2], json_text(document))
+    atomic_write(files[0], csv_text(rows, executions.COLUMNS))
+    atomic_write(files[1], csv_text(pair_rows, pairs.COLUMNS))
+    atomic_write(files[2], json_text(document))
     if figures:
         pngs = write_figures(out, rows, pair_rows, states)
         files += [*pngs, write_report(out, document, scan.newest, pngs)]

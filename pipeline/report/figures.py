@@ -14,8 +14,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from pipeline.data.atomic import atomic_write
 from pipeline.matrix import WORKLOADS
-from pipeline.report.publish import write_atomic
 from pipeline.vocabulary import KINDS, PRECISIONS
 
 MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
@@ -32,11 +32,11 @@ def write_figures(
     written = []
     for ep in sorted({r["ep"] for r in rows}):
         path = Path(out) / f"mok-comparison-ep{ep}.png"
-        write_atomic(path, png(time_figure(ep, rows, pairs)))
+        atomic_write(path, png(time_figure(ep, rows, pairs)))
         written.append(path)
     if states:
         path = Path(out) / "mok-comparison-saved-state.png"
-        write_atomic(path, png(saved_state_figure(states, pairs, rows)))
+        atomic_write(path, png(saved_state_figure(states, pairs, rows)))
         written.append(path)
     return written
 

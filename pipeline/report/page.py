@@ -12,11 +12,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.data.atomic import atomic_write
 from pipeline.data.reader import Shard
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
 from pipeline.report.provenance import describe, time_span
-from pipeline.report.publish import write_atomic
 
 REPORT_NAME = "report.html"
 TITLE = "MoK vs Dist-MoE: expert-parallel MoE layer benchmark"
@@ -28,7 +28,7 @@ def write_report(
     """Write ``report.html`` into ``out`` from the aggregate ``document``, the winning ``shards`` by
     execution id and the figure files just written; return its path."""
     path = Path(out) / REPORT_NAME
-    write_atomic(path, report_html(document, shards, {Path(f).name: Path(f).read_bytes() for f in figures}))
+    atomic_write(path, report_html(document, shards, {Path(f).name: Path(f).read_bytes() for f in figures}))
     return path
 
 

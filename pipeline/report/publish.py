@@ -11,9 +11,7 @@ import csv
 import io
 import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 FLOAT_FORMAT = ".6g"
@@ -45,14 +43,6 @@ def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 def json_text(document: dict[str, Any]) -> str:
     """Indented JSON with sorted keys and published float precision."""
     return json.dumps(rounded(document), sort_keys=True, indent=1, allow_nan=False) + "\n"
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write ``path`` via a temporary sibling and ``os.replace``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 def _cell(value: Any) -> str:

@@ -34,11 +34,7 @@ class ExecutionStatus:
 
 def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     """One status per execution named in the ledger or in the shards, sorted by execution id."""
-    folder = Dataset(dataset)
-    if folder.root.is_file():
-        raise ValueError(f"{str(dataset)!r} is a file, not a dataset directory")
-    if not folder.root.is_dir():
-        raise ValueError(f"dataset directory {str(dataset)!r} does not exist")
+    folder = Dataset.existing(dataset)
     records = ledger.read(folder)
     submitted = ledger.newest_submissions(records)
     failures = {(r.execution_id, r.attempt): r.reason for r in records if isinstance(r, ledger.Failed)}

@@ -1,0 +1,49 @@
+"""Atomic file writes: a file exists under its final name complete or not at all.
+
+Every writer of a dataset or a published file goes through here. The bytes go to a hidden temporary
+sibling (same folder, so the same filesystem), are flushed to disk, and the sibling is renamed over
+the final name with ``os.replace``; the folder is then synced so that the rename itself survives a
+crash. A failure at any point removes the temporary file and leaves the final name untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+
+def atomic_write(
+    path: str | os.PathLike[str], data: str | bytes | Callable[[BinaryIO], object], *, exclusive: bool = False
+) -> Path:
+    """Write ``data`` (text, bytes, or a function that writes into the open file) to ``path``;
+    ``exclusive`` refuses a path that already exists (what is written once is never replaced)."""
+    final = Path(path)
+    if exclusive and final.exists():
+        raise FileExistsError(f"{final} already exists; it is written once and never replaced")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(final.parent)
+    return final
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make a rename durable: the directory entry lives in the folder."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
