@@ -7,16 +7,29 @@
 #   jobs/local-slurm.sh down     cancel jobs, stop every daemon it started; state stays on disk
 #
 # Everything lives under MOE_SLURM_DIR (default /var/tmp/moe-slurm). /etc/slurm/slurm.conf is linked
-# to the generated one so that sbatch, srun, squeue and sacct work without extra environment.
+# to the generated one so that sbatch, srun, squeue and sacct work without extra environment (unless
+# it links to another cluster's: then export SLURM_CONF as the script says). MOE_SLURM_PORT (default
+# 17000) is the first of the ports it uses (+1..+4 the nodes, +19 slurmdbd, +30 MariaDB), so a second
+# cluster can run beside the first with its own directory and ports.
+#
+# Two partitions share the four nodes. `debug` (the default) has their whole advertised size, 2 CPUs a
+# node, for tests of placement and faults. `bench` is for measurements (conf/cluster/local-slurm.yaml):
+# its QOS grants at most as many CPUs at once, over all its jobs, as this host has cores (nproc), and
+# refuses a job that asks for more, so a sweep through it never runs more ranks than there are cores.
+# (Four nodes cannot each advertise a CPU of their own on a host with fewer than four cores.)
 set -euo pipefail
 
 STATE=${MOE_SLURM_DIR:-/var/tmp/moe-slurm}
 CLUSTER=moe
 NODES=(n1 n2 n3 n4)
 NODE_CPUS=${MOE_SLURM_NODE_CPUS:-2}
-CTLD_PORT=17000
-DBD_PORT=17019
-DB_PORT=17030
+HOST_CORES=$(nproc)
+BENCH_QOS=moe-host-cores
+PORT=${MOE_SLURM_PORT:-17000}
+CTLD_PORT=$PORT
+NODE_PORTS=$((PORT + 1))-$((PORT + ${#NODES[@]}))
+DBD_PORT=$((PORT + 19))
+DB_PORT=$((PORT + 30))
 PACKAGES=(slurm-wlm slurmdbd munge mariadb-server)
 ETC_LINK=/etc/slurm/slurm.conf
 export SLURM_CONF=$STATE/etc/slurm.conf
@@ -61,6 +74,16 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 }
 
+# /etc/slurm/slurm.conf may point here: when it is missing, already ours, or a link to a cluster whose
+# slurmctld is not running (a live cluster's link is left alone).
+link_is_free() {
+  [[ ! -e $ETC_LINK && ! -L $ETC_LINK ]] && return 0
+  [[ -L $ETC_LINK ]] || return 1
+  local linked
+  linked=$(readlink "$ETC_LINK")
+  [[ $linked == "$STATE/etc/slurm.conf" ]] || ! pid_alive "${linked%/etc/slurm.conf}/run/slurmctld.pid"
+}
+
 write_configs() {
   mkdir -p "$STATE"/{etc,run,log,ctld,db} "${NODES[@]/#/$STATE/spool/}"
   local host
@@ -95,8 +118,10 @@ JobAcctGatherFrequency=30
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
-NodeName=n[1-4] NodeHostname=$host NodeAddr=127.0.0.1 Port=17001-17004 CPUs=$NODE_CPUS RealMemory=8000 State=UNKNOWN
+AccountingStorageEnforce=limits
+NodeName=n[1-4] NodeHostname=$host NodeAddr=127.0.0.1 Port=$NODE_PORTS CPUs=$NODE_CPUS RealMemory=8000 State=UNKNOWN
 PartitionName=debug Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
+PartitionName=bench Nodes=n[1-4] QOS=$BENCH_QOS MaxTime=INFINITE State=UP
 EOF
   if cmp -s "$STATE/etc/slurm.conf.new" "$STATE/etc/slurm.conf"; then
     rm "$STATE/etc/slurm.conf.new"
@@ -124,11 +149,11 @@ EOF
   )
   # Node names must resolve, as on real sites: jobs rendezvous at their first node's name.
   grep -qE "^127\.0\.0\.1[[:space:]]+${NODES[*]}\$" /etc/hosts || echo "127.0.0.1 ${NODES[*]}" >>/etc/hosts
-  if [[ -L $ETC_LINK || ! -e $ETC_LINK ]]; then
+  if link_is_free; then
     mkdir -p "$(dirname "$ETC_LINK")"
     ln -sfn "$STATE/etc/slurm.conf" "$ETC_LINK"
   else
-    echo "local-slurm: $ETC_LINK is not ours; export SLURM_CONF=$SLURM_CONF to use this cluster" >&2
+    echo "local-slurm: $ETC_LINK is not this cluster's; export SLURM_CONF=$SLURM_CONF to use it" >&2
   fi
 }
 
@@ -171,6 +196,12 @@ start_slurmdbd() {
   if [[ -z $(sacctmgr -n -P show cluster "$CLUSTER" format=cluster) ]]; then
     sacctmgr -i add cluster "$CLUSTER" >/dev/null
   fi
+  # The bench partition's QOS: this host's cores, in all and per job (a larger job is refused).
+  if [[ -z $(sacctmgr -n -P show qos "$BENCH_QOS" format=name) ]]; then
+    sacctmgr -i add qos "$BENCH_QOS" >/dev/null
+  fi
+  sacctmgr -i modify qos "$BENCH_QOS" set GrpTRES=cpu="$HOST_CORES" MaxTRESPerJob=cpu="$HOST_CORES" \
+    Flags=DenyOnLimit >/dev/null
 }
 
 start_slurm() {
@@ -214,6 +245,11 @@ cmd_up() {
   start_munge
   start_mariadb
   start_slurmdbd
+  # slurmctld reads some settings (AccountingStorageEnforce, which the bench QOS needs) only when it
+  # starts: a running one restarts on a changed slurm.conf. Its jobs survive (state on disk).
+  if ((CONFIG_CHANGED)) && pid_alive "$STATE/run/slurmctld.pid"; then
+    stop_pids "$STATE/run/slurmctld.pid"
+  fi
   start_slurm
   # Daemons that were already running read a changed slurm.conf only when told to.
   if ((CONFIG_CHANGED)); then scontrol reconfigure; fi
@@ -253,8 +289,18 @@ cmd_status() {
     fi
   done
   if ((ok == 0)); then
-    sinfo -N -o '%N %T %c' || ok=1
+    sinfo -N -p debug -o '%N %T %c' || ok=1
     nodes_ready || ok=1
+    # A cluster brought up by an older version of this script has no bench partition: not ready.
+    local qos cap
+    qos=$(scontrol -o show partition bench 2>/dev/null | grep -o 'QoS=[^ ]*' || true)
+    cap=$(sacctmgr -n -P show qos "$BENCH_QOS" format=GrpTRES 2>/dev/null || true)
+    if [[ $qos == "QoS=$BENCH_QOS" && $cap == "cpu=$HOST_CORES" ]]; then
+      echo "bench partition: at most $HOST_CORES CPUs at once (the host's cores)"
+    else
+      echo "bench partition: missing or not capped at the host's $HOST_CORES cores (${qos:-no partition}, ${cap:-no QOS}); run: jobs/local-slurm.sh up"
+      ok=1
+    fi
   fi
   return "$ok"
 }

@@ -123,7 +123,7 @@ def test_sbatch_script_holds_every_option(tmp_path):
         "#SBATCH --time=7",
         "#SBATCH --mail-type=END",
         "#SBATCH --no-requeue",
-        "#SBATCH --partition=debug",
+        "#SBATCH --partition=bench",
         "#SBATCH --nodes=2",
         "export A=1",
     ):

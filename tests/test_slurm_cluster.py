@@ -1,6 +1,8 @@
-"""The local cluster itself: tasks spread over nodes, and accounting records a failed job as FAILED."""
+"""The local cluster itself: tasks spread over nodes, accounting records a failed job as FAILED, and the
+bench partition never grants more CPUs at once than the host has cores."""
 
 import subprocess
+import time
 
 from tests.slurm_support import needs_cluster, output, sacct_state, wait_for
 
@@ -34,3 +36,34 @@ def test_a_failing_batch_job_is_failed_in_sacct(tmp_path):
     wait_for(
         lambda: f"FAILED 3:0 on two nodes, sacct says {sacct_state(job_id)!r}", recorded_on_two_nodes, 60
     )
+
+
+def _running_bench_cpus() -> int:
+    listing = output("squeue", "-h", "-p", "bench", "-t", "RUNNING", "-o", "%C")
+    return sum(int(c) for c in listing.split())
+
+
+def test_bench_partition_never_grants_more_cpus_than_the_host_has_cores(tmp_path):
+    cores = int(output("nproc"))
+    ranks = min(2, cores)
+    jobs = [
+        output("sbatch", "--parsable", "-p", "bench", "-N", str(ranks), "-n", str(ranks),
+               f"--output={tmp_path}/%j.out", "--wrap", "sleep 4")
+        for _ in range(3)
+    ]  # fmt: skip
+    seen = []
+    deadline = time.monotonic() + 120
+    while output("squeue", "-h", "-j", ",".join(jobs), "-o", "%i") and time.monotonic() < deadline:
+        seen.append(_running_bench_cpus())
+        time.sleep(0.5)
+    assert max(seen) <= cores, seen
+    wait_for(
+        lambda: f"the bench jobs to complete, sacct says {[sacct_state(j) for j in jobs]}",
+        lambda: all(sacct_state(j).startswith("COMPLETED") for j in jobs),
+        60,
+    )
+
+    refused = subprocess.run(
+        ["sbatch", "-p", "bench", "-n", str(cores + 1), "--wrap", "true"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0 and "QOS" in refused.stderr, refused.stderr

@@ -38,16 +38,24 @@ def submit_and_wait_until_running(dataset: Path, *overrides: str) -> str:
     return job_of(dataset, 1)
 
 
-def crash_node(node: str) -> None:
-    """What a node crash does to a job: its slurmd and every process of the job on it die at once."""
+def crash_node(node: str, job_id: str) -> None:
+    """What a node crash does to a job: its slurmd and every process of the job on it die at once.
+    Only this job's processes: another cluster on the host (MOE_SLURM_DIR) may name its nodes alike."""
     victims = {int((STATE_DIR / "run" / f"slurmd-{node}.pid").read_text())}
+    array, _, task = job_id.partition("_")
+    ours = {f"SLURMD_NODENAME={node}".encode()}
+    ours |= (
+        {f"SLURM_ARRAY_JOB_ID={array}".encode(), f"SLURM_ARRAY_TASK_ID={task}".encode()}
+        if task
+        else {f"SLURM_JOB_ID={job_id}".encode()}
+    )
     for proc in Path("/proc").iterdir():
         try:
             environ = (proc / "environ").read_bytes().split(b"\0")
             parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if f"SLURMD_NODENAME={node}".encode() in environ:
+        if ours <= set(environ):
             victims |= {int(proc.name), parent}  # a task and its slurmstepd
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
@@ -74,7 +82,7 @@ def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_bac
     job_id = submit_and_wait_until_running(tmp_path)
     nodes = output("scontrol", "show", "hostnames", output("squeue", "-h", "-j", job_id, "-o", "%N")).split()
     assert len(nodes) == 2, nodes
-    crash_node(nodes[-1])  # not the first node, where the batch script runs
+    crash_node(nodes[-1], job_id)  # not the first node, where the batch script runs
     line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
     assert "NODE_FAIL" in line or "FAILED" in line, line
     subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], check=True, capture_output=True, timeout=120)

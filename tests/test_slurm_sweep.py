@@ -84,6 +84,8 @@ def composed(*overrides: str) -> tuple[dict, dict]:
 
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
+    """A 2-node and a 4-node shape, each its own array; queued on the debug partition (the bench one
+    refuses a job of more ranks than the host has cores) and cancelled."""
     jobs = []
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -95,7 +97,9 @@ def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
                     "scale=ci",
                     f"max_ranks={max_ranks}",
                 ]
-                launcher, config = composed(*overrides, f"dataset_dir={tmp_path}")
+                launcher, config = composed(
+                    *overrides, f"dataset_dir={tmp_path}", "hydra.launcher.partition=debug"
+                )
                 jobs.append((overrides, config))
     arrays = sorted({job.job_id.split("_")[0] for job in submit_arrays(plan(jobs), launcher)}, key=int)
     try:
