@@ -1,0 +1,303 @@
+"""The device checks of the fused SwiGLU backward kernel (:mod:`cutlass_kernels.swiglu_kernel`): its
+correctness against a float64 reference, and its time against the unfused torch form and against a
+copy of the same byte count (the HBM bandwidth of the same run). Every result is one JSON line
+appended to a results file the moment it exists (:mod:`cutlass_kernels.results`).
+
+The implementation under test is a function ``impl(da, h, dh, a)`` that writes dH and A into the
+outputs it is given (the kernel: :func:`cutlass_kernels.swiglu_kernel.launch`), so the check can
+hand it NaN-filled outputs between guard rows: an element left unwritten or a write past either end
+shows. The unfused torch form, ``torch_form(da, h) -> (dh, a)`` (the layers' ``swiglu_backward``),
+is passed in by the caller: this package sits below the layers.
+
+**Tolerance.** The kernel rounds its FP32 results r to BF16 (unit roundoff u = 2^-8), so
+|k - r| <= u |k|; the reference rounds the exact value x the same way (through FP32 in torch's
+cast, 2^-24 more), so |ref - x| <= u |ref| + 2^-24 |x|. The FP32 evaluation itself is within
+eta M of x, where M is the magnitude of the terms: |A| for A, |dup| for dup, and
+|dA up| (s + |g s (1 - s)|) for dgate, whose two terms cancel near silu's minimum (g ~ -1.28), where
+no bound relative to |dgate| holds. eta: the argument g log2(e) rounded to FP32 puts a relative
+error of up to 2^-24 |g log2 e| ln 2 on exp(-g), 2^-17 at |g| = 88; ex2.approx, rcp.approx and
+the six roundings after them add about 2^-20: eta = 2^-15 leaves a factor of two. Below
+g = -87.3 the FP32 exp(-g) overflows and s flushes to 0, in the kernel as in torch's FP32 form;
+what is lost there is below 2^-126 |g dA up| < 2^-100 for the check's inputs (|values| < 2^7), the
+absolute floor. So the check passes an element iff
+|k - ref| <= u (|k| + |ref|) + eta M + 2^-100, and records the largest ratio of the two sides.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cutlass_kernels import swiglu_kernel
+from cutlass_kernels.results import append
+
+Impl = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], object]
+TorchForm = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+U_BF16 = 2.0**-8
+ETA_F32 = 2.0**-15
+FLOOR = 2.0**-100
+GUARD_ROWS = 1  # NaN rows before and after each output: writes past either end show
+# (rows, F): none, one, ragged in rows (not a multiple of the 16-row tile) and in columns (F not a
+# multiple of the 128-column tile, one vector column in the last tile), the report's shapes last
+CASES: tuple[tuple[int, int], ...] = (
+    (0, 128),
+    (1, 8),
+    (1, 3072),
+    (17, 96),
+    (33, 136),
+    (1000, 1536),
+    (4099, 256),
+    (12288, 3072),
+)
+TIMING_SHAPES: tuple[tuple[int, int], ...] = ((12288, 3072), (283853, 3072))
+BANDWIDTH_GOAL = 0.8  # of the copy's bytes per second
+WARMUP, ITERS, CALLS_PER_GRAPH = 2, 10, 5
+
+
+# -------------------------------------------------------------------------------------- inputs
+
+
+def inputs(
+    rows: int, f: int, gen: torch.Generator, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fresh BF16 (dA [rows, F], H [rows, 2F]): gates N(0, 3^2) with 10% in the sigmoid's saturation
+    (|g| in [20, 80], both signs), 2% past FP32's exp range (|g| in [88, 120]) and 5% zeros; up and dA
+    N(0, 1) with 5% zeros each."""
+
+    def draw(*shape: int) -> torch.Tensor:
+        return torch.rand(*shape, generator=gen, device=device)
+
+    def normal(scale: float) -> torch.Tensor:
+        return torch.randn(rows, f, generator=gen, device=device) * scale
+
+    def signed(lo: float, hi: float) -> torch.Tensor:
+        return (lo + (hi - lo) * draw(rows, f)) * torch.where(draw(rows, f) < 0.5, -1.0, 1.0)
+
+    pick = draw(rows, f)
+    gate = torch.where(pick < 0.10, signed(20, 80), normal(3.0))
+    gate = torch.where(pick > 0.98, signed(88, 120), gate)
+    gate = torch.where((pick >= 0.10) & (pick < 0.15), 0.0, gate)
+    up = torch.where(draw(rows, f) < 0.05, 0.0, normal(1.0))
+    da = torch.where(draw(rows, f) < 0.05, 0.0, normal(1.0))
+    return da.bfloat16(), torch.cat([gate, up], dim=1).bfloat16()
+
+
+def reference(da: torch.Tensor, h: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Output name -> (exact value in float64, magnitude M of its terms), for dgate, dup and A:
+    dgate = dA up silu'(g), silu'(g) = s + g s (1 - s); dup = dA silu(g); A = silu(g) up."""
+    f = da.shape[1]
+    g, up, d = h[:, :f].double(), h[:, f:].double(), da.double()
+    s = torch.sigmoid(g)
+    silu = g * s
+    slope_terms = s + (g * s * (1 - s)).abs()
+    dgate = d * up * (s + g * s * (1 - s))
+    dup, a = d * silu, silu * up
+    return {
+        "dgate": (dgate, (d * up).abs() * slope_terms),
+        "dup": (dup, dup.abs()),
+        "a": (a, a.abs()),
+    }
+
+
+def excess(out: torch.Tensor, exact: torch.Tensor, magnitude: torch.Tensor) -> float:
+    """max |out - ref| / tolerance over the elements (module docstring), ``ref`` the exact value
+    rounded to BF16; infinite where ``out`` holds a NaN or an infinity."""
+    if not out.numel():
+        return 0.0
+    k = out.double()
+    ref = exact.to(torch.bfloat16).double()
+    tol = U_BF16 * (k.abs() + ref.abs()) + ETA_F32 * magnitude + FLOOR
+    ratio = ((k - ref).abs() / tol).max()
+    return float(ratio) if bool(torch.isfinite(k).all()) else float("inf")
+
+
+# --------------------------------------------------------------------------------- correctness
+
+
+def guarded(rows: int, cols: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer, view): a contiguous NaN [rows, cols] BF16 view between ``GUARD_ROWS`` NaN rows of a
+    buffer (16-byte aligned for cols a multiple of 8)."""
+    buf = torch.full((rows + 2 * GUARD_ROWS, cols), float("nan"), dtype=torch.bfloat16, device=device)
+    return buf, buf[GUARD_ROWS : GUARD_ROWS + rows]
+
+
+def _nan_bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16) == torch.tensor(float("nan"), dtype=torch.bfloat16).view(torch.int16).item()
+
+
+def check_case(
+    impl: Impl, torch_form: TorchForm, rows: int, f: int, gen: torch.Generator, device: torch.device
+) -> dict[str, Any]:
+    """One (rows, F) case on fresh inputs: each output's largest error over tolerance, elements left
+    NaN (unwritten), guard elements written, and the same errors for the unfused torch form (a check
+    of the tolerance: an FP32 computation within it)."""
+    da, h = inputs(rows, f, gen, device)
+    buf_dh, dh = guarded(rows, 2 * f, device)
+    buf_a, a = guarded(rows, f, device)
+    impl(da, h, dh, a)
+    ref = reference(da, h)
+    outs = {"dgate": dh[:, :f], "dup": dh[:, f:], "a": a}
+    torch_dh, torch_a = torch_form(da, h)
+    torch_outs = {"dgate": torch_dh[:, :f], "dup": torch_dh[:, f:], "a": torch_a}
+    guards = [
+        buf[rows_] for buf in (buf_dh, buf_a) for rows_ in (slice(0, GUARD_ROWS), slice(-GUARD_ROWS, None))
+    ]
+    record: dict[str, Any] = {
+        "rows": rows,
+        "f": f,
+        "excess": {name: excess(outs[name], *ref[name]) for name in outs},
+        "torch_form_excess": {name: excess(torch_outs[name], *ref[name]) for name in outs},
+        "unwritten": int(_nan_bits(dh).sum() + _nan_bits(a).sum()),
+        "guard_written": int(sum((~_nan_bits(g)).sum() for g in guards)),
+    }
+    passed = max(record["excess"].values()) <= 1 and not record["unwritten"] and not record["guard_written"]
+    return record | {"status": "pass" if passed else "fail"}
+
+
+def correctness(
+    results: Path,
+    torch_form: TorchForm,
+    device: torch.device,
+    impl: Impl = swiglu_kernel.launch,
+    cases: Sequence[tuple[int, int]] = CASES,
+    seed: int | None = None,
+) -> int:
+    """Every case of ``cases`` (one record each, appended to ``results``); 0 if all pass, else 1. A
+    case that raises is recorded as failed and the others still run."""
+    seed = time.time_ns() % 2**31 if seed is None else seed
+    gen = torch.Generator(device=device).manual_seed(seed)
+    failures = 0
+    for rows, f in cases:
+        base = {"stage": "correctness", "name": "swiglu_backward", "seed": seed}
+        try:
+            record = base | check_case(impl, torch_form, rows, f, gen, device)
+        except Exception as e:  # recorded; the other cases still run
+            record = base | {
+                "rows": rows,
+                "f": f,
+                "status": "fail",
+                "error": f"{type(e).__name__}: {e}"[:600],
+            }
+        failures += record["status"] != "pass"
+        append(results, record)
+    return 1 if failures else 0
+
+
+# -------------------------------------------------------------------------------------- timing
+
+
+def times_ms(fn: Callable[[], object], device: torch.device, iters: int = ITERS) -> list[float]:
+    """Milliseconds per call of ``fn``, ``iters`` figures after ``WARMUP`` calls. On a GPU,
+    ``CALLS_PER_GRAPH`` calls are captured in one CUDA graph and each replay is timed with CUDA
+    events, so no host time (Python, argument conversion) falls between the calls; on the CPU,
+    ``perf_counter`` around each call."""
+    for _ in range(WARMUP):
+        fn()
+    if device.type != "cuda":
+        out = []
+        for _ in range(iters):
+            began = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - began) * 1e3)
+        return out
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()  # the warm-up's temporaries: the graph's pool holds its own
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(CALLS_PER_GRAPH):
+            fn()
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)
+    ]
+    for start, end in events:
+        start.record()
+        graph.replay()
+        end.record()
+    torch.cuda.synchronize(device)
+    return [start.elapsed_time(end) / CALLS_PER_GRAPH for start, end in events]
+
+
+def bandwidth_record(
+    rows: int, f: int, kernel_ms: list[float], torch_ms: list[float], copy_ms: list[float]
+) -> dict[str, Any]:
+    """One shape's timing record: medians and ranges, bytes per second of the kernel and of the copy
+    of the same bytes, their ratio against ``BANDWIDTH_GOAL``, and the speedup over the torch form."""
+    moved = swiglu_kernel.bytes_moved(rows, f)
+    kernel, torch_, copy = (statistics.median(ms) for ms in (kernel_ms, torch_ms, copy_ms))
+    frac = copy / kernel
+    return {
+        "rows": rows,
+        "f": f,
+        "bytes": moved,
+        "kernel_ms": _stats(kernel_ms),
+        "torch_form_ms": _stats(torch_ms),
+        "copy_ms": _stats(copy_ms),
+        "kernel_gb_per_s": moved / kernel / 1e6,
+        "copy_gb_per_s": moved / copy / 1e6,
+        "frac_of_copy": frac,
+        "goal": BANDWIDTH_GOAL,
+        "speedup_vs_torch_form": torch_ / kernel,
+        "status": "pass" if frac >= BANDWIDTH_GOAL else "fail",
+    }
+
+
+def _stats(ms: list[float]) -> dict[str, float]:
+    return {"min": min(ms), "median": statistics.median(ms), "max": max(ms)}
+
+
+def time_shape(
+    torch_form: TorchForm, device: torch.device, impl: Impl, rows: int, f: int, iters: int = ITERS
+) -> dict[str, Any]:
+    """One shape's kernel, torch form and copy of the same byte count (read half, write half, as the
+    kernel), each timed ``iters`` times (:func:`times_ms`), as :func:`bandwidth_record`."""
+    kernel_ms, torch_ms = _time_forms(torch_form, device, impl, rows, f, iters)
+    src = torch.empty(swiglu_kernel.bytes_moved(rows, f) // 2, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    copy_ms = times_ms(lambda: dst.copy_(src), device, iters)
+    return bandwidth_record(rows, f, kernel_ms, torch_ms, copy_ms)
+
+
+def _time_forms(
+    torch_form: TorchForm, device: torch.device, impl: Impl, rows: int, f: int, iters: int
+) -> tuple[list[float], list[float]]:
+    """The kernel's and the torch form's times on one pair of inputs (freed before the copy's)."""
+    da = torch.randn(rows, f, device=device, dtype=torch.bfloat16)
+    h = torch.randn(rows, 2 * f, device=device, dtype=torch.bfloat16)
+    dh, a = swiglu_kernel.plan(da, h)
+    return times_ms(lambda: impl(da, h, dh, a), device, iters), times_ms(
+        lambda: torch_form(da, h), device, iters
+    )
+
+
+def timing(
+    results: Path,
+    torch_form: TorchForm,
+    device: torch.device,
+    impl: Impl = swiglu_kernel.launch,
+    shapes: Sequence[tuple[int, int]] = TIMING_SHAPES,
+    iters: int = ITERS,
+) -> int:
+    """Every shape of ``shapes`` (:func:`time_shape`, one record each, appended to ``results``); 0 if
+    every shape meets ``BANDWIDTH_GOAL``, else 1. A shape that raises is recorded as failed."""
+    failures = 0
+    for rows, f in shapes:
+        base = {"stage": "timing", "name": "swiglu_backward"}
+        try:
+            record = base | time_shape(torch_form, device, impl, rows, f, iters)
+        except Exception as e:  # recorded; the other shapes still run
+            record = base | _failed(rows, f, e)
+        failures += record["status"] != "pass"
+        append(results, record)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return 1 if failures else 0
+
+
+def _failed(rows: int, f: int, e: Exception) -> dict[str, Any]:
+    return {"rows": rows, "f": f, "status": "fail", "error": f"{type(e).__name__}: {e}"[:600]}
