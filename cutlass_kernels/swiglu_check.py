@@ -168,16 +168,32 @@ def correctness(
     cases: Sequence[tuple[int, int]] = CASES,
     seed: int | None = None,
 ) -> int:
-    """Every case of ``cases`` (one record each, appended to ``results``); 0 if all pass, else 1. A
-    case that raises is recorded as failed and the others still run."""
+    """Every case of ``cases`` (:func:`check_case`, one record each, appended to ``results``); 0 if
+    all pass, else 1. A case that raises is recorded as failed and the others still run."""
     seed = time.time_ns() % 2**31 if seed is None else seed
     gen = torch.Generator(device=device).manual_seed(seed)
+
+    def measure(rows: int, f: int) -> dict[str, Any]:
+        return {"seed": seed} | check_case(impl, torch_form, rows, f, gen, device)
+
+    return _each(results, "correctness", cases, measure, device)
+
+
+def _each(
+    results: Path,
+    stage: str,
+    shapes: Sequence[tuple[int, int]],
+    measure: Callable[[int, int], dict[str, Any]],
+    device: torch.device,
+) -> int:
+    """``measure`` each (rows, F), one record each appended to ``results`` as it exists (a shape that
+    raises is recorded as failed and the others still run); 0 if every record passed, else 1."""
     failures = 0
-    for rows, f in cases:
-        base = {"stage": "correctness", "name": "swiglu_backward", "seed": seed}
+    for rows, f in shapes:
+        base = {"stage": stage, "name": "swiglu_backward"}
         try:
-            record = base | check_case(impl, torch_form, rows, f, gen, device)
-        except Exception as e:  # recorded; the other cases still run
+            record = base | measure(rows, f)
+        except Exception as e:  # recorded; the other shapes still run
             record = base | {
                 "rows": rows,
                 "f": f,
@@ -186,6 +202,8 @@ def correctness(
             }
         failures += record["status"] != "pass"
         append(results, record)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return 1 if failures else 0
 
 
@@ -270,9 +288,8 @@ def _time_forms(
     da = torch.randn(rows, f, device=device, dtype=torch.bfloat16)
     h = torch.randn(rows, 2 * f, device=device, dtype=torch.bfloat16)
     dh, a = swiglu_kernel.plan(da, h)
-    return times_ms(lambda: impl(da, h, dh, a), device, iters), times_ms(
-        lambda: torch_form(da, h), device, iters
-    )
+    kernel_ms = times_ms(lambda: impl(da, h, dh, a), device, iters)
+    return kernel_ms, times_ms(lambda: torch_form(da, h), device, iters)
 
 
 def timing(
@@ -285,19 +302,8 @@ def timing(
 ) -> int:
     """Every shape of ``shapes`` (:func:`time_shape`, one record each, appended to ``results``); 0 if
     every shape meets ``BANDWIDTH_GOAL``, else 1. A shape that raises is recorded as failed."""
-    failures = 0
-    for rows, f in shapes:
-        base = {"stage": "timing", "name": "swiglu_backward"}
-        try:
-            record = base | time_shape(torch_form, device, impl, rows, f, iters)
-        except Exception as e:  # recorded; the other shapes still run
-            record = base | _failed(rows, f, e)
-        failures += record["status"] != "pass"
-        append(results, record)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return 1 if failures else 0
 
+    def measure(rows: int, f: int) -> dict[str, Any]:
+        return time_shape(torch_form, device, impl, rows, f, iters)
 
-def _failed(rows: int, f: int, e: Exception) -> dict[str, Any]:
-    return {"rows": rows, "f": f, "status": "fail", "error": f"{type(e).__name__}: {e}"[:600]}
+    return _each(results, "timing", shapes, measure, device)

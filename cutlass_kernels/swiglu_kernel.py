@@ -23,7 +23,9 @@ against about 20 SASS instructions, 2 of them MUFU), so the design is about byte
 
 F must be a positive multiple of 8 (every row 16-byte aligned, whole vectors); rows may be any count
 (0: nothing is launched). One file for both arches because the kernel uses only SIMT loads, stores
-and FP32 math: the arch only selects the PTX target (``--gpu-arch``), so both compile in one process.
+and FP32 math (no TMA, tensor cores or arch-specific instructions): the arch only selects the PTX
+target, so CI compiles sm_90a and sm_100a in one process (``--gpu-arch``), and a GPU of compute
+capability 9.x or 10.x compiles it for its own arch (sm_103a on a GB300, say) on first use.
 
 The wrapper is two calls: :func:`plan` checks the operands and allocates the outputs, :func:`launch`
 compiles (once per arch, cached) and runs the kernel. :func:`swiglu_backward` does both, and only the
@@ -55,6 +57,7 @@ TILE_COLS = COL_THREADS * VEC
 CTAS_PER_SM = 8  # launch bound: ptxas keeps <= 64 registers so 8 CTAs (1024 threads) fit an SM
 MAX_EXTENT = 2**31 - TILE_ROWS  # int32 row and column indices, a tile past the last row included
 NAME = "swiglu_backward_bfloat16"
+CAPABILITIES = (9, 10)  # compute capability majors it runs on, compiled for the device's own arch
 _NEG_LOG2E = -math.log2(math.e)
 
 
@@ -169,24 +172,28 @@ def _fake_operands() -> list[Any]:
     ]
 
 
-_COMPILED: dict[str, Any] = {}
+_COMPILED: dict[str | None, Any] = {}
 
 
 def kernel_name(arch: str) -> str:
     return f"{NAME}_{arch}"
 
 
-def compile_kernel(arch: str, dump_dir: Path | None = None) -> Any:
-    """The kernel compiled for ``arch`` from fake tensors (no GPU needed), cached per arch; with
-    ``dump_dir`` also writes ``<kernel_name(arch)>.ptx`` and ``.cubin`` there (and recompiles)."""
-    if arch not in ARCHES:
+def compile_kernel(arch: str | None = None, dump_dir: Path | None = None) -> Any:
+    """The kernel compiled from fake tensors (no GPU needed), cached per ``arch``: one of
+    ``ARCHES``, or None for the arch the DSL targets in this process (``CUTE_DSL_ARCH``, else the
+    GPU's own, e.g. sm_103a on a GB300), which is what runs. With ``dump_dir`` (an arch named) it
+    also writes ``<kernel_name(arch)>.ptx`` and ``.cubin`` there (and recompiles)."""
+    if arch is not None and arch not in ARCHES:
         raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
     if arch in _COMPILED and dump_dir is None:
         return _COMPILED[arch]
     from cutlass.runtime import make_fake_stream
 
-    options = f"--gpu-arch {arch}"
+    options = "" if arch is None else f"--gpu-arch {arch}"
     if dump_dir is not None:
+        if arch is None:
+            raise ValueError("name the arch whose PTX and cubin to write")
         scratch = dump_dir / f".{kernel_name(arch)}"
         scratch.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
@@ -196,7 +203,7 @@ def compile_kernel(arch: str, dump_dir: Path | None = None) -> Any:
     if dump_dir is not None:
         for ext in ("ptx", "cubin"):
             (produced,) = scratch.glob(f"*.{ext}")
-            produced.replace(dump_dir / f"{kernel_name(arch)}.{ext}")
+            produced.replace(dump_dir / f"{kernel_name(str(arch))}.{ext}")
         for leftover in scratch.iterdir():
             leftover.unlink()
         scratch.rmdir()
@@ -246,20 +253,12 @@ def unsupported_reason(da: torch.Tensor, h: torch.Tensor) -> str:
         return reason
     if not (da.is_cuda and h.is_cuda) or da.device != h.device:
         return f"da is on {da.device} and h on {h.device}; the kernel takes one CUDA device"
-    if arch_of(h.device) is None:
-        cap = torch.cuda.get_device_capability(h.device)
-        return (
-            f"compute capability {cap[0]}.{cap[1]}; the kernel is built for 9.x (sm_90a) and 10.x (sm_100a)"
-        )
+    cap = torch.cuda.get_device_capability(h.device)
+    if cap[0] not in CAPABILITIES:
+        return f"compute capability {cap[0]}.{cap[1]}; the kernel runs on 9.x and 10.x (Hopper, Blackwell)"
     if da.data_ptr() % ALIGN_BYTES or h.data_ptr() % ALIGN_BYTES:
         return "da or h does not start at a 16-byte aligned address"
     return ""
-
-
-def arch_of(device: torch.device) -> str | None:
-    """The kernel arch a CUDA device runs (None: none of them)."""
-    major = torch.cuda.get_device_capability(device)[0]
-    return {9: "sm_90a", 10: "sm_100a"}.get(major)
 
 
 def plan(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -294,7 +293,7 @@ def launch(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor)
         return
     from cuda.bindings import driver
 
-    compiled = compile_kernel(str(arch_of(h.device)))
+    compiled = compile_kernel()
     stream = driver.CUstream(torch.cuda.current_stream(h.device).cuda_stream)
     row_ctas = grid_row_ctas(da.shape[0], da.shape[1], _sms(h.device.index or 0))
     compiled(to_cute(da), to_cute(h), to_cute(dh), to_cute(a), cutlass.Int32(row_ctas), stream)
