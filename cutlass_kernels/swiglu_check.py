@@ -1,6 +1,7 @@
 """The device checks of the fused SwiGLU backward kernel (:mod:`cutlass_kernels.swiglu_kernel`): its
-correctness against a float64 reference, and its time against the unfused torch form and against a
-copy of the same byte count (the HBM bandwidth of the same run). Every result is one JSON line
+correctness against a float64 reference, and its time against the unfused torch form and against
+the HBM bandwidth of the same run (the faster of a device copy and a BF16 add of the same byte
+count). Every result is one JSON line
 appended to a results file the moment it exists (:mod:`cutlass_kernels.results`).
 
 The implementation under test is a function ``impl(da, h, dh, a)`` that writes dH and A into the
@@ -56,7 +57,8 @@ CASES: tuple[tuple[int, int], ...] = (
     (12288, 3072),
 )
 TIMING_SHAPES: tuple[tuple[int, int], ...] = ((12288, 3072), (283853, 3072))
-BANDWIDTH_GOAL = 0.8  # of the copy's bytes per second
+BANDWIDTH_GOAL = 0.8  # of the HBM bandwidth: the faster probe's bytes per second
+PROBES = ("copy", "add")
 WARMUP, ITERS, CALLS_PER_GRAPH = 2, 10, 5
 
 
@@ -210,11 +212,12 @@ def _each(
 # -------------------------------------------------------------------------------------- timing
 
 
-def times_ms(fn: Callable[[], object], device: torch.device, iters: int = ITERS) -> list[float]:
-    """Milliseconds per call of ``fn``, ``iters`` figures after ``WARMUP`` calls. On a GPU,
-    ``CALLS_PER_GRAPH`` calls are captured in one CUDA graph and each replay is timed with CUDA
-    events, so no host time (Python, argument conversion) falls between the calls; on the CPU,
-    ``perf_counter`` around each call."""
+def times_ms(fn: Callable[[], object], device: torch.device, iters: int = ITERS) -> tuple[list[float], str]:
+    """(milliseconds per call of ``fn``, ``iters`` figures after ``WARMUP`` calls; how they were
+    taken). On a GPU, ``CALLS_PER_GRAPH`` calls are captured in one CUDA graph and each replay is
+    timed with CUDA events, so no host time (Python, argument conversion) falls between the calls
+    (``"graph"``); where capture fails, CUDA events around each eager call (``"events"``). On the
+    CPU, ``perf_counter`` around each call."""
     for _ in range(WARMUP):
         fn()
     if device.type != "cuda":
@@ -223,44 +226,51 @@ def times_ms(fn: Callable[[], object], device: torch.device, iters: int = ITERS)
             began = time.perf_counter()
             fn()
             out.append((time.perf_counter() - began) * 1e3)
-        return out
+        return out, "perf_counter"
     torch.cuda.synchronize(device)
     torch.cuda.empty_cache()  # the warm-up's temporaries: the graph's pool holds its own
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(CALLS_PER_GRAPH):
-            fn()
-    events = [
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(CALLS_PER_GRAPH):
+                fn()
+    except Exception:  # not capturable: eager calls, host time included where it exceeds the GPU's
+        return _event_ms(fn, device, iters, 1), "events"
+    return _event_ms(graph.replay, device, iters, CALLS_PER_GRAPH), "graph"
+
+
+def _event_ms(fn: Callable[[], object], device: torch.device, iters: int, calls: int) -> list[float]:
+    pairs = [
         (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)
     ]
-    for start, end in events:
+    for start, end in pairs:
         start.record()
-        graph.replay()
+        fn()
         end.record()
     torch.cuda.synchronize(device)
-    return [start.elapsed_time(end) / CALLS_PER_GRAPH for start, end in events]
+    return [start.elapsed_time(end) / calls for start, end in pairs]
 
 
-def bandwidth_record(
-    rows: int, f: int, kernel_ms: list[float], torch_ms: list[float], copy_ms: list[float]
-) -> dict[str, Any]:
-    """One shape's timing record: medians and ranges, bytes per second of the kernel and of the copy
-    of the same bytes, their ratio against ``BANDWIDTH_GOAL``, and the speedup over the torch form."""
+def bandwidth_record(rows: int, f: int, ms: dict[str, list[float]]) -> dict[str, Any]:
+    """One shape's timing record from the times of ``kernel``, ``torch_form`` and the probes
+    ``copy`` and ``add`` (the same byte count): medians and ranges, GB/s of the kernel and of each
+    probe, the HBM bandwidth of the run (the faster probe), the kernel's fraction of it against
+    ``BANDWIDTH_GOAL``, and the speedup over the torch form."""
     moved = swiglu_kernel.bytes_moved(rows, f)
-    kernel, torch_, copy = (statistics.median(ms) for ms in (kernel_ms, torch_ms, copy_ms))
-    frac = copy / kernel
+    median = {name: statistics.median(times) for name, times in ms.items()}
+    gb_per_s = {name: moved / median[name] / 1e6 for name in ("kernel", *PROBES)}
+    hbm = max(gb_per_s[name] for name in PROBES)
+    frac = gb_per_s["kernel"] / hbm
     return {
         "rows": rows,
         "f": f,
         "bytes": moved,
-        "kernel_ms": _stats(kernel_ms),
-        "torch_form_ms": _stats(torch_ms),
-        "copy_ms": _stats(copy_ms),
-        "kernel_gb_per_s": moved / kernel / 1e6,
-        "copy_gb_per_s": moved / copy / 1e6,
-        "frac_of_copy": frac,
+        "ms": {name: _stats(times) for name, times in ms.items()},
+        "gb_per_s": gb_per_s,
+        "hbm_gb_per_s": hbm,
+        "frac_of_hbm": frac,
         "goal": BANDWIDTH_GOAL,
-        "speedup_vs_torch_form": torch_ / kernel,
+        "speedup_vs_torch_form": median["torch_form"] / median["kernel"],
         "status": "pass" if frac >= BANDWIDTH_GOAL else "fail",
     }
 
@@ -272,24 +282,37 @@ def _stats(ms: list[float]) -> dict[str, float]:
 def time_shape(
     torch_form: TorchForm, device: torch.device, impl: Impl, rows: int, f: int, iters: int = ITERS
 ) -> dict[str, Any]:
-    """One shape's kernel, torch form and copy of the same byte count (read half, write half, as the
-    kernel), each timed ``iters`` times (:func:`times_ms`), as :func:`bandwidth_record`."""
-    kernel_ms, torch_ms = _time_forms(torch_form, device, impl, rows, f, iters)
-    src = torch.empty(swiglu_kernel.bytes_moved(rows, f) // 2, dtype=torch.uint8, device=device)
+    """One shape: the kernel, the torch form and the two bandwidth probes of the same byte count
+    (a device copy, read half and write half as the kernel; a BF16 add, two reads and a write), each
+    timed ``iters`` times (:func:`times_ms`), as :func:`bandwidth_record` plus how each was timed."""
+    times = _time_forms(torch_form, device, impl, rows, f, iters)
+    moved = swiglu_kernel.bytes_moved(rows, f)
+    times["copy"] = _copy_probe(moved, device, iters)
+    times["add"] = _add_probe(moved, device, iters)
+    record = bandwidth_record(rows, f, {name: ms for name, (ms, _) in times.items()})
+    return record | {"timer": {name: how for name, (_, how) in times.items()}}
+
+
+def _copy_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+    src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
-    copy_ms = times_ms(lambda: dst.copy_(src), device, iters)
-    return bandwidth_record(rows, f, kernel_ms, torch_ms, copy_ms)
+    return times_ms(lambda: dst.copy_(src), device, iters)
+
+
+def _add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+    x, y, z = (torch.empty(moved // 6, dtype=torch.bfloat16, device=device) for _ in range(3))
+    return times_ms(lambda: torch.add(x, y, out=z), device, iters)
 
 
 def _time_forms(
     torch_form: TorchForm, device: torch.device, impl: Impl, rows: int, f: int, iters: int
-) -> tuple[list[float], list[float]]:
-    """The kernel's and the torch form's times on one pair of inputs (freed before the copy's)."""
+) -> dict[str, tuple[list[float], str]]:
+    """The kernel's and the torch form's times on one pair of inputs (freed before the probes')."""
     da = torch.randn(rows, f, device=device, dtype=torch.bfloat16)
     h = torch.randn(rows, 2 * f, device=device, dtype=torch.bfloat16)
     dh, a = swiglu_kernel.plan(da, h)
-    kernel_ms = times_ms(lambda: impl(da, h, dh, a), device, iters)
-    return kernel_ms, times_ms(lambda: torch_form(da, h), device, iters)
+    kernel = times_ms(lambda: impl(da, h, dh, a), device, iters)
+    return {"kernel": kernel, "torch_form": times_ms(lambda: torch_form(da, h), device, iters)}
 
 
 def timing(

@@ -272,19 +272,25 @@ def test_inputs_hold_saturated_zero_and_negative_gates():
     assert float((gate < -20).float().mean()) > 0.04 and float((gate < 0).float().mean()) > 0.4
 
 
-def test_timing_records_the_fraction_of_the_copy_and_the_goal(tmp_path: Path):
+def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: Path):
     from cutlass_kernels.swiglu_check import bandwidth_record, timing
     from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
 
-    record = bandwidth_record(1000, 3072, [2.0, 2.2, 9.0], [8.0, 8.0], [1.8, 1.7, 1.9])
-    assert record["bytes"] == 2 * 1000 * 6 * 3072
-    assert record["frac_of_copy"] == pytest.approx(1.8 / 2.2) and record["status"] == "pass"
-    assert record["kernel_gb_per_s"] == pytest.approx(record["bytes"] / 2.2e-3 / 1e9)
+    ms = {"kernel": [2.0, 2.2, 9.0], "torch_form": [8.0, 8.0], "copy": [1.8, 1.7, 1.9], "add": [2.0]}
+    record = bandwidth_record(1000, 3072, ms)
+    moved = 2 * 1000 * 6 * 3072
+    assert record["bytes"] == moved
+    assert record["gb_per_s"]["kernel"] == pytest.approx(moved / 2.2e-3 / 1e9)
+    assert record["hbm_gb_per_s"] == pytest.approx(moved / 1.8e-3 / 1e9)  # the copy, faster than the add
+    assert record["frac_of_hbm"] == pytest.approx(1.8 / 2.2) and record["status"] == "pass"
     assert record["speedup_vs_torch_form"] == pytest.approx(8.0 / 2.2)
-    assert bandwidth_record(1000, 3072, [2.5], [8.0], [1.8])["status"] == "fail"  # 0.72 of the copy
+    assert record["ms"]["kernel"] == {"min": 2.0, "median": 2.2, "max": 9.0}
+    slow = bandwidth_record(1000, 3072, ms | {"kernel": [2.5], "add": [1.5]})
+    assert slow["frac_of_hbm"] == pytest.approx(0.6) and slow["status"] == "fail"  # the add is faster
 
     out = tmp_path / "results.jsonl"
     timing(out, swiglu_backward, CPU, _writer(swiglu_backward_fused), shapes=((40, 64),), iters=2)
     (r,) = _records(out)
     assert (r["stage"], r["rows"], r["f"], r["bytes"]) == ("timing", 40, 64, 2 * 40 * 6 * 64)
-    assert r["status"] in ("pass", "fail") and r["kernel_ms"]["min"] <= r["kernel_ms"]["median"]
+    assert set(r["ms"]) == set(r["timer"]) == {"kernel", "torch_form", "copy", "add"}
+    assert set(r["timer"].values()) == {"perf_counter"} and r["status"] in ("pass", "fail")
