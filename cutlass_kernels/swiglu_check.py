@@ -1,8 +1,8 @@
 """The device checks of the fused SwiGLU backward kernel (:mod:`cutlass_kernels.swiglu_kernel`): its
 correctness against a float64 reference, and its time against the unfused torch form and against
 the HBM bandwidth of the same run (the faster of a device copy and a BF16 add of the same byte
-count). Every result is one JSON line
-appended to a results file the moment it exists (:mod:`cutlass_kernels.results`).
+count). Every result is one JSON line appended to a results file the moment it exists
+(:mod:`cutlass_kernels.results`).
 
 The implementation under test is a function ``impl(da, h, dh, a)`` that writes dH and A into the
 outputs it is given (the kernel: :func:`cutlass_kernels.swiglu_kernel.launch`), so the check can
@@ -18,10 +18,11 @@ eta M of x, where M is the magnitude of the terms: |A| for A, |dup| for dup, and
 no bound relative to |dgate| holds. eta: the argument g log2(e) rounded to FP32 puts a relative
 error of up to 2^-24 |g log2 e| ln 2 on exp(-g), 2^-17 at |g| = 88; ex2.approx, rcp.approx and
 the six roundings after them add about 2^-20: eta = 2^-15 leaves a factor of two. Below
-g = -87.3 the FP32 exp(-g) overflows and s flushes to 0, in the kernel as in torch's FP32 form;
-what is lost there is below 2^-126 |g dA up| < 2^-100 for the check's inputs (|values| < 2^7), the
-absolute floor. So the check passes an element iff
-|k - ref| <= u (|k| + |ref|) + eta M + 2^-100, and records the largest ratio of the two sides.
+g = -87.3, s < 2^-126 and the kernel flushes it to 0 (``rcp.approx.ftz``; exp(-g) overflows to
+infinity from g = -88.7; torch's FP32 form keeps subnormals down to about -103): what is lost there
+is below 2^-126 |g dA up| < 2^-100 for the check's inputs (|values| < 2^7), the absolute floor.
+So the check passes an element iff |k - ref| <= u (|k| + |ref|) + eta M + 2^-100, and records the
+largest ratio of the two sides.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ ETA_F32 = 2.0**-15
 FLOOR = 2.0**-100
 GUARD_ROWS = 1  # NaN rows before and after each output: writes past either end show
 # (rows, F): none, one, ragged in rows (not a multiple of the 16-row tile) and in columns (F not a
-# multiple of the 128-column tile, one vector column in the last tile), the report's shapes last
+# multiple of the 128-column tile, one vector column in the last tile), the per-rank shape last
 CASES: tuple[tuple[int, int], ...] = (
     (0, 128),
     (1, 8),
