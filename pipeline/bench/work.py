@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pipeline.bench.steps import Steps
-from pipeline.data.meta import Policy, SavedState
+from pipeline.data.meta import EmulationCopies, Policy, SavedState
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
@@ -80,6 +80,22 @@ class Work:
     def steps(self) -> Steps:
         """The eager steps of this work."""
         return Steps(self.forward, self.backward if self.grads is not None else None)
+
+    @property
+    def config(self) -> MoEConfig:
+        """The config every layer of the stack shares."""
+        return self.stack.layers[0].cfg
+
+    def emulation_copies(self) -> EmulationCopies:
+        """Bytes only these layers hold (after a forward): the dequantized MXFP8 weight values kept
+        beside the quantized weights, and, with a backward, the dispatched rows each layer's routed
+        GEMMs save for it (the last forward's routed rows x D)."""
+        values = sum(layer.mx_value_bytes() for layer in self.stack.layers)
+        rows = 0
+        if self.grads is not None:
+            element = torch.empty((), dtype=self.config.dtype).element_size()
+            rows = sum(s.routed_rows for s in self.stack.saved_state) * self.config.d_model * element
+        return EmulationCopies(mx_weight_values=values, saved_dispatched_rows=rows)
 
     def policy(self) -> Policy:
         """The stack's allocation policy at the nominal T (what its budgets are sized for)."""

@@ -53,6 +53,13 @@ class MoELayer(torch.nn.Module):
         w1, w2 = quantize_mx(self.w1.detach(), mode), quantize_mx(self.w2.detach(), mode)
         self._mx_weights = (w1, w2, w1.dequantize(self.cfg.dtype), w2.dequantize(self.cfg.dtype))
 
+    def mx_value_bytes(self) -> int:
+        """Bytes of the dequantized weight values an MXFP8 layer keeps beside its quantized weights
+        (for backward and for kernels that multiply BF16 values); 0 for a BF16 layer."""
+        if self._mx_weights is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in self._mx_weights[2:])
+
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         self._check_input(x)

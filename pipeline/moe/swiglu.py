@@ -61,3 +61,9 @@ def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor,
     slope = (gate - silu).add_(1.0).mul_(sig)
     dh[:, :f].copy_(slope.mul_(up).mul_(d))
     dh[:, f:].copy_(silu.mul_(d))
+
+
+def backward_form(fused: bool, device: torch.device) -> str:
+    """The form of the SwiGLU backward a layer runs on ``device``: MoK's ``unfused`` whole-tensor
+    steps, or Dist-MoE's fused backward, a blocked pass on CPUs."""
+    return "fused, blocked" if fused else "unfused"

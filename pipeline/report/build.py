@@ -12,7 +12,9 @@ from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
 from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS, counts
+from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.report import executions, pairs
+from pipeline.report.deviations import deviations
 from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Missing, PackingEvidence
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
@@ -76,6 +78,8 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             ),
             shards_read=tuple(scan.read),
             shards_skipped=tuple(skipped),
+            assumptions=ASSUMPTIONS,
+            deviations=tuple(deviations(scan.newest[str(r["execution_id"])] for r in rows)),
         ),
         executions=tuple(rows),
         pairs=tuple(pair_rows),

@@ -53,9 +53,14 @@ RUN_COLUMNS = (
     "iterationsPerWindow",
     "workMultiple",
     "dtype",
+    "collective",
+    "gemm",
     "clock",
     "cudaGraphs",
     "cudaGraphsReason",
+    "runnablePerCore",
+    "oversubscribed",
+    "emulationCopiesGiB",
     "seed",
     "git_sha",
 )
@@ -141,13 +146,21 @@ def what_ran(shard: Shard) -> Row:
         "top_k": shape.top_k,
         "shared_experts": shape.num_shared,
         "imbalance": sum(loads) / len(loads),
-        "windows": meta.plan.windows,
-        "iterationsPerWindow": meta.plan.iterations,
+        "windows": meta.timing.plan.windows,
+        "iterationsPerWindow": meta.timing.plan.iterations,
         "workMultiple": WORK_MULTIPLE[shard.identity.kind],
         "dtype": shape.dtype,
+        "collective": meta.provenance.collective,
+        "gemm": meta.kernels.gemm,
         "clock": meta.timing.clock,
         "cudaGraphs": meta.timing.cuda_graphs,
         "cudaGraphsReason": meta.timing.cuda_graphs_reason,
+        "runnablePerCore": meta.contention.runnable_per_core,
+        "oversubscribed": meta.contention.oversubscribed,
+        "emulationCopiesGiB": (
+            meta.memory.emulation.mx_weight_values + meta.memory.emulation.saved_dispatched_rows
+        )
+        / GIB,
         "seed": meta.config.get("seed"),
         "git_sha": meta.provenance.git_sha,
     }
