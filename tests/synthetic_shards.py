@@ -46,11 +46,15 @@ def shard_table(
     scale: str = "full",
     device: str = "cpu",
     job_id: str | None = None,
+    windows: int | None = None,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
-    preset: the shape the execution stage would run, a row per rank x phase x window, random times."""
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times.
+    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does."""
     w, v = execution.workload, execution.variant
     shape = shape_for(w, scale_preset(scale, ranks)).metadata()
+    if windows is not None:
+        shape["windows"] = windows
     ranks, windows, iterations = shape["ranks"], shape["windows"], shape["iterations"]
     job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
     phases = kind_phases(w.kind)
