@@ -97,7 +97,14 @@ class Setting:
 
     @property
     def promised(self) -> bool:
+        """A setting of the model's promise (P(exit 1 | no change) <= 5%); the others show more."""
         return not self.feature.startswith("run-") and self.level != "gpu2"
+
+    @property
+    def note(self) -> str:
+        if self.feature.startswith("run-"):
+            return " (beyond the model)"
+        return " (each run 1.5%)" if self.level == "gpu2" else ""
 
 
 def settings() -> list[Setting]:
@@ -108,7 +115,7 @@ def settings() -> list[Setting]:
                 power = level == "gpu" and feature in ("equal", "all")
                 out.append(Setting(level, feature, windows, CHANGES if power else ()))
     out += [Setting("gpu2", feature, "5", CHANGES) for feature in ("equal", "all")]
-    return out
+    return sorted(out, key=lambda s: not s.promised)  # what the model promises first
 
 
 def window_counts(execution: Execution, regime: str, rng: np.random.Generator) -> int:
@@ -370,7 +377,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
                 f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%)" if p else ""
             )
         e = r["exit_1"]
-        name = f"{r['level']}-{r['feature']}" + ("" if r["promised"] else " (beyond the model)")
+        name = f"{r['level']}-{r['feature']}" + Setting(r["level"], r["feature"], r["windows"]).note
         lines.append(
             f"| {name} | {r['windows']} | {r['draws']} | {100 * e['rate']:.1f}% "
             f"[{100 * e['low']:.1f}, {100 * e['high']:.1f}] | {power[0]} | {power[1]} | "
@@ -405,7 +412,7 @@ def main() -> None:
     args = parser.parse_args()
     chosen = settings()
     if args.list:
-        print("\n".join(s.name + ("" if s.promised else "  (beyond the model)") for s in chosen))
+        print("\n".join(s.name + s.note for s in chosen))
         return
     if args.settings:
         wanted = args.settings.split(",")

@@ -117,13 +117,14 @@ def bounds_text(document: dict[str, Any]) -> str:
     multiplicity control, with what promise."""
     noise = document["noise"]
     between = [s["between_sigma"] for s in noise if s["between_sigma"] is not None]
-    if between:
-        scatter = (
-            f"run-to-run sigma {min(between):.3f} to {max(between):.3f} "
-            f"({len(between)} strata: {', '.join(s['stratum'] for s in noise)})"
-        )
+    names = ", ".join(s["stratum"] for s in noise)
+    strata = f"{len(noise)} {'stratum' if len(noise) == 1 else 'strata'}: {names}"
+    if not between:
+        scatter = "no run-to-run estimate (fewer than 8 times)"
+    elif min(between) == max(between):
+        scatter = f"run-to-run sigma {between[0]:.3f} ({strata})"
     else:
-        scatter = "no run-to-run estimate (too few times)"
+        scatter = f"run-to-run sigma {min(between):.3f} to {max(between):.3f} ({strata})"
     b = document["bounds"]["times"]
     if b["low"] is None:
         counts = "no time has windows enough for a test"

@@ -42,7 +42,10 @@ MAX_DEPENDENCE = 0.95
 _MEDIAN_CHI2_1 = 0.454936  # median of chi-square with 1 df
 _TRUNCATED_MEAN = 0.973336  # mean of chi-square with 1 df below 9 (three sigma)
 _KEEP = 9.0
-_BETWEEN_EFFICIENCY = 0.9  # degrees of freedom per ratio of the three-sigma mean
+# Degrees of freedom per ratio of the three-sigma mean: below the 0.95 it has for normal data with known
+# weights, because each weight carries an estimated window part (at 0.9, simulated reruns in GPU-like
+# noise flagged something 3 - 4% of the time at a nominal 2.5%; benchmarks/compare_error_rates.py).
+_BETWEEN_EFFICIENCY = 0.7
 
 
 @dataclass(frozen=True)
