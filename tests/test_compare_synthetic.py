@@ -196,3 +196,36 @@ def compare_error(arguments: list[str]) -> str:
     )
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
     return run.stderr
+
+
+def test_bh_flags_what_holm_flags_and_says_what_it_promises(datasets, tmp_path) -> None:
+    base, _, _ = datasets
+    shutil.copytree(base / "shards", tmp_path / "shards")
+    scaled = sorted(load(base).rows)[:4]
+    for execution_id in scaled:
+        _scale(tmp_path, execution_id, 2.0)
+    holm = compare(load(base), load(tmp_path), 0.05)
+    bh = compare(load(base), load(tmp_path), 0.05, multiplicity="bh")
+    flagged = {
+        m: {t["execution_id"] for t in d["times"] if t["change"] == "slower"}
+        for m, d in (("holm", holm), ("bh", bh))
+    }
+    assert flagged["holm"] == set(scaled) and flagged["holm"] <= flagged["bh"]
+    assert all(b["p_adjusted"] <= h["p_adjusted"] for b, h in zip(bh["times"], holm["times"], strict=True))
+    assert holm["multiplicity"]["method"] == "holm" and "family-wise" in holm["multiplicity"]["times"]
+    assert "false discovery rate" in bh["multiplicity"]["times"]
+
+
+def test_three_windows_a_side_are_never_a_change(tmp_path, capsys) -> None:
+    rng = np.random.default_rng()
+    for side, factor in (("base", 1.0), ("new", 3.0)):
+        for e in SUBSET:
+            table = shard_table(e, 1, rng, ranks=2, device="NVIDIA H200", job_id="1_1", windows=3)
+            column = table.schema.get_field_index("window_ms")
+            table = table.set_column(
+                column, table.schema.field(column), pc.multiply(table.column(column), factor)
+            )
+            write_table(tmp_path / side, table)
+    assert main([str(tmp_path / "base"), str(tmp_path / "new")]) == 0
+    out = capsys.readouterr().out
+    assert "no time has windows enough for a test" in out and "0 slower, 0 faster, 25 unchanged" in out
