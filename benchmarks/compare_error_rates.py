@@ -23,7 +23,7 @@ also writes the first K draws of every setting as parquet files and runs the com
 them, which must give the same document.
 
     python benchmarks/compare_error_rates.py [--draws 2000] [--settings NAME,...] [--jobs 2]
-        [--check 1] [--seed 1] [--json FILE]
+        [--check 1] [--seed 1] [--json FILE] [--table FILE]
 
 ``--settings`` takes names or prefixes (``gpu-``, ``cpu-all``); ``--list`` lists them.
 """
@@ -407,7 +407,9 @@ def main() -> None:
         "--check", type=int, default=1, help="draws per setting also run through parquet + CLI"
     )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="append each setting's result here (JSON lines)"
+    )
     parser.add_argument("--list", action="store_true", help="list the settings and exit")
     args = parser.parse_args()
     chosen = settings()
@@ -421,11 +423,18 @@ def main() -> None:
             parser.exit(2, f"no setting matches {args.settings!r}; see --list\n")
     start = time.perf_counter()
     jobs = [(s, args.draws, args.seed, args.check) for s in chosen]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(_job, jobs, chunksize=1)
-    else:
-        results = [_job(j) for j in jobs]
+    results = []
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.jobs))
+            finished = pool.imap(_job, jobs, chunksize=1)
+        else:
+            finished = map(_job, jobs)
+        for result in finished:  # in order; each written as soon as it and those before it are done
+            results.append(result)
+            if args.json:
+                with args.json.open("a") as out:
+                    out.write(json.dumps(result) + "\n")
     wall = time.perf_counter() - start
     print(table(results))
     print(
