@@ -7,7 +7,7 @@ benchmark). Their numbers are random draws, not measurements: never publish them
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,16 @@ def shard_table(
     scale: str = "full",
     device: str = "cpu",
     job_id: str | None = None,
+    windows: int | None = None,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
-    preset: the shape the execution stage would run, a row per rank x phase x window, random times."""
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times.
+    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does."""
     w, v = execution.workload, execution.variant
     preset = scale_preset(scale, ranks)
     shape, plan = shape_for(w, preset), preset.timing
+    if windows is not None:
+        plan = replace(plan, windows=windows)
     ranks, windows, iterations = shape.ranks, plan.windows, plan.iterations
     job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
     phases = kind_phases(w.kind)
