@@ -10,8 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-ARCHES = ("sm_90a", "sm_100a")
-STAGES = ("env", "smoke", "correctness", "timing")
+from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
 
 
 def _compile(arch: str, out: Path) -> int:
@@ -44,7 +43,7 @@ def _stage(args: argparse.Namespace) -> int:
     if args.command == "smoke":
         return check.smoke(t, args.results, args.work)
     if args.command == "smoke-one":
-        out_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.out_dtype]
+        out_dtype = getattr(torch, args.out_dtype)
         return check.smoke_one(t, args.index, args.op, out_dtype, args.variant, args.work)
     if args.command == "correctness":
         return check.correctness(t, args.results, args.work)
@@ -74,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         stage.add_argument("--dry-run", action="store_true", help="on the CPU, through the torch backend")
         if name == "smoke-one":
             stage.add_argument("--index", type=int, required=True, help="the kernel's place in all_specs")
-            stage.add_argument("--out-dtype", required=True, choices=("bfloat16", "float32"))
+            stage.add_argument("--out-dtype", required=True, choices=OUT_DTYPES)
         if name in ("smoke-one", "correctness-op"):
             stage.add_argument("--variant", default="default")
-            stage.add_argument("--op", required=True, choices=("fprop", "dgrad", "wgrad", "mx"))
+            stage.add_argument("--op", required=True, choices=OPS)
     args = parser.parse_args(argv)
     if args.command == "compile":
         if args.out.exists() and not args.out.is_dir():

@@ -20,10 +20,9 @@ import torch
 
 from cutlass_kernels import torch_backend
 from cutlass_kernels.mxfp8 import MXTensor, quantize_mx
+from cutlass_kernels.vocabulary import CAPABILITY_MAJOR, CUTE_BACKENDS
 
-BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
-# CuTe backend -> (the arch its kernels are compiled for, the compute-capability major it runs on)
-_CUTE_ARCHES = {"cute-sm90": ("sm_90a", 9), "cute-sm100": ("sm_100a", 10)}
+BACKENDS = ("auto", "torch", *CUTE_BACKENDS)
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -34,7 +33,7 @@ def _cute_backend(name: str) -> Any:
         from cutlass_kernels.cute_backend import CuteBackend
     except ImportError:
         return None
-    return CuteBackend(_CUTE_ARCHES[name][0])
+    return CuteBackend(CUTE_BACKENDS[name])
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
@@ -46,15 +45,13 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         return backend
     major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
     if backend == "auto":
-        for name, (_, arch_major) in _CUTE_ARCHES.items():
-            if major == arch_major and _cute_backend(name) is not None:
+        for name, arch in CUTE_BACKENDS.items():
+            if major == CAPABILITY_MAJOR[arch] and _cute_backend(name) is not None:
                 return name
         return "torch"
-    if major != _CUTE_ARCHES[backend][1]:
-        raise ValueError(
-            f"backend {backend!r} needs a compute-capability {_CUTE_ARCHES[backend][1]}.x GPU, "
-            f"got device {device}"
-        )
+    needed = CAPABILITY_MAJOR[CUTE_BACKENDS[backend]]
+    if major != needed:
+        raise ValueError(f"backend {backend!r} needs a compute-capability {needed}.x GPU, not {device}")
     if _cute_backend(backend) is None:
         raise ValueError(f"backend {backend!r} is unavailable: the CUTLASS DSL cannot be imported")
     return backend

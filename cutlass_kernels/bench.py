@@ -26,16 +26,16 @@ from typing import Any
 import torch
 
 from cutlass_kernels.check import (
-    OPS,
     Target,
     append,
     dtype_name,
     failed_keys,
     key,
-    problem,
+    make_case,
     random_sizes,
     variants,
 )
+from cutlass_kernels.vocabulary import OPS, has_mx_kernel
 
 SEED_003_EXPERTS, SEED_003_TOP_K, SEED_003_HIDDEN, SEED_003_INTER, SEED_003_TOKENS = 256, 8, 8192, 2048, 4096
 REPORT_EXPERTS, REPORT_TOP_K, REPORT_HIDDEN, REPORT_TOKENS = 384, 6, 7168, 2048
@@ -120,7 +120,7 @@ def flops(op: str, shape: Shape, sizes: list[int], t: Target) -> tuple[int, int]
     from cutlass_kernels import registry
     from cutlass_kernels.cute_base import WGRAD_CHUNK
 
-    tm, tn = registry.MX_TILE_MN if op == "mx" and registry.has_mx_kernel(t.arch) else registry.TILE_MN
+    tm, tn = registry.MX_TILE_MN if op == "mx" and has_mx_kernel(t.arch) else registry.TILE_MN
 
     def up(x: int, tile: int) -> int:
         return -(-x // tile) * tile
@@ -199,7 +199,7 @@ def time_op(
     base |= {"n": shape.n, "k": shape.k}
     per_set = (shape.rows * (shape.k + shape.n) + shape.groups * shape.n * shape.k) * 2
     copies = max(1, min(4, -(-ROTATE_BYTES // per_set))) if t.device.type == "cuda" else 1
-    probs = [problem(op, sizes, shape.n, shape.k, 0, t.device) for _ in range(copies)]
+    probs = [make_case(op, sizes, shape.n, shape.k, 0, t.device) for _ in range(copies)]
     useful, padded = flops(op, shape, sizes, t)
     refs = [grouped_mm(op, p) for p in probs]
     ref_ms = None

@@ -31,14 +31,14 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import api, quantize_mx
+from cutlass_kernels import api, quantize_mx, vocabulary
+from cutlass_kernels.isolation import Isolated, run_isolated
 from cutlass_kernels.mxfp8 import MXTensor
 from cutlass_kernels.results import append, finite, read
+from cutlass_kernels.vocabulary import BF16_OPS, CUTE_BACKENDS, OPS, has_mx_kernel
 
-OPS = ("fprop", "dgrad", "wgrad", "mx")
 MX_MODE = "exact"  # scale selection of the activations in the MX cases (MoK's; Dist-MoE's is "fast")
-OUT_DTYPES = (torch.bfloat16, torch.float32)
-ARCH = {"cute-sm90": "sm_90a", "cute-sm100": "sm_100a"}
+OUT_DTYPES = tuple(getattr(torch, name) for name in vocabulary.OUT_DTYPES)
 SMOKE_TIMEOUT_S = 45.0  # one kernel: compile (file-cached afterwards) + one tiny launch
 CORRECTNESS_TIMEOUT_S = 50.0  # one op x variant: all its cases, both output dtypes, graph replay
 TC_INSTRUCTION = re.compile(r"\b(HGMMA|UTC\w*MMA)\b")  # wgmma on sm90, tcgen05.mma on sm100
@@ -101,7 +101,7 @@ def target(dry_run: bool) -> Target:
         raise NoTarget(
             f"no CuTe backend for {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]}): {why}"
         )
-    return Target(device, backend, ARCH[backend], False)
+    return Target(device, backend, CUTE_BACKENDS[backend], False)
 
 
 def variants(t: Target, op: str) -> tuple[str, ...]:
@@ -242,7 +242,7 @@ def tolerance(out_dtype: torch.dtype, backend: str) -> float:
 
 
 @dataclass
-class Problem:
+class CheckCase:
     """One grouped GEMM of ``op`` on ``sizes`` (plus ``tail`` rows at or past ``offs[-1]``)."""
 
     op: str
@@ -292,7 +292,7 @@ class Problem:
         return rel_err(out[: self.used], reference(a, b, self.sizes))
 
 
-def problem(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.device) -> Problem:
+def make_case(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.device) -> CheckCase:
     """Fresh random operands of the forward GEMM [M, K] x [G, N, K]^T (dgrad and wgrad: its gradients).
     Rows past ``offs[-1]`` hold large values in wgrad inputs, so summing them in would show."""
     m, groups = sum(sizes) + tail, len(sizes)
@@ -302,55 +302,26 @@ def problem(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.
         return torch.randn(*shape, device=device, dtype=torch.bfloat16).mul_(scale)
 
     if op == "fprop":
-        return Problem(op, sizes, offs, randn(m, k), randn(groups, n, k, scale=k**-0.5), tail)
+        return CheckCase(op, sizes, offs, randn(m, k), randn(groups, n, k, scale=k**-0.5), tail)
     if op == "dgrad":
-        return Problem(op, sizes, offs, randn(m, n), randn(groups, n, k, scale=n**-0.5), tail)
+        return CheckCase(op, sizes, offs, randn(m, n), randn(groups, n, k, scale=n**-0.5), tail)
     if op == "wgrad":
         dy, x = randn(m, n), randn(m, k)
         dy[m - tail :], x[m - tail :] = 1e4, 1e4
-        return Problem(op, sizes, offs, dy, x, tail)
+        return CheckCase(op, sizes, offs, dy, x, tail)
     b = quantize_chunked(torch.randn(groups, n, k, device=device) * k**-0.5)
-    return Problem(op, sizes, offs, randn(m, k), b, tail, rhs_values=cast_values(b))
+    return CheckCase(op, sizes, offs, randn(m, k), b, tail, rhs_values=cast_values(b))
 
 
 # ------------------------------------------------------------------------------------- isolation
 
 
-@dataclass
-class Outcome:
-    rc: int | None  # None: killed at the timeout
-    output: str
-    seconds: float
-
-
-def isolated(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Outcome:
-    """Run ``python -m cutlass_kernels ARGS`` in its own process group; kill the group at ``timeout``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "cutlass_kernels", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        process_group=0,
-        env=env,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        rc = None
-    sys.stdout.write(out)  # into the stage log
+def isolated(args: list[str], limit: float) -> Isolated:
+    """Run ``python -m cutlass_kernels ARGS`` isolated (:func:`run_isolated`), its output into ours."""
+    done = run_isolated([sys.executable, "-u", "-m", "cutlass_kernels", *args], limit)
+    sys.stdout.write(done.output)  # into the stage log
     sys.stdout.flush()
-    return Outcome(rc, out, time.perf_counter() - start)
-
-
-def _why(outcome: Outcome, timeout: float) -> str:
-    if outcome.rc is None:
-        return f"timed out after {timeout:.0f} s (hang?); process group killed"
-    tail = " | ".join(line for line in outcome.output.strip().splitlines()[-3:])
-    return f"exit status {outcome.rc}: {tail}"[:600]
+    return done
 
 
 # ------------------------------------------------------------------------------------------ smoke
@@ -385,7 +356,7 @@ def smoke(t: Target, results: Path, work: Path) -> int:
         if outcome.rc == 0 and found:
             record |= json.loads(found[-1])
         else:
-            record |= {"status": "fail", "error": _why(outcome, SMOKE_TIMEOUT_S)}
+            record |= {"status": "fail", "error": outcome.why(SMOKE_TIMEOUT_S)}
         record["seconds"] = round(outcome.seconds, 2)
         append(results, record)
         return record["status"] == "pass"
@@ -407,7 +378,7 @@ def smoke_one(t: Target, index: int, op: str, out_dtype: torch.dtype, variant: s
         start = time.perf_counter()
         compile_spec(spec, registry.kernel_for(spec), work / "cubins")
         record["compile_s"] = round(time.perf_counter() - start, 2)
-    prob = problem(op, [3, 0, 70, 130], 192, 96, 5, t.device)
+    prob = make_case(op, [3, 0, 70, 130], 192, 96, 5, t.device)
     start = time.perf_counter()
     out = prob.call(out_dtype, t.backend, variant)
     if t.device.type == "cuda":
@@ -425,7 +396,7 @@ def smoke_one(t: Target, index: int, op: str, out_dtype: torch.dtype, variant: s
 
 
 @dataclass
-class Case:
+class CaseShape:
     name: str
     sizes: list[int]
     n: int
@@ -474,20 +445,20 @@ class Checker:
         self.record(case, out_dtype, **result)
 
 
-def cases(t: Target, gen: torch.Generator) -> list[Case]:
+def cases(t: Target, gen: torch.Generator) -> list[CaseShape]:
     """Edge routings (empty groups, M / N / K tails, rows past offs[-1]) and fresh random ones; on a GPU
     also one per-rank shape of the matrix (D = 7168, F = 1536, EP 8: the down projection)."""
     edges = [0, 1, 127, 128, 129, 0, 300, 5]
     found = [
-        Case("edges N/K tails", edges, 384, 200, 7, ("fprop", "dgrad", "wgrad")),
-        Case("edges N/K tails", edges, 384, 224, 7, ("mx",)),  # K a multiple of the 32-element MX block
+        CaseShape("edges N/K tails", edges, 384, 200, 7, BF16_OPS),
+        CaseShape("edges N/K tails", edges, 384, 224, 7, ("mx",)),  # K a multiple of the 32-element MX block
     ]
     if t.dry_run:
-        return [*found, Case("random routing", random_sizes(6, 300, gen, empty=2), 96, 64, 3)]
+        return [*found, CaseShape("random routing", random_sizes(6, 300, gen, empty=2), 96, 64, 3)]
     return [
         *found,
-        Case("random routing", random_sizes(24, 5000, gen, empty=3), 1536, 1024, 33),
-        Case("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536, 0),
+        CaseShape("random routing", random_sizes(24, 5000, gen, empty=3), 1536, 1024, 33),
+        CaseShape("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536, 0),
     ]
 
 
@@ -502,7 +473,7 @@ def correctness(t: Target, results: Path, work: Path) -> int:
         if outcome.rc in (0, 1):
             return outcome.rc == 0
         rec = {"stage": "correctness", "op": op, "variant": variant, "case": "process", "status": "fail"}
-        append(results, {**rec, "error": _why(outcome, CORRECTNESS_TIMEOUT_S)})
+        append(results, {**rec, "error": outcome.why(CORRECTNESS_TIMEOUT_S)})
         return False
 
     with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
@@ -519,15 +490,15 @@ def correctness_op(t: Target, op: str, variant: str, results: Path) -> int:
     for case in cases(t, gen):
         if op not in case.ops:
             continue
-        prob = problem(op, case.sizes, case.n, case.k, case.tail, t.device)
+        prob = make_case(op, case.sizes, case.n, case.k, case.tail, t.device)
         for out_dtype in OUT_DTYPES:
             checker.attempt(
                 case.name,
                 out_dtype,
-                functools.partial(_check_case, t, prob, out_dtype, variant),
+                functools.partial(_check_output, t, prob, out_dtype, variant),
             )
     if op in ("fprop", "dgrad"):
-        prob = problem(op, [0, 40, 129, 3], 256, 128, 0, t.device)
+        prob = make_case(op, [0, 40, 129, 3], 256, 128, 0, t.device)
         checker.attempt(
             "B in the other stride order", torch.bfloat16, lambda: _check_layout(t, prob, variant)
         )
@@ -546,17 +517,16 @@ def _nan_prefill(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
     return ptr
 
 
-def kernel_path(t: Target, prob: Problem, out_dtype: torch.dtype) -> str:
+def kernel_path(t: Target, prob: CheckCase, out_dtype: torch.dtype) -> str:
     """The path the dispatch takes for these operands: ``kernel``, or why it falls back to torch (then
     a check would test torch, not the kernel)."""
     if t.backend == "torch":
         return "torch backend"
     from cutlass_kernels import cute_backend as cb
-    from cutlass_kernels import registry
 
     lhs, rhs, prefix = prob.lhs, prob.rhs, ""
     if prob.op == "mx":
-        if registry.has_mx_kernel(t.arch):
+        if has_mx_kernel(t.arch):
             reason = cb.mx_unsupported_reason(prob.lhs_mx, rhs, prob.offs, out_dtype)
             return f"torch fallback: {reason}" if reason else "kernel"
         lhs, rhs, prefix = cb.dequantize_bf16(prob.lhs_mx), prob.rhs_values, "BF16 values, "
@@ -569,7 +539,7 @@ def kernel_path(t: Target, prob: Problem, out_dtype: torch.dtype) -> str:
     return prefix + (f"torch fallback: {reason}" if reason else "kernel")
 
 
-def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) -> dict[str, Any]:
+def _check_output(t: Target, prob: CheckCase, out_dtype: torch.dtype, variant: str) -> dict[str, Any]:
     path = kernel_path(t, prob, out_dtype)
     if "torch fallback" in path:
         return {"status": "fail", "path": path, "error": f"the operands would not reach the kernel: {path}"}
@@ -596,7 +566,7 @@ def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) 
     return {"status": "fail" if problems else "pass", **result}
 
 
-def _check_layout(t: Target, prob: Problem, variant: str) -> dict[str, Any]:
+def _check_layout(t: Target, prob: CheckCase, variant: str) -> dict[str, Any]:
     """B with the same values in the other stride order: a clear ValueError, or the right result; a
     silently wrong one fails."""
     other = prob.rhs.transpose(1, 2).contiguous().transpose(1, 2)
@@ -617,7 +587,7 @@ def _check_graph(t: Target, op: str, variant: str, gen: torch.Generator) -> dict
     if t.device.type != "cuda":
         return {"status": "skip", "reason": "no CUDA graphs on cpu"}
     groups, rows = 16, 3000
-    prob = problem(op, random_sizes(groups, rows, gen, empty=2), 512, 256, 0, t.device)
+    prob = make_case(op, random_sizes(groups, rows, gen, empty=2), 512, 256, 0, t.device)
     prob.call(torch.bfloat16, t.backend, variant)  # compile and load outside the capture
     torch.cuda.synchronize(t.device)
     graph = torch.cuda.CUDAGraph()

@@ -39,6 +39,7 @@ from cutlass_kernels.cute_base import (
     to_cute,
 )
 from cutlass_kernels.mxfp8 import BLOCK, MXTensor, fake_quantize, quantize_mx, scale_values
+from cutlass_kernels.vocabulary import has_mx_kernel
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
 # the mode of the kernel's (N, K, G) view of B with unit stride, as each op's kernel was compiled
@@ -261,7 +262,7 @@ class CuteBackend:
         mode: str | None,
         b_values: torch.Tensor | None,
     ) -> torch.Tensor:
-        if not registry.has_mx_kernel(self.arch):
+        if not has_mx_kernel(self.arch):
             return self._fprop(*bf16_operands(a, b, mode, b_values), offs, out_dtype, variant, "mx")
         a_mx = quantize_mx(a, str(mode)) if isinstance(a, torch.Tensor) else a
         problem = Problem("mx", b.shape[0], a.shape[0], b.shape[1], b.shape[2], out_dtype)

@@ -19,9 +19,8 @@ import torch
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
 from cutlass_kernels import tile_schedule
+from cutlass_kernels.vocabulary import BF16_OPS, check_arch, check_op
 
-ARCHES = ("sm_90a", "sm_100a")
-OPS = ("fprop", "dgrad", "wgrad")
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
 ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
 OFFS_ALIGN = 4
@@ -58,10 +57,8 @@ class KernelSpec:
     variant: str = "default"
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHES:
-            raise ValueError(f"arch {self.arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-        if self.op not in OPS:
-            raise ValueError(f"op {self.op!r} is not allowed; allowed: {', '.join(OPS)}")
+        check_arch(self.arch)
+        check_op(self.op, BF16_OPS)
         if self.mx and (self.arch, self.op, self.in_dtype) != ("sm_100a", "fprop", torch.float8_e4m3fn):
             raise ValueError(f"MX kernels are sm_100a fprop with float8_e4m3fn operands, got {self}")
         if not _VARIANT_NAME.fullmatch(self.variant):

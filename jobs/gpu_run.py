@@ -11,9 +11,9 @@ import argparse
 import csv
 import datetime
 import importlib.util
+import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +27,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cutlass_kernels.results import append, read  # noqa: E402  (torch-free)
+from cutlass_kernels.isolation import run_isolated  # noqa: E402  (torch-free)
+from cutlass_kernels.results import append, read  # noqa: E402
+from pipeline.data.atomic import atomic_write  # noqa: E402
 
 TOTAL_S = 360  # the whole run, so a partial rerun still fits a 15-minute device window
 STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
@@ -183,35 +185,12 @@ def _environment(run: Run) -> dict[str, str]:
 
 
 def run_session(run: Run, argv: list[str], limit: float) -> tuple[int | None, float]:
-    """Run ``argv`` as the leader of a new session, output into the log; at ``limit`` every process
-    of the session (grandchildren in their own process groups included) is killed. (rc or None, s)."""
-    start = time.monotonic()
+    """Run ``argv`` isolated (:func:`~cutlass_kernels.isolation.run_isolated`: its own session, every
+    process it started killed at ``limit``), output into the log. (rc or None, seconds)."""
     run.log.write(f"\n$ {' '.join(argv)}\n")
     run.log.flush()
-    proc = subprocess.Popen(
-        argv, stdout=run.log, stderr=subprocess.STDOUT, env=run.env, start_new_session=True, cwd=ROOT
-    )
-    try:
-        rc: int | None = proc.wait(timeout=max(limit, 0.1))
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        proc.wait()
-        rc = None
-    kill_session(proc.pid)  # leftovers of a stage that exited but left children behind
-    return rc, time.monotonic() - start
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL every process whose session is ``sid`` (the stage's leader and all it started)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        try:
-            if os.getsid(pid) == sid:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            continue
+    done = run_isolated(argv, limit, env=run.env, cwd=ROOT, log=run.log)
+    return done.rc, done.seconds
 
 
 def _stage(run: Run, stage: str, limit: float) -> bool:
@@ -372,21 +351,22 @@ def _pipeline(run: Run, limit: float) -> tuple[int | None, str]:
         shutil.copy(published, run.out / "mok-comparison.csv")
         with open(published) as f:
             for row in csv.DictReader(f):
-                keep = [*PUBLISHED]
                 run.record(
-                    "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in keep}
+                    "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED}
                 )
-    status = subprocess.run(
-        run.python("-m", "pipeline.status", str(dataset)),
-        capture_output=True,
-        text=True,
-        env=run.env,
-        timeout=max(left - 5, 5),
+    status = run_isolated(
+        run.python("-m", "pipeline.status", str(dataset), "--json"), max(left - 5, 5), env=run.env, cwd=ROOT
     )
-    for line in status.stdout.splitlines():
-        words = line.split()
-        if words and words[0] in ("failed", "missing", "running", "pending"):
-            run.record("pipeline", name=words[1], status="fail", detail=line[:600])
+    try:
+        executions = json.loads(status.output)["executions"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        why = status.why(max(left - 5, 5))
+        run.record("pipeline", name="pipeline.status", status="fail", detail=why)
+        executions = []
+    for e in executions:
+        if e["state"] != "done":
+            detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
+            run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
     return (rc if rc != 0 else agg), ""
 
 
@@ -437,9 +417,8 @@ def write_summary(out: Path) -> None:
         (r for r in reversed(records) if r.get("stage") == "env" and r.get("name") == "versions"), None
     )
     if env:
-        fields = ENV_FIELDS
         lines += [
-            "Environment: " + ", ".join(f"{k} {env.get(k)}" for k in fields if env.get(k) is not None),
+            "Environment: " + ", ".join(f"{k} {env.get(k)}" for k in ENV_FIELDS if env.get(k) is not None),
             "",
         ]
     stage_records = [r for r in records if r.get("name") == "stage"]
@@ -478,10 +457,7 @@ def write_summary(out: Path) -> None:
         lines += ["", "## Pipeline executions", ""]
         keys = ("name", "iterationMS", "sanityMaxError", "sanityTolerance", "sanityPassed")
         lines += _table(["execution", *keys[1:]], [[r.get(k) for k in keys] for r in rows])
-    text = "\n".join(lines) + "\n"
-    tmp = out / ".summary.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "summary.md")
+    atomic_write(out / "summary.md", "\n".join(lines) + "\n")
 
 
 def _table(head: Sequence[str], rows: list[list[Any]]) -> list[str]:

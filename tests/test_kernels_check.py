@@ -112,7 +112,7 @@ def test_results_survive_a_torn_last_line_and_keep_non_finite_numbers(tmp_path):
 
 
 def test_an_unwritten_row_is_an_infinite_error():
-    prob = check.problem("fprop", [3, 0, 5], 16, 32, 2, torch.device("cpu"))
+    prob = check.make_case("fprop", [3, 0, 5], 16, 32, 2, torch.device("cpu"))
     out = prob.call(torch.float32, "torch", "default")
     assert prob.error(out) < check.tolerance(torch.float32, "torch")
     out[4] = float("nan")  # a row of group 2 the kernel never wrote (NaN-prefilled)
@@ -120,7 +120,7 @@ def test_an_unwritten_row_is_an_infinite_error():
 
 
 def test_wgrad_ignores_rows_past_the_last_group_end():
-    prob = check.problem("wgrad", [3, 0, 5], 16, 32, 4, torch.device("cpu"))
+    prob = check.make_case("wgrad", [3, 0, 5], 16, 32, 4, torch.device("cpu"))
     assert float(prob.lhs[-4:].float().abs().min()) > 9e3  # large values a kernel must not sum in
     assert prob.error(prob.call(torch.float32, "torch", "default")) < 1e-2
 
@@ -130,10 +130,10 @@ def test_operands_that_would_not_reach_the_kernel_fail_the_case(op: str):
     """CPU tensors never reach a CuTe kernel: a check that would test the torch fallback instead fails."""
     pytest.importorskip("cutlass")
     cute = check.Target(torch.device("cpu"), "cute-sm90", "sm_90a", False)
-    prob = check.problem(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
+    prob = check.make_case(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
     path = check.kernel_path(cute, prob, torch.bfloat16)
     assert "torch fallback: " in path and (op != "mx" or path.startswith("BF16 values, "))
-    result = check._check_case(cute, prob, torch.bfloat16, "default")
+    result = check._check_output(cute, prob, torch.bfloat16, "default")
     assert result["status"] == "fail" and "would not reach the kernel" in result["error"]
 
 

@@ -76,8 +76,8 @@ def extra_variants(registry, monkeypatch: pytest.MonkeyPatch):
         return f"N={problem.n} is not a multiple of 512" if problem.n % 512 else ""
 
     added = (
-        registry.Variant("narrow", ("fprop", "dgrad"), narrow, tile_mn=(128, 128)),
-        registry.Variant("picky", ("fprop", "wgrad"), narrow, refuses=n512),
+        registry.KernelVariant("narrow", ("fprop", "dgrad"), narrow, tile_mn=(128, 128)),
+        registry.KernelVariant("picky", ("fprop", "wgrad"), narrow, refuses=n512),
     )
     inplace = registry.variant("sm_90a", "inplace")
     monkeypatch.setitem(registry._VARIANTS, "sm_90a", (registry._VARIANTS["sm_90a"][0], inplace, *added))
