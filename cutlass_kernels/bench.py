@@ -118,7 +118,7 @@ def flops(op: str, shape: Shape, sizes: list[int], t: Target) -> tuple[int, int]
     """Useful and tile-padded FLOPs of ``op`` on ``shape``: M tiles per group (wgrad: its per-group
     row chunks along the reduction) and N tiles of the output."""
     from cutlass_kernels import registry
-    from cutlass_kernels.cute_base import WGRAD_CHUNK
+    from cutlass_kernels.tile_schedule import WGRAD_CHUNK
 
     tm, tn = registry.MX_TILE_MN if op == "mx" and has_mx_kernel(t.arch) else registry.TILE_MN
 

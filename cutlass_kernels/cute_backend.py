@@ -33,12 +33,12 @@ from cutlass_kernels.cute_base import (
     ALIGN_BYTES,
     MAX_GROUPS,
     OFFS_ALIGN,
-    WGRAD_CHUNK,
     KernelSpec,
     sm_count,
     to_cute,
 )
 from cutlass_kernels.mxfp8 import BLOCK, MXTensor, fake_quantize, quantize_mx, scale_values
+from cutlass_kernels.tile_schedule import WGRAD_CHUNK
 from cutlass_kernels.vocabulary import has_mx_kernel
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B

@@ -39,7 +39,8 @@ import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.utils import blockscaled_layout
 
-from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.cute_base import MAX_GROUPS, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
 
 _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
@@ -377,7 +378,7 @@ class Sm100GroupedGemm:
         k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
         total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
         work_args = (prefix, offs)
-        work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
+        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
         thr_mma = tiled_mma.get_slice(v)
         acc_layout = self._acc_fragment(tiled_mma).layout
         tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
@@ -425,7 +426,7 @@ class Sm100GroupedGemm:
             tile = walker
             while tile < total:
                 group, a_row, n_tile, k_begin, k_end, _, _, m_tile = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
+                    self.problem, *work_args, group, tile, work_shape
                 )
                 if cutlass.const_expr(self.cluster_n > 1):
                     n_tile = n_tile * self.cluster_n + n_in_cluster
@@ -495,7 +496,7 @@ class Sm100GroupedGemm:
             tile = walker
             while tile < total:
                 group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
+                    self.problem, *work_args, group, tile, work_shape
                 )
                 if cutlass.const_expr(self.cluster_n > 1):
                     n_tile = n_tile * self.cluster_n + n_in_cluster
@@ -545,7 +546,7 @@ class Sm100GroupedGemm:
                 k_begin, k_end = 0, work_shape[2]  # M-grouped: every tile takes all K tiles
             else:
                 group, _, _, k_begin, k_end, _, _, _ = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
+                    self.problem, *work_args, group, tile, work_shape
                 )
             if k_end > k_begin:
                 acc = acc_base[(None, None, None, acc_state.index)]

@@ -53,7 +53,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from cutlass_kernels import tile_schedule
-from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
 
 _SMEM_BYTES = 232448  # sm90 dynamic shared memory per CTA
 _THREADS_PER_WG = 128
@@ -285,7 +286,7 @@ class Sm90GroupedGemm:
             else cute.ceil_div(cute.size(mA, mode=[1]), self.tile_mnk[2])
         )
         total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
-        work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
+        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
 
         # B K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G); with a cluster each
         # CTA loads its 1/cluster_m share and multicasts it. In place, B's slices start at each group.
@@ -313,7 +314,7 @@ class Sm90GroupedGemm:
                 tile = walker
                 while tile < total:
                     group, a_row, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                        self.problem, prefix, offs, group, tile, *work_shape
+                        self.problem, prefix, offs, group, tile, work_shape
                     )
                     if cutlass.const_expr(self.in_place):
                         # this group's chunks of A = dY^T and B = X^T, from its first row on
@@ -405,7 +406,7 @@ class Sm90GroupedGemm:
         tile = walker
         while tile < total:
             group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                self.problem, prefix, offs, group, tile, *work_shape
+                self.problem, prefix, offs, group, tile, work_shape
             )
             if cutlass.const_expr(self.cluster_m > 1):
                 row, row_end = self._cta_rows(row, row_end, rank)
@@ -476,7 +477,7 @@ class Sm90GroupedGemm:
     def _cta_rows(self, row, row_end, rank):
         """This CTA's (first row, row end) of the cluster's pair at ``row``
         (:func:`tile_schedule.cluster_rows`)."""
-        return tile_schedule.cluster_rows(row, row_end, rank, self.tile_m, cutlass.min, cutlass.max)
+        return tile_schedule.cluster_rows(row, row_end, rank, self.tile_m, DEVICE)
 
     @cute.jit
     def _group_start(self, offs: cute.Tensor, group: cutlass.Int32) -> cutlass.Int32:
