@@ -13,7 +13,7 @@ import re
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
@@ -179,6 +179,19 @@ def build_tile_prefix(offs: cute.Tensor, prefix: cute.Tensor, tile_m: cutlass.Co
         if g < groups:
             prefix[g + 1] = carry + count
         carry = carry + cute.arch.shuffle_sync(count, 31)
+
+
+class CtaWalk(NamedTuple):
+    """What each role of a persistent CTA loops over: the group tile prefix (shared memory) and
+    ``offs``, this walker's index among ``walkers`` (CTAs, or clusters, of the grid), the launch's
+    tile count and shape (:func:`cutlass_kernels.tile_schedule.tile_work`)."""
+
+    prefix: Any
+    offs: Any
+    walker: Any
+    walkers: Any
+    total: Any
+    shape: tile_schedule.WalkShape
 
 
 # the walk of :mod:`cutlass_kernels.tile_schedule`, traced: its loops and branches on device values
