@@ -33,10 +33,12 @@ from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory as memory
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils import blockscaled_layout
 
 from cutlass_kernels.cute_base import MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
@@ -49,6 +51,7 @@ _ACC_STAGES = 2
 _TMEM_COLUMNS = 512
 _SF_VEC = 32
 _SF_DTYPE = cutlass.Float8E8M0FNU
+_SMEM_ALIGN = 1024  # bytes: the operand rings' alignment (a 128-byte swizzle's 8-row period)
 
 
 class Barrier:
@@ -131,6 +134,7 @@ class Sm100GroupedGemm:
         self.use_2cta_instrs = cta_pair
         self.cta_group = tcgen05.CtaGroup.TWO if cta_pair else tcgen05.CtaGroup.ONE
         self.cluster_shape_mnk = (self.pair, cluster_n, 1)
+        self.cluster_size = self.pair * cluster_n  # CTAs per cluster
         self.threads = 32 * (len(_EPI_WARPS) + 2)
         # MX on pairs only: the 1-CTA view of the MMA that B's scales are loaded by, and its cluster layout
         self.tiled_mma_sfb: Any = None
@@ -138,11 +142,8 @@ class Sm100GroupedGemm:
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
-        self.c_layout = utils.LayoutEnum.from_tensor(c)
-        majors = (
-            utils.LayoutEnum.from_tensor(a).mma_major_mode(),
-            utils.LayoutEnum.from_tensor(b).mma_major_mode(),
-        )
+        self.c_layout = LayoutEnum.from_tensor(c)
+        majors = (LayoutEnum.from_tensor(a).mma_major_mode(), LayoutEnum.from_tensor(b).mma_major_mode())
         if cutlass.const_expr(self.mx):
             self.tiled_mma = self._mx_mma(majors, self.cta_group, self.tile_m)
             if cutlass.const_expr(self.cta_pair):
@@ -150,7 +151,12 @@ class Sm100GroupedGemm:
                 self.tiled_mma_sfb = self._mx_mma(majors, tcgen05.CtaGroup.ONE, self.tile_m // self.pair)
         else:
             self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
-                self.a_dtype, *majors, self.acc_dtype, self.cta_group, (self.tile_m, self.tile_n)
+                self.a_dtype,
+                self.b_dtype,
+                *majors,
+                self.acc_dtype,
+                self.cta_group,
+                (self.tile_m, self.tile_n),
             )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
@@ -173,7 +179,9 @@ class Sm100GroupedGemm:
                 )
             for make in (blockscaled_layout.make_smem_layout_sfa, blockscaled_layout.make_smem_layout_sfb):
                 stage_bytes += cute.size_in_bytes(_SF_DTYPE, make(self.tiled_mma, self.mma_tiler, _SF_VEC, 1))
-        free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
+        # the shared struct (the tile prefix, 4 KiB, and the barriers) ends before the next 1024-byte
+        # boundary, where the rings start: 128-byte swizzled operands want 1024-byte aligned stages
+        free = memory.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - _SMEM_ALIGN
         self.stages = free // stage_bytes
         self.a_smem = sm100_utils.make_smem_layout_a(
             self.tiled_mma, self.mma_tiler, self.a_dtype, self.stages
@@ -196,7 +204,7 @@ class Sm100GroupedGemm:
         self.tmem_cols = (
             cute.arch.get_max_tmem_alloc_cols("sm_100")
             if cutlass.const_expr(self.mx)
-            else utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+            else memory.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
         )
 
     def _mx_mma(self, majors: tuple[Any, Any], cta_group: Any, tile_m: int) -> cute.TiledMma:
@@ -264,7 +272,7 @@ class Sm100GroupedGemm:
 
         self.storage = Storage
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
-        cluster_size = self.pair * self.cluster_n
+        cluster_size = self.cluster_size
         grid = num_ctas
         if cutlass.const_expr(cluster_size > 1):
             grid = num_ctas // cluster_size * cluster_size
@@ -359,8 +367,7 @@ class Sm100GroupedGemm:
         if cutlass.const_expr(self.cta_pair):
             rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
             v, _, n_in_cluster, _ = cluster_vmnk.get_flat_coord(rank)
-            cluster_size = self.pair * self.cluster_n
-            walker, walkers = cta // cluster_size, grid // cluster_size
+            walker, walkers = cta // self.cluster_size, grid // self.cluster_size
         if warp == _TMA_WARP:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
@@ -368,7 +375,7 @@ class Sm100GroupedGemm:
                 cpasync.prefetch_descriptor(tma_sfa)
                 cpasync.prefetch_descriptor(tma_sfb)
 
-        smem = utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
         ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
             barrier_storage=storage.ring_barriers.data_ptr(),
@@ -388,7 +395,7 @@ class Sm100GroupedGemm:
             cta_layout_vmnk=cluster_vmnk,
             defer_sync=True,
         )
-        tmem = utils.TmemAllocator(
+        tmem = memory.TmemAllocator(
             storage.tmem_base.ptr,
             barrier_for_retrieve=pipeline.NamedBarrier(
                 barrier_id=Barrier.TMEM_ADDRESS, num_threads=32 * (len(_EPI_WARPS) + 1)
@@ -398,8 +405,12 @@ class Sm100GroupedGemm:
             two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc.ptr,
         )
         pipeline.pipeline_init_arrive(cluster_shape_mn=cluster_vmnk, is_relaxed=True)
-        sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
-        sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
+        sA = smem.allocate_tensor(
+            self.a_dtype, a_smem.outer, byte_alignment=_SMEM_ALIGN, swizzle=a_smem.inner
+        )
+        sB = smem.allocate_tensor(
+            self.b_dtype, b_smem.outer, byte_alignment=_SMEM_ALIGN, swizzle=b_smem.inner
+        )
         sSFA, sSFB = None, None
         if cutlass.const_expr(self.mx):
             sSFA = smem.allocate_tensor(_SF_DTYPE, sfa_smem, byte_alignment=128)

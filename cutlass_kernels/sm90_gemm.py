@@ -34,11 +34,13 @@ Trace-time switches, all off in the default kernel (each registered variant of
 - ``in_place`` (K-grouped only): dY and X are read where they lie, row-major, instead of from
   per-group zero-padded copies (which cost a scatter of both operands before every launch). The
   producer TMA-loads every chunk of group ``g`` from row ``offs[g-1] + 64 j``; a group's last chunk
-  then also holds the first rows of the next group, and since the product over rows is zero where
-  either operand is, each consumer warpgroup zeroes, in shared memory, the rows past the group's end
-  of its own half of the dY^T tile, fences those generic-proxy stores against the async proxy wgmma
-  reads through, and syncs its 128 threads on a named barrier before issuing the wgmma. Only a
-  group's last chunk is touched, and only when its size is not a multiple of 64.
+  then also holds the rows after the group's end (the next group's, or those past ``offs[-1]``).
+  Zeroing one operand there is not enough: 0 x Inf and 0 x NaN are NaN, so each consumer warpgroup
+  zeroes, in shared memory, the rows past the group's end of both operands (its own half of the dY^T
+  tile and half of the X^T tile, which both warpgroups read), fences those generic-proxy stores
+  against the async proxy wgmma reads through, and syncs both warpgroups on a named barrier before
+  either issues the wgmma. Only a group's last chunk is touched, and only when its size is not a
+  multiple of 64.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory as memory
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
 
 from cutlass_kernels import tile_schedule
 from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
@@ -67,11 +70,11 @@ CLUSTER_SHAPES = (1, 2)
 
 class Barrier:
     """Named barrier ids (hardware has 16; 0 is the CTA's, of ``sync_threads``). An id has one user
-    in any one kernel (:meth:`Sm90GroupedGemm.named_barriers` checks it): the staged epilogue's and the
-    in-place zeroing's share ids 1-2 only because no kernel has both switches on."""
+    in any one kernel (:meth:`Sm90GroupedGemm.named_barriers` checks it): the staged epilogue and the
+    in-place zeroing share id 1 only because no kernel has both switches on."""
 
-    STAGED_EPILOGUE = 1  # the consumer warpgroups together, around each C slice in shared memory
-    ZEROING = 1  # + the consumer warpgroup (0, 1): its rows past the group end zeroed, before wgmma
+    STAGED_EPILOGUE = 1  # the consumer warpgroups, around each C slice in shared memory
+    ZEROING = 1  # the consumer warpgroups, between zeroing rows past a group's end and the wgmma
 
 
 class _Loads(NamedTuple):
@@ -101,9 +104,10 @@ class _Output(NamedTuple):
 
 
 class _ZeroTail(NamedTuple):
-    """In place: what a consumer warpgroup needs to zero the dY^T rows past its group's end."""
+    """In place: what a consumer warpgroup needs to zero the operands' rows past its group's end."""
 
     sA: Any
+    sB: Any
     group_rows: Any
     k_begin: Any  # the group's first K tile
     mma_wg: Any  # the consumer warpgroup, 0 or 1
@@ -181,6 +185,7 @@ class Sm90GroupedGemm:
             )
         self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.tma_store, self.cluster_m, self.in_place = tma_store, cluster_m, in_place
+        self.cluster_size = cluster_m  # CTAs per cluster
         # a cluster's CTA without rows must skip its wgmma, so clusters imply the skip
         self.skip_empty_halves = skip_empty_halves or cluster_m > 1
         self.acc_dtype = cutlass.Float32
@@ -197,16 +202,16 @@ class Sm90GroupedGemm:
         if self.tma_store:
             used["staged epilogue"] = Barrier.STAGED_EPILOGUE
         if self.in_place:
-            used |= {f"zeroing of warpgroup {wg}": Barrier.ZEROING + wg for wg in range(self.num_mma_wg)}
+            used["zeroing"] = Barrier.ZEROING
         if len(set(used.values())) < len(used):
             raise ValueError(f"named barriers {used} share an id; each needs one of its own")
         return used
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
-        self.a_layout = utils.LayoutEnum.from_tensor(a)
-        self.b_layout = utils.LayoutEnum.from_tensor(b)
-        self.c_layout = utils.LayoutEnum.from_tensor(c)
+        self.a_layout = LayoutEnum.from_tensor(a)
+        self.b_layout = LayoutEnum.from_tensor(b)
+        self.c_layout = LayoutEnum.from_tensor(c)
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.a_dtype,
             self.b_dtype,
@@ -318,7 +323,7 @@ class Sm90GroupedGemm:
             rank = cta % self.cluster_m
             walker, walkers = cta // self.cluster_m, grid // self.cluster_m
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
         sC = None
         if cutlass.const_expr(self.tma_store):
@@ -498,6 +503,7 @@ class Sm90GroupedGemm:
             if cutlass.const_expr(self.in_place):
                 zero = _ZeroTail(
                     sA,
+                    sB,
                     walk.offs[group] - self._group_start(walk.offs, group),
                     k_begin,
                     wg - 1,
@@ -578,19 +584,19 @@ class Sm90GroupedGemm:
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read, k, zero) -> None:
         """Wait for K tile ``k`` in shared memory and issue its wgmma batch (not waited for). In place
         (``zero`` given), where the group ends inside the tile, first zero this warpgroup's half of
-        the dY^T rows past the end."""
+        the dY^T and X^T rows past the end (both: 0 x Inf is NaN)."""
         ring.consumer_wait(read)
         if cutlass.const_expr(self.in_place):
             chunk = self.tile_mnk[2]
             rows_left = zero.group_rows - (k - zero.k_begin) * chunk
             if rows_left < chunk:
-                m = zero.mma_wg * _ROWS_PER_MMA_WG + zero.lane % _ROWS_PER_MMA_WG
-                lanes_per_row = _THREADS_PER_WG // _ROWS_PER_MMA_WG
-                for kk in cutlass.range(rows_left + zero.lane // _ROWS_PER_MMA_WG, chunk, lanes_per_row):
-                    zero.sA[(m, kk, read.index)] = self.a_dtype(0)
+                # this warpgroup's rows of each tile: its own 64 of dY^T, half of X^T's tile_n
+                for operand, rows in ((zero.sA, _ROWS_PER_MMA_WG), (zero.sB, self.tile_n // self.num_mma_wg)):
+                    row = zero.mma_wg * rows + zero.lane % rows
+                    for kk in cutlass.range(rows_left + zero.lane // rows, chunk, _THREADS_PER_WG // rows):
+                        operand[(row, kk, read.index)] = self.a_dtype(0)
                 cute.arch.fence_proxy("async.shared", space="cta")
-                barrier_id = Barrier.ZEROING + zero.mma_wg
-                cute.arch.barrier(barrier_id=barrier_id, number_of_threads=_THREADS_PER_WG)
+                cute.arch.barrier(barrier_id=Barrier.ZEROING, number_of_threads=self.consumer_threads)
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
             cute.gemm(
                 tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc
