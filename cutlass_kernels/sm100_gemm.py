@@ -94,6 +94,11 @@ class _MmaOperands(NamedTuple):
     sfb_smem: Any
 
 
+def _tma_load(atom: Any, source: Any, stages: Any, handle: Any, mask: Any) -> None:
+    """One TMA load of ``source`` into the ring stage ``handle`` acquired, completing on its barrier."""
+    cute.copy(atom, source, stages[(None, handle.index)], tma_bar_ptr=handle.barrier, mcast_mask=mask)
+
+
 class Sm100GroupedGemm:
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
     ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape; ``tile_m`` is 128, or 256 on
@@ -522,35 +527,11 @@ class Sm100GroupedGemm:
             ab_producer.reset()
             for k in cutlass.range(work.k_begin, work.k_end, unroll=1):
                 handle = ab_producer.acquire_and_advance()
-                cute.copy(
-                    a.tma,
-                    tAgA[(None, k)],
-                    tAsA[(None, handle.index)],
-                    tma_bar_ptr=handle.barrier,
-                    mcast_mask=a_mask,
-                )
-                cute.copy(
-                    b.tma,
-                    tBgB[(None, n_tile, k, b_group)],
-                    tBsB[(None, handle.index)],
-                    tma_bar_ptr=handle.barrier,
-                    mcast_mask=b_mask,
-                )
+                _tma_load(a.tma, tAgA[(None, k)], tAsA, handle, a_mask)
+                _tma_load(b.tma, tBgB[(None, n_tile, k, b_group)], tBsB, handle, b_mask)
                 if cutlass.const_expr(self.mx):
-                    cute.copy(
-                        sfa.tma,
-                        tAgSFA[(None, work.m_tile, k, 0)],
-                        tAsSFA[(None, handle.index)],
-                        tma_bar_ptr=handle.barrier,
-                        mcast_mask=a_mask,
-                    )
-                    cute.copy(
-                        sfb.tma,
-                        tBgSFB[(None, n_tile, k, group)],
-                        tBsSFB[(None, handle.index)],
-                        tma_bar_ptr=handle.barrier,
-                        mcast_mask=sfb_mask,
-                    )
+                    _tma_load(sfa.tma, tAgSFA[(None, work.m_tile, k, 0)], tAsSFA, handle, a_mask)
+                    _tma_load(sfb.tma, tBgSFB[(None, n_tile, k, group)], tBsSFB, handle, sfb_mask)
             tile = tile + walk.walkers
         ab_producer.tail()
 

@@ -548,17 +548,8 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
 
 def _verdict(run: Run, stage: str, k: str, status: str, **why: str) -> None:
     op, out_dtype, variant = gating.split(k)
-    run.record(
-        stage,
-        name="verdict",
-        verdict=True,
-        key=k,
-        op=op,
-        out_dtype=out_dtype,
-        variant=variant,
-        status=status,
-        **why,
-    )
+    fields = {"op": op, "out_dtype": out_dtype, "variant": variant, "status": status}
+    run.record(stage, name="verdict", verdict=True, key=k, **fields, **why)
 
 
 def _sass(run: Run, deadline: float) -> None:
