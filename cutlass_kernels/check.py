@@ -29,7 +29,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ import torch
 
 from cutlass_kernels import api, gating, quantize_mx, vocabulary
 from cutlass_kernels.gating import key
+from cutlass_kernels.isolation import run_isolated
 from cutlass_kernels.mxfp8 import MXTensor
 from cutlass_kernels.plants import PLANT_ENV, Plant, plants_of
 from cutlass_kernels.results import append, finite, read
@@ -663,14 +663,14 @@ def sass(t: Target, results: Path, work: Path) -> bool:
     for cubin in cubins:
         rec = {**base, "case": f"sass {cubin.stem}"}
         try:
-            done = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            done = run_isolated([tool, "-sass", str(cubin)], 60)
+        except OSError as e:
             append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {e}"})
             continue
-        if done.returncode:  # e.g. nvdisasm missing: the tool failed, not the kernel
-            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.stderr.strip()[:300]}"})
+        if done.rc != 0:  # e.g. nvdisasm missing, or stuck: the tool failed, not the kernel
+            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.why(60)}"})
             continue
-        text = done.stdout
+        text = done.output
         counts = sass_counts(text)
         passed = counts["mma"] > 0 and counts["local_in_mma_loop"] == 0
         extra = (

@@ -68,6 +68,7 @@ UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
 AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
 POLL_S = 2.0  # how often summary.md is refreshed while children run
 SPENT = "the kernel stages' time is spent"  # why a kernel step was cut
+RUN_SPENT = "the run's time is spent"  # why another step was
 RERUN_TOTAL_S = 220  # a rerun's budget: what is left of a window after a first run
 CUDA_TESTS = (
     "tests/test_moe_layer.py::test_nccl_one_rank",
@@ -347,11 +348,7 @@ def _rerun_args(run: Run) -> list[str]:
     """The arguments of a rerun that runs what this run had no time for: its kernel steps cut, in
     whole or in part (the variants), and its other stages cut."""
     mine = [r for r in read(run.results) if r.get("run") == run.run_id]
-    cut = [
-        r
-        for r in mine
-        if r.get("reason") == SPENT or (r.get("name") == "stage" and r.get("status") == "skip")
-    ]
+    cut = [r for r in mine if r.get("reason") in (SPENT, RUN_SPENT)]
     stages = {r["stage"] for r in cut if r["stage"] in STAGES}
     variants = {r["variant"] for r in cut if r["stage"] in KERNEL_STAGES and r.get("variant")}
     if not stages:
@@ -382,9 +379,7 @@ def _stage(
     stage record."""
     limit = min(run.limits.get(step.stage, LIMITS_S["env"]), run.left(deadline))
     if limit <= 1:
-        run.record(
-            step.stage, name="stage", variant=step.variant, status="skip", reason="the run's time is spent"
-        )
+        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         return False
     start = time.monotonic()
     rc, note = body(limit)

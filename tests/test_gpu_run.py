@@ -250,7 +250,7 @@ def test_dry_run_of_the_kernel_stages_keeps_the_gate_open_and_catches_zero_times
 
 
 def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
-    from jobs.gpu_run import SPENT, Run, _rerun_args, write_summary
+    from jobs.gpu_run import RUN_SPENT, SPENT, Run, _rerun_args, write_summary
 
     run = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "7", {})
     other = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "6", {})
@@ -267,7 +267,8 @@ def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
         reason=SPENT,
     )
     run.record("correctness", name="stage", variant="tail64", status="skip", reason=SPENT)
-    run.record("pipeline", name="stage", status="skip", reason="the run's time is spent")
+    run.record("pipeline", name="stage", status="skip", reason=RUN_SPENT)
+    run.record("timing", name="stage", variant="cta2", status="skip")  # all refused: nothing to rerun
     args = _rerun_args(run)
     assert args == ["--total", "220", "--only", "correctness,timing,pipeline", "--variants", "default,tail64"]
     run.record("run", name="rerun", status="info", args=args)
