@@ -800,7 +800,7 @@ def write_summary(out: Path) -> None:
         peak = timing[0].get("dense_peak_tflops")
         lines += ["", "## Timing (BF16 out; graph-replay median unless no CUDA graphs)", ""]
         if peak:
-            lines += [f"Dense BF16 peak measured: {float(peak):.0f} TFLOP/s", ""]
+            lines += [f"Dense BF16 peak measured: {float(peak):.4g} TFLOP/s", ""]
         head = ["shape", "op", "variant", "ms min / median / max", "TFLOP/s", "of peak", "vs _grouped_mm"]
         lines += _table([*head, "padded / useful"], [_timing_row(r) for r in timing])
         lines += ["", "Fastest variant per shape and op:", ""]
