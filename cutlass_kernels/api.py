@@ -44,7 +44,9 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         raise ValueError(f"grouped-GEMM backend {backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
     if backend == "torch":
         return backend
-    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
+    # no CUDA runtime (fake CUDA tensors, pipeline/estimate): no arch, so auto takes torch
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    major = torch.cuda.get_device_capability(device)[0] if cuda else None
     if backend == "auto":
         for name, (_, arch_major) in _CUTE_ARCHES.items():
             if major == arch_major and _cute_backend(name) is not None:
@@ -186,4 +188,4 @@ def grouped_gemm_mx(
     if extra:
         return impl.grouped_gemm_mx(a, b, offs, out_dtype, *extra, mode, b_values)
     a_mx = a if isinstance(a, MXTensor) else quantize_mx(a, str(mode))  # the reference: exact MX product
-    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype)
+    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype, b_values)

@@ -7,12 +7,18 @@ in H's dtype, with float32 arithmetic.
 
 - ``swiglu_backward``: the unfused form (MoK's native policy): whole-tensor steps, each a full pass
   over memory with its own temporary, then a concatenation.
-- ``swiglu_backward_fused``: Dist-MoE's fused backward: one pass over blocks of rows, each block's
-  float32 temporaries small enough to stay in cache, written straight into the two outputs. A single
-  function over the tensors, so torch.compile or a Triton / CuTe DSL kernel can take its place.
+- ``swiglu_backward_fused``: Dist-MoE's fused backward, written straight into the two outputs. Its
+  form depends on the device (``fused_form``): on a CPU one pass over blocks of rows whose float32
+  temporaries stay in cache (``blocked``: ~15 torch ops a block, which on a GPU would be one kernel
+  launch each, hundreds of thousands per packing iteration); on a GPU one call over the whole tensors
+  (``whole-tensor``: 11 torch ops, three float32 temporaries of [rows, F]), the place the CuTe DSL
+  kernel takes when it lands (one launch). Both compute the same values bit for bit.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -40,7 +46,12 @@ def swiglu_backward(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def swiglu_backward_fused(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d(gate, up) [rows, 2F], A [rows, F]) in one blocked pass."""
+    """(d(gate, up) [rows, 2F], A [rows, F]) in the fused form of ``h``'s device."""
+    return FUSED_FORMS[fused_form(h.device)](da, h)
+
+
+def swiglu_backward_blocked(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused backward as one pass over blocks of rows (the CPU's form)."""
     f = _check(da, h)
     dh = torch.empty_like(h)
     a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
@@ -51,13 +62,52 @@ def swiglu_backward_fused(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tens
     return dh, a
 
 
+def swiglu_backward_whole(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused backward over the whole tensors at once (a GPU's form until its kernel lands)."""
+    f = _check(da, h)
+    dh = torch.empty_like(h)
+    a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
+    _block(da, h, dh, a, f)
+    return dh, a
+
+
 def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, f: int) -> None:
-    """One block of rows; ``gate`` may be a view of ``h`` (float32), so it is never written."""
-    gate, up, d = h[:, :f].float(), h[:, f:].float(), da.float()
+    """Rows of the fused backward: float32 arithmetic on ``gate`` (a float32 copy: ``h`` is never
+    written) with ``up`` and ``da`` read in their own dtype (elementwise ops promote them on the fly)."""
+    gate, up = h[:, :f].to(torch.float32, copy=True), h[:, f:]
     sig = torch.sigmoid(gate)
     silu = gate * sig
-    a.copy_(silu * up)
+    torch.mul(silu, up, out=a)
+    torch.mul(silu, da, out=dh[:, f:])
     # silu'(g) = s + silu * (1 - s) = s * (1 + g - silu)
-    slope = (gate - silu).add_(1.0).mul_(sig)
-    dh[:, :f].copy_(slope.mul_(up).mul_(d))
-    dh[:, f:].copy_(silu.mul_(d))
+    dh[:, :f].copy_(gate.sub_(silu).add_(1.0).mul_(sig).mul_(up).mul_(da))
+
+
+FUSED_FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
+    "blocked": swiglu_backward_blocked,
+    "whole-tensor": swiglu_backward_whole,
+}
+GPU_FORM = "whole-tensor"  # the CuTe kernel's entry (cutlass_kernels.api) replaces it when it lands
+_forced: str | None = None
+
+
+def fused_form(device: torch.device) -> str:
+    """The form ``swiglu_backward_fused`` runs on ``device`` (a fake CUDA tensor counts as a GPU's)."""
+    if _forced is not None:
+        return _forced
+    return GPU_FORM if device.type == "cuda" else "blocked"
+
+
+@contextmanager
+def forced_form(form: str) -> Iterator[None]:
+    """Run the fused backward in ``form`` on every device meanwhile (benchmarks, and the estimate's
+    figures of the blocked loop on a GPU). Process-wide, not per thread: autograd runs GPU backwards
+    on a thread of its own."""
+    global _forced
+    if form not in FUSED_FORMS:
+        raise ValueError(f"fused SwiGLU backward form {form!r}; allowed: {', '.join(FUSED_FORMS)}")
+    previous, _forced = _forced, form
+    try:
+        yield
+    finally:
+        _forced = previous

@@ -41,6 +41,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = list(scan.skipped)
     rows: list[dict[str, Any]] = []
     states: list[dict[str, Any]] = []
+    estimated = executions.estimated_columns(scan.newest.values())
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)
@@ -49,7 +50,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
         except ValueError as exc:
             skipped.append(Skipped(shard_file, f"metrics cannot be computed ({exc})"))
             continue
-        rows.append({**row, "shard": shard_file})
+        rows.append({**row, **estimated[execution_id], "shard": shard_file})
         if row["kind"] == "packing":
             states.append(_saved_state(row, shard.meta))
     skipped.sort(key=lambda s: s.path)

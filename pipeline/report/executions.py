@@ -12,10 +12,12 @@ the verdict; empty for shards written before the gate existed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pipeline import model
 from pipeline.data.reader import Shard
+from pipeline.estimate import table
 from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
 from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
@@ -57,6 +59,8 @@ RUN_COLUMNS = (
     "seed",
     "git_sha",
 )
+# The execution's GPU path at full scale on fake tensors (pipeline.estimate), on the dataset's preset.
+ESTIMATE_COLUMNS = table.COLUMNS
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -80,6 +84,7 @@ COLUMNS = (
     "sanityTolerance",
     "sanityPassed",
     *RUN_COLUMNS,
+    *ESTIMATE_COLUMNS,
 )
 
 
@@ -180,3 +185,15 @@ def report_tokens(shape: dict[str, Any]) -> int:
 
 def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
+
+
+def estimated_columns(shards: Iterable[Shard]) -> dict[str, dict[str, Any]]:
+    """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
+    shard's cluster preset, or the report's hardware where the dataset ran on none."""
+    preset = {s.identity["execution_id"]: table.preset_of(_cluster(s)) for s in shards}
+    found = table.estimates(preset.items())
+    return {e: table.columns(found[(e, p)]) for e, p in preset.items()}
+
+
+def _cluster(shard: Shard) -> str | None:
+    return (shard.meta.get("provenance") or {}).get("cluster")
