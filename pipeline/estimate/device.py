@@ -56,6 +56,7 @@ NO_KERNEL = {
     aten.resize_.default,
     aten.record_stream.default,
 }
+_SCALAR_READS = (aten._local_scalar_dense.default, aten.item.default)  # item: under inference mode
 _PROJECT = "/pipeline/"  # frames of the project's code, for where a synchronization happened
 
 
@@ -124,13 +125,12 @@ class FakeDevice(TorchDispatchMode):
         kwargs = kwargs or {}
         if func.namespace == "prim":  # metadata (``Tensor.device``): FakeTensorMode answers
             return func(*args, **kwargs)
-        leaves = tree_leaves((args, kwargs))
-        fake = [t for t in leaves if isinstance(t, FakeTensor)]
+        fake = _fakes((*args, *kwargs.values()))
         cuda = any(t.device.type == "cuda" for t in fake) or _cuda_device(kwargs.get("device"))
         if not fake and not cuda:
             with torch._C._DisableTorchDispatch():
                 return func(*args, **kwargs)  # host work: real
-        if func is aten._local_scalar_dense.default:
+        if func in _SCALAR_READS:
             return self._scalar_read(args[0])
         self._last_read = None
         try:
@@ -144,9 +144,9 @@ class FakeDevice(TorchDispatchMode):
         if not shadowed and (written := _written(func)):
             self._poison(args, written)
         if cuda and launches_kernel(func):
-            self.ops.setdefault(self.phase, Counter())[str(func.overloadpacket)] += 1
-        for t in tree_leaves(out):
-            if isinstance(t, FakeTensor) and t.device.type == "cuda":
+            self.ops.setdefault(self.phase, Counter())[_name(func)] += 1
+        for t in _fakes(out if isinstance(out, (tuple, list)) else (out,)):
+            if t.device.type == "cuda":
                 self.tracker.saw(t)
         return out
 
@@ -158,7 +158,7 @@ class FakeDevice(TorchDispatchMode):
              if _PROJECT in f.filename and "/estimate/" not in f.filename),
             "?",
         )  # fmt: skip
-        self.syncs.append(Sync(str(func.overloadpacket), self.phase, where))
+        self.syncs.append(Sync(_name(func), self.phase, where))
 
     def _scalar_read(self, t: FakeTensor) -> Any:
         """``.item()`` and its kin. The element reads of one ``.tolist()`` are one synchronization."""
@@ -286,6 +286,22 @@ def _written(func: torch._ops.OpOverload) -> tuple[int, ...]:
         return (0,)
     arguments = func._schema.arguments
     return tuple(i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _fakes(values: Any) -> list[FakeTensor]:
+    """The fake tensors among an op's arguments or results (aten nests them one level deep at most)."""
+    found = []
+    for v in values:
+        if isinstance(v, FakeTensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(t for t in v if isinstance(t, FakeTensor))
+    return found
+
+
+@functools.cache
+def _name(func: torch._ops.OpOverload) -> str:
+    return str(func.overloadpacket)
 
 
 def _cuda_device(device: Any) -> bool:

@@ -34,8 +34,8 @@ def problems(results: list[dict[str, Any]]) -> list[str]:
             sites = ", ".join(r["host_sync_sites"])
             lines.append(f"{name}: {r['host_syncs']} host synchronization(s) per timed iteration: {sites}")
         if not r["fits"]:
-            top = sorted(r["held_gib"].items(), key=lambda kv: -kv[1])[:3]
-            held = ", ".join(f"{k} {v:.1f}" for k, v in top)
+            top = sorted(r["held_bytes"].items(), key=lambda kv: -kv[1])[:3]
+            held = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in top)
             lines.append(
                 f"{name}: does not fit: peak {r['peak_gib']:.1f} GiB in {r['peak_phase']} > "
                 f"{r['gpu_memory_gb']:g} GB (at the timed peak: {held} GiB)"

@@ -127,22 +127,32 @@ def _run(
 ) -> dict[str, Any]:
     tracker = Tracker()
     training = has_backward(execution.workload.kind)
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def enter(phase: str) -> None:
+        nonlocal clock
+        seconds[device.phase], clock = time.perf_counter() - clock, time.perf_counter()
+        device.phase = phase
+
     with FakeDevice(tracker, shape.ranks) as device:
         work = build_work(execution, shape, 0, DEVICE, seed)
         _name_build(tracker, work, execution.variant.precision)
         _watch(tracker, work)
-        device.phase = "gate"
+        enter("gate")
         sanity.check_layer(work.stack.layers[0], training, seed)
         for layer, (idx, _), plan in zip(work.stack.layers, work.routes, plans, strict=True):
             moved = plan.to(DEVICE)
             tracker.name(_plan_tensors(moved), "inputs")
             layer.use_plan(idx, moved)
         steps = Steps(work.forward, work.backward if training else None, False, "estimate")
-        device.phase = "warm-up"
+        enter("warm-up")
         steps.iteration()
-        device.phase, before = "iteration", len(launches)
+        enter("iteration")
+        before = len(launches)
         steps.iteration()
-        device.phase, launched = "done", len(launches) - before
+        launched = len(launches) - before
+        enter("done")
     layer0 = work.stack.layers[0]
     timed, held = tracker.held(TIMED)
     syncs = device.host_syncs("iteration")
@@ -150,7 +160,7 @@ def _run(
         "peak_bytes": tracker.held()[0],
         "timed_peak_bytes": timed,
         "peak_phase": tracker.peak_phase(),
-        "held_gib": {c: held[c] / GIB for c in CATEGORIES},
+        "held_bytes": {c: held[c] for c in CATEGORIES},
         "phase_peak_gib": {p: tracker.held((p,))[0] / GIB for p in PHASES},
         "device_ops": device.device_ops("iteration") + launched,
         "aten_ops": device.device_ops("iteration"),
@@ -161,6 +171,8 @@ def _run(
         "host_syncs_before_timing": {p: len(device.host_syncs(p)) for p in PHASES[:-1]},
         "swiglu_backward": layer0.swiglu_backward_form if training else None,
         "weights_bytes": sum(p.numel() * p.element_size() for p in work.stack.parameters()),
+        "routed_rows": [state["routed_rows"] for state in work.stack.saved_state],
+        "phase_seconds": seconds,
     }
 
 

@@ -4,10 +4,10 @@ Every expert's values depend only on its own seed, so every rank of every EP siz
 values for the same expert, and a rank can draw only its own experts (``ExpertWeights.local``) — at
 full scale the whole layer would not fit on one GPU, let alone the host. ``ExpertWeights.random``
 draws all of them (the layer API's full-weights form, for tests), the same values expert for expert.
-Draws run on the target device with its own generator, straight into the layer-dtype weights (no
-temporary), with standard deviation 1/sqrt(fan-in) so activations stay O(1) through the layer. The
-values depend on the device type's generator (a GPU draws other values than a CPU), never on the EP
-size.
+Draws run on the target device with its own generator, in the layer dtype (one expert's draw at a
+time beyond the weights), then scaled by 1/sqrt(fan-in) so activations stay O(1) through the layer.
+The values depend on the device type's generator (a GPU draws other values than a CPU), never on the
+EP size.
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ class ExpertWeights:
             w2 = torch.empty(count, d, f, dtype=cfg.dtype, device=device)
             for i in range(count):
                 gen = torch.Generator(device=device).manual_seed(expert_seed(seed, layer, first_id + i))
-                w1[i].normal_(0.0, d**-0.5, generator=gen)
-                w2[i].normal_(0.0, f**-0.5, generator=gen)
-            return w1, w2
+                w1[i].copy_(torch.randn(2 * f, d, generator=gen, device=device, dtype=cfg.dtype))
+                w2[i].copy_(torch.randn(d, f, generator=gen, device=device, dtype=cfg.dtype))
+            return w1.mul_(d**-0.5), w2.mul_(f**-0.5)
 
         w1, w2 = fill(experts.start, len(experts))
         shared_w1, shared_w2 = fill(e, s)
