@@ -11,7 +11,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
 from pipeline.compose.select import select
-from pipeline.estimate import report
+from pipeline.estimate import report, table
 from pipeline.estimate.jobs import Job
 from pipeline.estimate.pool import run_jobs
 from pipeline.estimate.presets import DEFAULT_PRESET, Preset
@@ -92,6 +92,7 @@ def main(arguments: list[str]) -> int:
         return 2
     progress = report.Progress(len(jobs), sys.stderr)
     results = run_jobs(jobs, options["workers"], progress)
+    table.keep(jobs, results)  # what a dataset publishes, so aggregating needs no run of its own
     if options["json"]:
         print(json.dumps(results, indent=1))
     else:

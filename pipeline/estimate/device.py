@@ -147,7 +147,7 @@ class FakeDevice(TorchDispatchMode):
             self.ops.setdefault(self.phase, Counter())[_name(func)] += 1
         for t in _fakes(out if isinstance(out, (tuple, list)) else (out,)):
             if t.device.type == "cuda":
-                self.tracker.saw(t)
+                self.tracker.saw(t, _name(func))
         return out
 
     # -- synchronizations -------------------------------------------------------------------------
@@ -235,7 +235,7 @@ class FakeDevice(TorchDispatchMode):
                 meta = x.to("meta")
             fake = FakeTensor(self.fake, meta, device)
             self._shadows[fake] = x
-            self.tracker.saw(fake)
+            self.tracker.saw(fake, "host values")
             return fake
 
         return tree_map(convert, real)

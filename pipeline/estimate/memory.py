@@ -44,6 +44,7 @@ class Record:
     created: int
     phase: str
     roles: list[tuple[int, str]]
+    what: str = ""  # the op that made it and the tensor it made, e.g. "aten.mm bfloat16[92160, 6144]"
     freed: int | None = None
     identity: str | None = None
 
@@ -72,14 +73,15 @@ class Tracker:
     peaks: dict[str, Peak] = field(default_factory=dict)
     _by_storage: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
 
-    def saw(self, t: torch.Tensor) -> None:
-        """Record ``t``'s storage if it is new (an op's output)."""
+    def saw(self, t: torch.Tensor, op: str = "") -> None:
+        """Record ``t``'s storage if it is new (the output of ``op``)."""
         storage = t.untyped_storage()
         if storage in self._by_storage:
             return
         self.event += 1
         nbytes = -(-storage.nbytes() // BLOCK) * BLOCK
-        record = Record(nbytes, self.event, self.phase, [(self.event, "temporaries")])
+        what = f"{op} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+        record = Record(nbytes, self.event, self.phase, [(self.event, "temporaries")], what)
         self._by_storage[storage] = record
         self.records.append(record)
         weakref.finalize(storage, self._free, record)
@@ -116,13 +118,24 @@ class Tracker:
 
     def held(self, phases: tuple[str, ...] | None = None) -> tuple[int, dict[str, int]]:
         """The peak (of some phases, or of the whole run) and the bytes of each category at it."""
+        peak, live = self._at_peak(phases)
+        held = dict.fromkeys(CATEGORIES, 0)
+        for r in live:
+            held[r.category(peak.event)] += r.nbytes
+        return peak.nbytes, held
+
+    def largest(self, phases: tuple[str, ...] | None = None, count: int = 12) -> list[dict[str, object]]:
+        """The ``count`` largest storages alive at the peak: category, bytes, what made them, when."""
+        peak, live = self._at_peak(phases)
+        top = sorted(live, key=lambda r: -r.nbytes)[:count]
+        return [{"category": r.category(peak.event), "bytes": r.nbytes, "what": r.what} for r in top]
+
+    def _at_peak(self, phases: tuple[str, ...] | None) -> tuple[Peak, list[Record]]:
         peaks = [p for name, p in self.peaks.items() if phases is None or name in phases]
         peak = max(peaks, key=lambda p: p.nbytes, default=Peak())
-        held = dict.fromkeys(CATEGORIES, 0)
-        for r in self.records:
-            if r.created <= peak.event and (r.freed is None or r.freed > peak.event):
-                held[r.category(peak.event)] += r.nbytes
-        return peak.nbytes, held
+        at = peak.event
+        live = [r for r in self.records if r.created <= at and (r.freed is None or r.freed > at)]
+        return peak, live
 
     def peak_phase(self) -> str:
         return max(self.peaks, key=lambda p: self.peaks[p].nbytes)

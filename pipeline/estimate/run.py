@@ -161,6 +161,7 @@ def _run(
         "timed_peak_bytes": timed,
         "peak_phase": tracker.peak_phase(),
         "held_bytes": {c: held[c] for c in CATEGORIES},
+        "largest_at_timed_peak": tracker.largest(TIMED),
         "phase_peak_gib": {p: tracker.held((p,))[0] / GIB for p in PHASES},
         "device_ops": device.device_ops("iteration") + launched,
         "aten_ops": device.device_ops("iteration"),

@@ -50,17 +50,33 @@ def estimates(keys: Iterable[tuple[str, str]], workers: int | None = None) -> di
     """The estimate of every (execution id, preset name) in ``keys``, from the kept table, computing
     (and keeping) the missing ones."""
     wanted = sorted(set(keys))
-    path = cache_dir() / f"estimates-{fingerprint()}.json"
-    table = _read(path)
+    table = _read(_path())
     missing = [k for k in wanted if "|".join(k) not in table]
     if missing:
         from pipeline.estimate.pool import run_jobs  # spawns workers; only when something is missing
 
         presets = {name: Preset.named(name) for _, name in missing}
-        results = run_jobs([Job(e, presets[p]) for e, p in missing], workers)
-        _merge(path, {f"{e}|{p}": r for (e, p), r in zip(missing, results, strict=True) if "error" not in r})
-        table = _read(path) | {f"{e}|{p}": r for (e, p), r in zip(missing, results, strict=True)}
+        jobs = [Job(e, presets[p]) for e, p in missing]
+        results = run_jobs(jobs, workers)
+        keep(jobs, results)
+        table |= {f"{e}|{p}": r for (e, p), r in zip(missing, results, strict=True)}
     return {k: table["|".join(k)] for k in wanted}
+
+
+def keep(jobs: list[Job], results: list[dict[str, Any]]) -> None:
+    """Keep the results of the jobs that are what a dataset publishes (the default seed and full
+    scale, the GPU's own SwiGLU form) and succeeded."""
+    published = {
+        f"{job.execution}|{job.preset.name}": result
+        for job, result in zip(jobs, results, strict=True)
+        if job == Job(job.execution, job.preset) and "error" not in result
+    }
+    if published:
+        _merge(_path(), published)
+
+
+def _path() -> Path:
+    return cache_dir() / f"estimates-{fingerprint()}.json"
 
 
 @cache
