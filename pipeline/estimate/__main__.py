@@ -16,10 +16,10 @@ from pipeline.estimate.jobs import Job
 from pipeline.estimate.pool import run_jobs
 from pipeline.estimate.presets import DEFAULT_PRESET, Preset
 from pipeline.matrix import execution_of
-from pipeline.moe.swiglu import FUSED_FORMS
+from pipeline.vocabulary import SWIGLU_FORMS
 
 USAGE = f"""usage: python -m pipeline.estimate [OVERRIDE ...] [cluster=gb300|h200] [--json]
-                                  [--swiglu-form {"|".join(FUSED_FORMS)}] [--workers N]
+                                  [--swiglu-form {"|".join(SWIGLU_FORMS)}] [--workers N]
 
 Run each selected execution's GPU path at scale=full on fake tensors (the hot rank of a fake process
 group of its EP size): peak allocated GiB and what holds it, device ops and host synchronizations per
@@ -48,8 +48,8 @@ def _options(arguments: list[str]) -> tuple[list[str], dict[str, Any]]:
                 if not value.isdigit() or int(value) < 1:
                     raise ValueError(f"--workers {value!r}: allowed: a positive integer")
                 options["workers"] = int(value)
-            elif value not in FUSED_FORMS:
-                raise ValueError(f"--swiglu-form {value!r}; allowed: {', '.join(FUSED_FORMS)}")
+            elif value not in SWIGLU_FORMS:
+                raise ValueError(f"--swiglu-form {value!r}; allowed: {', '.join(SWIGLU_FORMS)}")
             else:
                 options["swiglu"] = value
         elif arg.startswith("-"):

@@ -42,7 +42,6 @@ class Record:
 
     nbytes: int
     created: int
-    phase: str
     roles: list[tuple[int, str]]
     what: str = ""  # the op that made it and the tensor it made, e.g. "aten.mm bfloat16[92160, 6144]"
     freed: int | None = None
@@ -81,7 +80,7 @@ class Tracker:
         self.event += 1
         nbytes = -(-storage.nbytes() // BLOCK) * BLOCK
         what = f"{op} {str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
-        record = Record(nbytes, self.event, self.phase, [(self.event, "temporaries")], what)
+        record = Record(nbytes, self.event, [(self.event, "temporaries")], what)
         self._by_storage[storage] = record
         self.records.append(record)
         weakref.finalize(storage, self._free, record)

@@ -9,7 +9,7 @@ in H's dtype, with float32 arithmetic.
   over memory with its own temporary, then a concatenation.
 - ``swiglu_backward_fused``: Dist-MoE's fused backward, written straight into the two outputs. Its
   form depends on the device (``fused_form``): on a CPU one pass over blocks of rows whose float32
-  temporaries stay in cache (``blocked``: ~15 torch ops a block, which on a GPU would be one kernel
+  temporaries stay in cache (``blocked``: 15 torch ops a block, which on a GPU would be one kernel
   launch each, hundreds of thousands per packing iteration); on a GPU one call over the whole tensors
   (``whole-tensor``: 11 torch ops, three float32 temporaries of [rows, F]), the place the CuTe DSL
   kernel takes when it lands (one launch). Both compute the same values bit for bit.
@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
+
+from pipeline.vocabulary import SWIGLU_FORMS
 
 # Elements (rows x F) per block of the fused pass: its float32 temporaries (a few blocks' worth)
 # stay in a core's cache (benchmarks/swiglu_backward.py).
@@ -62,31 +64,39 @@ def swiglu_backward_blocked(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Te
     return dh, a
 
 
+def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, f: int) -> None:
+    """One block of rows; ``gate`` may be a view of ``h`` (float32), so it is never written. The
+    block's operands are copied to float32: contiguous float32 steps are a CPU's fastest, and the
+    copies of a block stay in cache."""
+    gate, up, d = h[:, :f].float(), h[:, f:].float(), da.float()
+    sig = torch.sigmoid(gate)
+    silu = gate * sig
+    a.copy_(silu * up)
+    # silu'(g) = s + silu * (1 - s) = s * (1 + g - silu)
+    slope = (gate - silu).add_(1.0).mul_(sig)
+    dh[:, :f].copy_(slope.mul_(up).mul_(d))
+    dh[:, f:].copy_(silu.mul_(d))
+
+
 def swiglu_backward_whole(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused backward over the whole tensors at once (a GPU's form until its kernel lands)."""
+    """The fused backward over the whole tensors at once (a GPU's form until its kernel lands): the
+    same values as the blocked pass, with ``up`` and ``da`` read in their own dtype (elementwise ops
+    promote them on the fly) rather than copied, so its float32 temporaries are three [rows, F]."""
     f = _check(da, h)
     dh = torch.empty_like(h)
     a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
-    _block(da, h, dh, a, f)
-    return dh, a
-
-
-def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, f: int) -> None:
-    """Rows of the fused backward: float32 arithmetic on ``gate`` (a float32 copy: ``h`` is never
-    written) with ``up`` and ``da`` read in their own dtype (elementwise ops promote them on the fly)."""
-    gate, up = h[:, :f].to(torch.float32, copy=True), h[:, f:]
+    gate, up = h[:, :f].to(torch.float32, copy=True), h[:, f:]  # a copy: h is never written
     sig = torch.sigmoid(gate)
     silu = gate * sig
     torch.mul(silu, up, out=a)
     torch.mul(silu, da, out=dh[:, f:])
-    # silu'(g) = s + silu * (1 - s) = s * (1 + g - silu)
     dh[:, :f].copy_(gate.sub_(silu).add_(1.0).mul_(sig).mul_(up).mul_(da))
+    return dh, a
 
 
-FUSED_FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = {
-    "blocked": swiglu_backward_blocked,
-    "whole-tensor": swiglu_backward_whole,
-}
+FUSED_FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = dict(
+    zip(SWIGLU_FORMS, (swiglu_backward_blocked, swiglu_backward_whole), strict=True)
+)
 GPU_FORM = "whole-tensor"  # the CuTe kernel's entry (cutlass_kernels.api) replaces it when it lands
 _forced: str | None = None
 
