@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 COMMANDS = {
     "run": "run executions of the matrix (Hydra overrides; --multirun sweeps)",
-    "matrix": "list the executions a selection would launch",
+    "list": "list the executions a selection would launch",
     "status": "what is done, running, pending, failed or missing in a dataset",
     "resubmit": "run again what has no valid shard",
     "aggregate": "publish a dataset as CSV, JSON, figures and report.html",
@@ -28,7 +28,7 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
             run.cli()
 
         return hydra_main
-    if name == "matrix":
+    if name == "list":
         from pipeline.compose.matrix_cli import main as matrix
 
         return matrix

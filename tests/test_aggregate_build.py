@@ -47,9 +47,9 @@ def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Gen
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
-    record = ledger.Submitted(
-        execution_id, attempt, f"{attempt}00", [], "local", "local", f"logs/{execution_id}/attempt-{attempt}"
-    )
+    log_dir = f"logs/{execution_id}/attempt-{attempt}"
+    settings = {"backend": "local", "cluster": "local", "gpus": None, "timeout_min": 60}
+    record = ledger.Submitted(execution_id, attempt, f"{attempt}00", [], "local", "local", log_dir, settings)
     ledger.append(Dataset(dataset), record)
 
 

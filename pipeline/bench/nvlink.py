@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
+
+from pipeline.data.meta import NVLink
 
 MIB = 1024 * 1024
 
@@ -32,12 +34,11 @@ def repeat_for(work: Callable[[], None], min_seconds: float, device: torch.devic
             return time.perf_counter() - started
 
 
-def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: float) -> dict[str, Any]:
-    """``tx_bytes_per_s``, ``rx_bytes_per_s``, ``sample_seconds`` and ``reason``: null rates with the
+def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: float) -> NVLink:
+    """This GPU's NVLink byte rates over at least ``min_seconds`` of ``work``; null rates with the
     reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
-    unread: dict[str, Any] = {"tx_bytes_per_s": None, "rx_bytes_per_s": None, "sample_seconds": None}
     if device.type != "cuda":  # the same on every rank of an execution: no loop to keep in step
-        return {**unread, "reason": "no CUDA device: NVLink counters need a GPU"}
+        return unread("no CUDA device: NVLink counters need a GPU")
     try:
         import pynvml
 
@@ -49,7 +50,7 @@ def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: fl
         pynvml.nvmlGpmSampleGet(handle, samples[0])
     except Exception as err:  # NVML raises its own error types for every unsupported case
         repeat_for(work, min_seconds, device)
-        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+        return unread(f"{type(err).__name__}: {err}")
     try:
         seconds = repeat_for(work, min_seconds, device)
         pynvml.nvmlGpmSampleGet(handle, samples[1])
@@ -61,17 +62,30 @@ def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: fl
         query.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
         pynvml.nvmlGpmMetricsGet(query)
     except Exception as err:
-        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+        return unread(f"{type(err).__name__}: {err}")
     finally:
         for sample in samples:
             pynvml.nvmlGpmSampleFree(sample)
     # GPM reports NVLink throughput in MiB/s.
-    return {
-        "tx_bytes_per_s": query.metrics[0].value * MIB,
-        "rx_bytes_per_s": query.metrics[1].value * MIB,
-        "sample_seconds": seconds,
-        "reason": None,
-    }
+    return NVLink(query.metrics[0].value * MIB, query.metrics[1].value * MIB, seconds, None)
+
+
+def unread(reason: str) -> NVLink:
+    """No rates, and why."""
+    return NVLink(None, None, None, reason)
+
+
+def averaged(per_rank: list[NVLink]) -> NVLink:
+    """Rates averaged over the GPUs that could be read; none, with the first reason, when none could."""
+    read = [r for r in per_rank if r.reason is None]
+    if not read:
+        return per_rank[0]
+    return NVLink(
+        tx_bytes_per_s=float(np.mean([r.tx_bytes_per_s for r in read])),
+        rx_bytes_per_s=float(np.mean([r.rx_bytes_per_s for r in read])),
+        sample_seconds=min(r.sample_seconds for r in read if r.sample_seconds is not None),
+        reason=None,
+    )
 
 
 def _uuid(device: torch.device) -> str:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline.bench.steps import Steps
+from pipeline.data.meta import Policy, SavedState
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
@@ -75,12 +77,16 @@ class Work:
         for p in self.stack.parameters():
             p.grad = None  # every iteration computes fresh gradients, as one training step would
 
-    def policy(self) -> dict[str, object]:
+    def steps(self) -> Steps:
+        """The eager steps of this work."""
+        return Steps(self.forward, self.backward if self.grads is not None else None)
+
+    def policy(self) -> Policy:
         """The stack's allocation policy at the nominal T (what its budgets are sized for)."""
         layer = self.stack.layers[0]
         return self.stack.policy.describe(layer.cfg.budget_tokens or self.xs[0].shape[0], layer.cfg.top_k)
 
-    def saved_state(self) -> list[dict]:
+    def saved_state(self) -> list[SavedState]:
         """Evidence of one forward (the backward follows, releasing what the forward reserved)."""
         ys = self.forward()
         state = self.stack.saved_state

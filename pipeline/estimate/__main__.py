@@ -24,7 +24,7 @@ USAGE = f"""usage: python -m pipeline.estimate [OVERRIDE ...] [cluster=gb300|h20
 Run each selected execution's GPU path at scale=full on fake tensors (the hot rank of a fake process
 group of its EP size): peak allocated GiB and what holds it, device ops and host synchronizations per
 timed iteration, and whether it fits the preset's GPU memory. Overrides select executions as for
-python -m pipeline.matrix; cluster= picks the preset (default {DEFAULT_PRESET}; cluster=gb300,h200 both).
+python -m pipeline.list; cluster= picks the preset (default {DEFAULT_PRESET}; cluster=gb300,h200 both).
 --swiglu-form runs Dist-MoE's fused SwiGLU backward in that form on the GPU (default: the GPU's own).
 Exits 1 when an execution fails, has a host synchronization in its timed iteration or does not fit.
 Examples:

@@ -4,7 +4,7 @@ process group of the nominal EP size, through the code an execution runs.
 In order, as :mod:`pipeline.bench.execute` runs them: ``build`` (``build_work``: this rank's weights,
 the prepared quantized weights, the policy's buffers, inputs and routing), ``gate`` (the correctness
 gate's slice, :func:`pipeline.bench.sanity.check_layer`), ``warm-up`` (one iteration) and
-``iteration``, the timed one (``Steps.iteration``: one forward; forward + backward; ten forwards, then
+``iteration``, the timed one (``Work.steps().iteration``: one forward; forward + backward; ten forwards, then
 the backwards in reverse order). Routing is host-side planning: the plans and rank 0's dispatch plan
 (what every source sends it, which a fake process group cannot exchange) are computed on the host
 before the warm-up, as a real execution's warm-up builds them before timing.
@@ -28,7 +28,6 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from pipeline.bench import sanity
-from pipeline.bench.graphs import Steps
 from pipeline.bench.work import Work, build_work, routing_plans
 from pipeline.estimate.device import FakeDevice
 from pipeline.estimate.jobs import Job
@@ -145,7 +144,7 @@ def _run(
             moved = plan.to(DEVICE)
             tracker.name(_plan_tensors(moved), "inputs")
             layer.use_plan(idx, moved)
-        steps = Steps(work.forward, work.backward if training else None, False, "estimate")
+        steps = work.steps()
         enter("warm-up")
         steps.iteration()
         enter("iteration")
@@ -172,7 +171,7 @@ def _run(
         "host_syncs_before_timing": {p: len(device.host_syncs(p)) for p in PHASES[:-1]},
         "swiglu_backward": layer0.swiglu_backward_form if training else None,
         "weights_bytes": sum(p.numel() * p.element_size() for p in work.stack.parameters()),
-        "routed_rows": [state["routed_rows"] for state in work.stack.saved_state],
+        "routed_rows": [state.routed_rows for state in work.stack.saved_state],
         "phase_seconds": seconds,
     }
 
