@@ -101,6 +101,10 @@ def _estimate(*arguments: str, env: dict | None = None) -> subprocess.CompletedP
                           "allowed"),
         (["cluster=local-slurm"], "error: cluster=local-slurm is not a GPU preset with gpu_memory_gb and "
                                   "arch; allowed: gb300, h200"),
+        (["cluster=gb300", "cluster.arch=sm_80"], "error: cluster=gb300: arch='sm_80'; allowed: sm_90a, "
+                                                  "sm_100a"),
+        (["cluster=h200", "cluster.gpu_memory_gb=-1"], "error: cluster=h200: gpu_memory_gb=-1; allowed: a "
+                                                       "positive number of GB"),
         (["--swiglu-form", "loop"], "error: --swiglu-form 'loop'; allowed: blocked, whole-tensor"),
         (["--workers", "0"], "error: --workers '0': allowed: a positive integer"),
         (["--fast"], "error: unknown option '--fast'; allowed: --json, --swiglu-form, --workers, --help"),

@@ -35,11 +35,15 @@ class Preset:
         """From a composed ``cluster`` node; a one-line error when it is not a GPU preset."""
         name = node.get("name")
         memory, arch = node.get("gpu_memory_gb"), node.get("arch")
-        if not node.get("gpus") or memory is None or arch not in ARCHES:
+        if not node.get("gpus") or memory is None or arch is None:
             allowed = ", ".join(p.stem for p in sorted((CONF / "cluster").glob("*.yaml")) if _is_gpu(p.stem))
             raise ValueError(
                 f"cluster={name} is not a GPU preset with gpu_memory_gb and arch; allowed: {allowed}"
             )
+        if isinstance(memory, bool) or not isinstance(memory, int | float) or not memory > 0:
+            raise ValueError(f"cluster={name}: gpu_memory_gb={memory!r}; allowed: a positive number of GB")
+        if arch not in ARCHES:
+            raise ValueError(f"cluster={name}: arch={arch!r}; allowed: {', '.join(ARCHES)}")
         return cls(str(name), float(memory), str(arch))
 
     @classmethod
@@ -52,7 +56,7 @@ class Preset:
 
 def _is_gpu(name: str) -> bool:
     node = yaml.safe_load((CONF / "cluster" / f"{name}.yaml").read_text())
-    return bool(node.get("gpus")) and node.get("gpu_memory_gb") is not None and node.get("arch") in ARCHES
+    return bool(node.get("gpus")) and node.get("gpu_memory_gb") is not None and node.get("arch") is not None
 
 
 def full_scale() -> dict[str, Any]:
