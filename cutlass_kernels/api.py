@@ -71,12 +71,14 @@ def resolve_backend(backend: str, device: torch.device) -> str:
 
 def _capability_major(device: torch.device) -> int | None:
     """The compute-capability major of ``device`` (that of the planned arch inside
-    ``planned_launches``), None off CUDA."""
+    ``planned_launches``), None off CUDA and where no CUDA runtime is present."""
     if device.type != "cuda":
         return None
     plan = planning.current()
     if plan is not None:
         return CAPABILITY_MAJOR[plan.arch]
+    if not torch.cuda.is_available():  # fake CUDA tensors outside a plan (pipeline.estimate): no arch
+        return None
     return torch.cuda.get_device_capability(device)[0]
 
 
@@ -206,4 +208,4 @@ def grouped_gemm_mx(
     if extra:
         return impl.grouped_gemm_mx(a, b, offs, out_dtype, *extra, mode, b_values)
     a_mx = a if isinstance(a, MXTensor) else quantize_mx(a, str(mode))  # the reference: exact MX product
-    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype)
+    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype, b_values)

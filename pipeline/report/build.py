@@ -45,6 +45,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = list(scan.skipped)
     rows: list[Row] = []
     states: list[PackingEvidence] = []
+    estimated = executions.estimated_columns(scan.newest.values())
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)
@@ -53,7 +54,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
         except ValueError as exc:
             skipped.append(Skipped(shard_file, f"metrics cannot be computed ({exc})"))
             continue
-        rows.append({**row, "shard": shard_file})
+        rows.append({**row, **estimated[execution_id], "shard": shard_file})
         if shard.identity.kind == "packing":
             states.append(packing_evidence(shard))
     skipped.sort(key=lambda s: s.path)

@@ -12,10 +12,12 @@ the verdict; empty for shards written before the gate existed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 
 from pipeline import model
 from pipeline.data.reader import Shard
+from pipeline.estimate import table
 from pipeline.matrix.scale import Shape
 from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
 from pipeline.report.publish import Row
@@ -64,6 +66,8 @@ RUN_COLUMNS = (
     "seed",
     "git_sha",
 )
+# The execution's GPU path at full scale on fake tensors (pipeline.estimate), on the dataset's preset.
+ESTIMATE_COLUMNS = table.COLUMNS
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -87,6 +91,7 @@ COLUMNS = (
     "sanityTolerance",
     "sanityPassed",
     *RUN_COLUMNS,
+    *ESTIMATE_COLUMNS,
 )
 
 
@@ -179,3 +184,11 @@ def layer_shape(kind: str, precision: str, shape: Shape) -> model.LayerShape:
 
 def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
+
+
+def estimated_columns(shards: Iterable[Shard]) -> dict[str, Row]:
+    """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
+    shard's cluster preset, or the report's hardware where the dataset ran on none."""
+    preset = {s.execution_id: table.preset_of(s.meta.provenance.cluster) for s in shards}
+    found = table.estimates(preset.items())
+    return {e: table.columns(found[(e, p)]) for e, p in preset.items()}
