@@ -54,10 +54,10 @@ def main() -> None:
             start, cpu = time.perf_counter(), time.process_time()
             result = aggregate(dataset, workers=args.workers)
             elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
-            counts = result.document["meta"]["counts"]
-            read = len(result.document["meta"]["shards_read"])
+            counts = result.document.meta.counts
+            read = len(result.document.meta.shards_read)
             print(
-                f"aggregated {read} shards ({counts['executions']} executions, {counts['pairs']} pairs) "
+                f"aggregated {read} shards ({counts.executions} executions, {counts.pairs} pairs) "
                 f"with {args.workers} workers in {elapsed:.2f} s ({cpu:.2f} s of CPU)"
             )
 

@@ -55,7 +55,9 @@ def _row_grouped(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """out[rows of g] = a[rows of g] @ b[g] with a [M, K], b [G, K, N] (any strides)."""
-    if a.shape[0] and _takes(a, b):
+    if not a.shape[0]:  # no rows (a recompute of nothing): no group bounds read, no host sync
+        return a.new_empty(0, b.shape[2], dtype=out_dtype)
+    if _takes(a, b):
         out = torch._grouped_mm(a, b, offs=offs)
         return out if out.dtype == out_dtype else out.to(out_dtype)
     out = a.new_zeros(a.shape[0], b.shape[2], dtype=out_dtype)
@@ -69,7 +71,9 @@ def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """out[g] = dy[rows of g]^T @ x[rows of g] with dy [M, N], x [M, K]; empty groups give zeros."""
-    if dy.shape[0] and _takes(dy.T, x):
+    if not dy.shape[0]:  # no rows: every group is empty, and no host sync reads their bounds
+        return dy.new_zeros(offs.shape[0], dy.shape[1], x.shape[1], dtype=out_dtype)
+    if _takes(dy.T, x):
         out = torch._grouped_mm(dy.T, x, offs=offs)
         return out if out.dtype == out_dtype else out.to(out_dtype)
     out = dy.new_zeros(offs.shape[0], dy.shape[1], x.shape[1], dtype=out_dtype)
@@ -79,6 +83,18 @@ def grouped_gemm_wgrad(
     return out
 
 
-def grouped_gemm_mx(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """The MX semantics exactly: dequantize both operands (exact in float32), then a float32 GEMM."""
-    return grouped_gemm(a.dequantize(torch.float32), b.dequantize(torch.float32), offs, out_dtype)
+def grouped_gemm_mx(
+    a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype, b_values: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The MX semantics exactly: dequantize both operands (exact in float32), then a float32 GEMM. On
+    CUDA, whose grouped GEMM takes BF16 operands only, the BF16 values (exact while the scales stay in
+    BF16's exponent range; ``b_values`` when the caller keeps them in BF16) with float32
+    accumulation, as the sm90 kernels multiply them."""
+    if not a.data.is_cuda:
+        return grouped_gemm(a.dequantize(torch.float32), b.dequantize(torch.float32), offs, out_dtype)
+    b_bf16 = (
+        b_values
+        if b_values is not None and b_values.dtype == torch.bfloat16
+        else b.dequantize(torch.bfloat16)
+    )
+    return grouped_gemm(a.dequantize(torch.bfloat16), b_bf16, offs, out_dtype)

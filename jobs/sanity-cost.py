@@ -47,7 +47,7 @@ def main() -> int:
     unknown = [e for e in args.executions if e not in by_id]
     if unknown:
         print(
-            f"sanity-cost: unknown execution id {unknown[0]!r}; see python -m pipeline.matrix",
+            f"sanity-cost: unknown execution id {unknown[0]!r}; see python -m pipeline.list",
             file=sys.stderr,
         )
         return 2
@@ -72,9 +72,9 @@ def measure(execution: Execution, scale: Scale) -> tuple[float, float, float]:
     start = time.perf_counter()
     sanity.gate(work.stack, backward, 0)
     again = time.perf_counter() - start
+    plan = scale.timing
     start = time.perf_counter()
-    for _ in range(shape.warmup + shape.windows * shape.iterations):
-        work.iteration()
+    work.steps().warm_up(plan.warmup + plan.windows * plan.iterations)  # the timed iterations, untimed
     return first, again, time.perf_counter() - start
 
 

@@ -51,10 +51,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
     if result.missing:
         print(f"missing {len(result.missing)} execution(s): {' '.join(result.missing)}", file=sys.stderr)
-    counts = result.document["meta"]["counts"]
+    counts = result.document.meta.counts
     print(
-        f"{counts['executions']} executions, {counts['matched_workloads']} matched workloads, "
-        f"{counts['pairs']} pairs; wrote {', '.join(str(f) for f in result.files)}"
+        f"{counts.executions} executions, {counts.matched_workloads} matched workloads, "
+        f"{counts.pairs} pairs; wrote {', '.join(str(f) for f in result.files)}"
     )
     return 0
 

@@ -8,12 +8,13 @@ from collections.abc import Callable
 
 COMMANDS = {
     "run": "run executions of the matrix (Hydra overrides; --multirun sweeps)",
-    "matrix": "list the executions a selection would launch",
+    "list": "list the executions a selection would launch",
     "status": "what is done, running, pending, failed or missing in a dataset",
     "resubmit": "run again what has no valid shard",
     "aggregate": "publish a dataset as CSV, JSON, figures and report.html",
     "compare": "what got faster or slower between two datasets (exit 1 if anything is slower)",
     "model": "the reduced-order layer model",
+    "estimate": "every execution's GPU path at full scale on fake tensors: memory, ops, host syncs",
 }
 
 
@@ -27,7 +28,7 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
             run.cli()
 
         return hydra_main
-    if name == "matrix":
+    if name == "list":
         from pipeline.compose.matrix_cli import main as matrix
 
         return matrix
@@ -47,6 +48,10 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
         from pipeline.compare.cli import main as compare
 
         return compare
+    if name == "estimate":
+        from pipeline.estimate.__main__ import main as estimate
+
+        return estimate
     from pipeline.model.cli import main as model
 
     return model

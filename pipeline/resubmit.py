@@ -15,21 +15,21 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from pipeline.bench.spec import JobSpec
 from pipeline.compose import job_config
-from pipeline.compose.launcher import cluster_of, launcher_settings
 from pipeline.compose.select import compose_each
 from pipeline.data.dataset import Dataset
 from pipeline.data.ledger import Submitted
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import FAILED
-from pipeline.launch.plan import Outcome, Planned, plan
-from pipeline.launch.settings import override
+from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.settings import LaunchSettings
 from pipeline.launch.sweep import run
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.status import MISSING, ExecutionStatus, dataset_status
@@ -40,14 +40,15 @@ _SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
 _HYDRA_KEY = "hydra.launcher."
 
 
-@dataclass
+@dataclass(frozen=True)
 class Batch:
-    """Executions that go out together: one launcher, the same settings."""
+    """Executions that go out together: one backend, the same settings; their composed jobs, their
+    states before, and (once planned) their plan."""
 
-    settings: dict[str, Any]
+    settings: LaunchSettings
     jobs: list[tuple[list[str], dict[str, Any]]]
     was: list[ExecutionStatus]
-    planned: list[Planned] | None = None
+    planned: tuple[JobSpec, ...] = ()
 
 
 def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[Submitted, list[str]]:
@@ -60,37 +61,30 @@ def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[Submitted, li
         raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
     execution = EXECUTION_BY_ID[status.execution_id]
     others = [o for o in record.overrides if not o.startswith(_SET_HERE)]
-    if record.launcher != "local" and not any(o.startswith("cluster=") for o in others):
-        others.append(f"cluster={record.cluster}")  # older ledgers: the preset came with the launcher
     own = [f"workload={execution.workload.name}", f"variant={execution.variant.name}"]
     return record, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
 
 
-def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, Any]) -> list[Batch]:
-    """Plan the resubmission of ``chosen`` (nothing is submitted): the recorded settings, or those a
-    composition of the recorded overrides gives where an older ledger has none, then ``changes``."""
-    by_launcher: dict[str, list[tuple[ExecutionStatus, Submitted, list[str]]]] = {}
+def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, object]) -> list[Batch]:
+    """Plan the resubmission of ``chosen`` (nothing is submitted): each with the settings its newest
+    submission recorded, as its backend resubmits them, then ``changes``."""
+    by_backend: dict[str, list[tuple[ExecutionStatus, Submitted, list[str]]]] = {}
     for status in chosen:
         record, overrides = job_overrides(dataset, status)
-        by_launcher.setdefault(record.launcher, []).append((status, record, overrides))
-    out: dict[str, Batch] = {}
-    for launcher, members in by_launcher.items():
-        runner = backend(launcher)
-        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={launcher}"])
+        by_backend.setdefault(record.backend, []).append((status, record, overrides))
+    groups: dict[str, Batch] = {}  # by the settings' JSON (a settings object holds a mapping)
+    for name, members in by_backend.items():
+        runner = backend(name)
+        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"])
         for (status, record, overrides), cfg in zip(members, configs, strict=True):
-            settings = record.settings
-            if settings is None:
-                settings = launcher_settings(cfg.hydra.launcher, cluster_of(cfg))
-            settings = override({**settings, **runner.resubmit_settings}, changes)
-            batch = out.setdefault(json.dumps(settings, sort_keys=True), Batch(settings, [], []))
+            settings = runner.for_resubmission(LaunchSettings.from_json(record.settings)).changed(changes)
+            batch = groups.setdefault(json.dumps(settings.to_json(), sort_keys=True), Batch(settings, [], []))
             batch.jobs.append((overrides, job_config(cfg)))
             batch.was.append(status)
-    for batch in out.values():
-        batch.planned = plan(batch.jobs)
-    return list(out.values())
+    return [replace(b, planned=tuple(plan(b.jobs, b.settings))) for b in groups.values()]
 
 
-def parse_changes(assignments: list[str]) -> dict[str, Any]:
+def parse_changes(assignments: list[str]) -> dict[str, object]:
     """``KEY=VALUE`` or ``hydra.launcher.KEY=VALUE`` -> {KEY: VALUE}, VALUE read as YAML (7, true,
     [a, b], {comment: x})."""
     changes = {}
@@ -116,7 +110,7 @@ def failed_nodes(statuses: list[ExecutionStatus], exclude: str | None) -> str | 
 def resubmit(
     dataset: Path,
     only: str | None = None,
-    changes: dict[str, Any] | None = None,
+    changes: dict[str, object] | None = None,
     dry_run: bool = False,
     exclude_failed_nodes: bool = False,
 ) -> tuple[list[ExecutionStatus], list[Outcome]]:
@@ -129,20 +123,24 @@ def resubmit(
     statuses = dataset_status(dataset)
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
-    for batch in planned if exclude_failed_nodes else []:
-        if batch.settings["executor"] == "local":
+    if exclude_failed_nodes:
+        if any(batch.settings.backend == "local" for batch in planned):
             raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
-        batch.settings["exclude"] = failed_nodes(statuses, batch.settings["exclude"])
+        planned = [
+            replace(b, settings=replace(b.settings, exclude=failed_nodes(statuses, b.settings.exclude)))
+            for b in planned
+        ]
     outcomes: list[Outcome] = []
     for batch in planned:
-        assert batch.planned is not None
-        shown = " ".join(f"{k}={v}" for k, v in sorted(batch.settings.items()) if v not in (None, [], {}))
+        shown = " ".join(
+            f"{k}={v}" for k, v in sorted(batch.settings.to_json().items()) if v not in (None, [], {})
+        )
         for p, was in zip(batch.planned, batch.was, strict=True):
             verb = "would resubmit" if dry_run else "resubmitting"
             print(f"{verb} {p.execution.execution_id} as attempt {p.attempt} (was {was.state})", flush=True)
         print(f"  launcher: {shown}", flush=True)
         if not dry_run:
-            outcomes += [o for o in run(batch.planned, batch.settings) if o.ended]
+            outcomes += [o for o in run(list(batch.planned), batch.settings) if o.ended]
     return chosen, outcomes
 
 

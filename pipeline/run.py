@@ -23,9 +23,9 @@ from pipeline.launch.sweep import run
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     with refusals("pipeline.run"):
-        launcher = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
-        planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))])
-    (outcome,) = run(planned, launcher)
+        settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
+        planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
+    (outcome,) = run(planned, settings)
     if outcome.error is not None:
         sys.exit(1)
 

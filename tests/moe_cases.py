@@ -162,7 +162,7 @@ def run_case(rank: int, world: int, case: Case, device: str = "cpu") -> dict:
         "dw2": _errors(layer.w2.grad, dw2[experts]),
         "dshared_w1": _errors(shared[0], dsw1),
         "dshared_w2": _errors(shared[1], dsw2),
-        "saved_state": layer.saved_state.as_dict(),
+        "saved_state": layer.saved_state,
         "expert_grad_norms": layer.w1.grad.detach().cpu().double().norm(dim=(1, 2)),
         "tokens": x.shape[0],
     }

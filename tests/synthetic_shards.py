@@ -7,21 +7,34 @@ benchmark). Their numbers are random draws, not measurements: never publish them
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 import yaml
 
 from pipeline import REPO_ROOT
+from pipeline.bench.work import layer_config
 from pipeline.data.dataset import Dataset
-from pipeline.data.schema import METADATA_KEY, SCHEMA, SCHEMA_VERSION
+from pipeline.data.meta import (
+    Contention,
+    EmulationCopies,
+    ExecutionMeta,
+    Kernels,
+    LayerState,
+    Memory,
+    NVLink,
+    Provenance,
+    Sanity,
+    Timing,
+    Versions,
+)
+from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.matrix import Execution
-from pipeline.matrix.scale import Scale, scale_from_config, shape_for
-from pipeline.moe import MoEConfig
+from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
 from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
 from pipeline.vocabulary import kind_phases
 
@@ -46,12 +59,17 @@ def shard_table(
     scale: str = "full",
     device: str = "cpu",
     job_id: str | None = None,
+    windows: int | None = None,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
-    preset: the shape the execution stage would run, a row per rank x phase x window, random times."""
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times.
+    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does."""
     w, v = execution.workload, execution.variant
-    shape = shape_for(w, scale_preset(scale, ranks)).metadata()
-    ranks, windows, iterations = shape["ranks"], shape["windows"], shape["iterations"]
+    preset = scale_preset(scale, ranks)
+    shape, plan = shape_for(w, preset), preset.timing
+    if windows is not None:
+        plan = replace(plan, windows=windows)
+    ranks, windows, iterations = shape.ranks, plan.windows, plan.iterations
     job_id = job_id or f"{int(rng.integers(1, 10**6))}_{attempt}"
     phases = kind_phases(w.kind)
     n = len(phases) * ranks * windows
@@ -84,97 +102,93 @@ def shard_table(
         "device": [device] * n,
     }
     table = pa.table(columns, schema=SCHEMA)
-    meta = shard_metadata(execution, attempt, job_id, shape, device, rng, scale=scale)
-    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta, sort_keys=True).encode()})
+    meta = shard_metadata(execution, attempt, job_id, shape, plan, device, rng, scale=scale)
+    return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta.to_json(), sort_keys=True).encode()})
 
 
 def shard_metadata(
     execution: Execution,
     attempt: int,
     job_id: str,
-    shape: dict[str, Any],
+    shape: Shape,
+    plan: TimingPlan,
     device: str,
     rng: np.random.Generator,
     *,
     scale: str = "full",
-) -> dict[str, Any]:
-    """The ``execution`` metadata object of the schema contract, with random diagnostics."""
+) -> ExecutionMeta:
+    """The shard's metadata, with random diagnostics."""
     w = execution.workload
-    ranks = shape["ranks"]
     on_gpu = device != "cpu"
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "execution_id": execution.execution_id,
-        "workload_id": execution.workload_id,
-        "attempt": attempt,
-        "job_id": job_id,
-        "config": {
-            "workload": w.name,
-            "variant": execution.variant.name,
-            "scale": {"name": scale},
-            "seed": 0,
-        },
-        "timing": {
-            "clock": "barrier + cuda events" if on_gpu else "barrier + perf_counter",
-            "cuda_graphs": on_gpu,
-            "cuda_graphs_reason": None if on_gpu else "no CUDA graphs on cpu",
-        },
-        "shape": shape,
-        "provenance": {
-            "git_sha": "0" * 40,
-            "hosts": [f"node{i}" for i in range(max(1, ranks // 8))],
-            "job_ids": [job_id],
-            "launcher": "synthetic",
-            "versions": {"torch": None, "cuda": None, "driver": None, "nccl": None, "cutlass_dsl": None},
-        },
-        "started_at": "2026-01-01T00:00:00Z",
-        "ended_at": "2026-01-01T00:01:00Z",
-        "memory": {
-            "peak_allocated_bytes": int(rng.integers(10, 60) * 2**30) if on_gpu else None,
-            "peak_rss_bytes": int(rng.integers(1, 8) * 2**30),
-        },
-        "nvlink": {
-            "tx_bytes_per_s": float(rng.uniform(1e10, 4e11)) if on_gpu else None,
-            "rx_bytes_per_s": float(rng.uniform(1e10, 4e11)) if on_gpu else None,
-            "sample_seconds": 1.0,
-            "reason": None if on_gpu else "no GPU",
-        },
-        "saved_state": saved_state(execution, shape),
-        "policy": _policy(execution, shape).describe(shape["nominal_tokens"], shape["top_k"]),
-    }
+    policy = _policy(execution, shape)
+    return ExecutionMeta(
+        schema_version=ExecutionMeta.VERSION,
+        execution_id=execution.execution_id,
+        workload_id=execution.workload_id,
+        attempt=attempt,
+        job_id=job_id,
+        config={"workload": w.name, "variant": execution.variant.name, "scale": {"name": scale}, "seed": 0},
+        shape=shape,
+        provenance=Provenance(
+            git_sha="0" * 40,
+            hosts=tuple(f"node{i}" for i in range(max(1, shape.ranks // 8))),
+            job_ids=(job_id,),
+            backend="synthetic",
+            cluster="synthetic",
+            collective="nccl" if on_gpu else "gloo",
+            versions=Versions("3.11.7", "2.13.0", None, None, None, None),
+        ),
+        started_at="2026-01-01T00:00:00Z",
+        ended_at="2026-01-01T00:01:00Z",
+        timing=Timing(
+            clock="barrier + cuda events" if on_gpu else "barrier + perf_counter",
+            cuda_graphs=on_gpu,
+            cuda_graphs_reason=None if on_gpu else "no CUDA graphs on cpu",
+            requested=plan,
+            plan=plan,
+        ),
+        kernels=Kernels(
+            gemm="cute-sm100" if on_gpu else "torch",
+            mxfp8=None if execution.variant.precision == "bf16" else "synthetic",
+            swiglu_backward=None if w.kind == "inference" else "synthetic",
+        ),
+        contention=Contention(
+            cores=2, ranks_per_host=shape.ranks, runnable_per_core=1.0, oversubscribed=False
+        ),
+        memory=Memory(
+            peak_allocated_bytes=int(rng.integers(10, 60) * 2**30) if on_gpu else None,
+            peak_rss_bytes=int(rng.integers(1, 8) * 2**30),
+            emulation=EmulationCopies(0, 0),
+        ),
+        nvlink=NVLink(
+            tx_bytes_per_s=float(rng.uniform(1e10, 4e11)) if on_gpu else None,
+            rx_bytes_per_s=float(rng.uniform(1e10, 4e11)) if on_gpu else None,
+            sample_seconds=1.0,
+            reason=None if on_gpu else "no GPU",
+        ),
+        saved_state=saved_state(execution, shape),
+        sanity=Sanity(True, 1e-7, 1e-5, {"y": 1e-7}, 32, 0.5),
+        policy=policy.describe(shape.nominal_tokens, shape.top_k),
+    )
 
 
-def saved_state(execution: Execution, shape: dict[str, Any]) -> list[dict[str, Any]]:
+def saved_state(execution: Execution, shape: Shape) -> tuple[LayerState, ...]:
     """Per timed layer, the evidence the layers' own policy (:mod:`pipeline.moe.policy`) gives for the
     tracked GPU's rows, all forwards held before any backward, as a packing stack runs them."""
-    loads = shape["layer_loads"]
     policy = _policy(execution, shape)
-    return [
-        {
-            **policy.reserve(
-                layer, routed, shape["nominal_tokens"], shape["top_k"], hold=True
-            ).state.as_dict(),
-            "layer": layer,
-            "load_factor": load,
-        }
-        for layer, (load, routed) in enumerate(zip(loads, shape["tracked_rows"], strict=True))
-    ]
-
-
-def _policy(execution: Execution, shape: dict[str, Any]) -> MoKBudget | SharedSlot:
-    v = execution.variant
-    cfg = MoEConfig(
-        d_model=shape["d_model"],
-        d_ff=shape["d_ff"],
-        num_experts=shape["layer_experts"],
-        top_k=shape["top_k"],
-        implementation=v.implementation,
-        precision=v.precision,
-        pipeline=v.pipeline,
-        dtype=torch.float32,
-        budget_tokens=shape["nominal_tokens"],
+    return tuple(
+        LayerState(
+            **asdict(policy.reserve(layer, routed, shape.nominal_tokens, shape.top_k, hold=True).state),
+            layer=layer,
+            load_factor=load,
+        )
+        for layer, (load, routed) in enumerate(zip(shape.layer_loads, shape.tracked_rows, strict=True))
     )
-    return make_policy(cfg, layers=len(shape["layer_loads"]))
+
+
+def _policy(execution: Execution, shape: Shape) -> MoKBudget | SharedSlot:
+    """The execution's policy as its layers build it (no device: it only counts)."""
+    return make_policy(layer_config(execution, shape), layers=len(shape.layer_loads))
 
 
 def write_table(dataset: Path, table: pa.Table) -> Path:

@@ -48,9 +48,9 @@ def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Gen
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
-    record = ledger.Submitted(
-        execution_id, attempt, f"{attempt}00", [], "local", "local", f"logs/{execution_id}/attempt-{attempt}"
-    )
+    log_dir = f"logs/{execution_id}/attempt-{attempt}"
+    settings = {"backend": "local", "cluster": "local", "gpus": None, "timeout_min": 60}
+    record = ledger.Submitted(execution_id, attempt, f"{attempt}00", [], "local", "local", log_dir, settings)
     ledger.append(Dataset(dataset), record)
 
 
@@ -248,7 +248,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 2
+    assert meta["schema_version"] == 3
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
@@ -256,7 +256,7 @@ def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
     present = SUBSET[:5]
     for e in present:
         _write(tmp_path, e, 1, rng)
-    meta = aggregate(tmp_path, figures=False).document["meta"]
+    meta = aggregate(tmp_path, figures=False).document.to_json()["meta"]
     assert meta["launched"]["source"] == "matrix"
     lacking = sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
     assert meta["missing"] == {"matrix": lacking, "launched_without_shard": lacking}
@@ -423,7 +423,7 @@ def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> No
             "metrics cannot be computed (precision must be one of bf16, mxfp8; got 'fp4')",
         )
     ]
-    assert e.execution_id in result.missing and result.document["executions"] == []
+    assert e.execution_id in result.missing and result.document.executions == ()
 
 
 def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,10 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.data.dataset import Dataset
+from pipeline.data.meta import ExecutionMeta
 from pipeline.data.reader import ShardError, read_shard
-from pipeline.data.schema import METADATA_KEY, SCHEMA
+from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows, ShardIdentity
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
+from pipeline.vocabulary import PHASES
 from tests.synthetic_shards import shard_table, write_table
 
 BY_ID = {e.execution_id: e for e in EXECUTIONS}
@@ -49,43 +52,11 @@ def test_good_shard_reads_back_exactly(tmp_path: Path) -> None:
     table = _table(attempt=3)
     shard = read_shard(write_table(tmp_path, table))
     assert shard.execution_id == TRAINING.execution_id and shard.attempt == 3
-    assert shard.identity["ranks"] == 4 and shard.identity["device"] == "cpu"
-    assert shard.meta == _meta(table)
+    assert shard.identity.ranks == 4 and shard.identity.device == "cpu"
+    assert shard.meta.to_json() == _meta(table)
     np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())
     np.testing.assert_array_equal(shard.phase, table.column("phase").to_numpy(zero_copy_only=False))
     np.testing.assert_array_equal(shard.rank, table.column("rank").to_numpy())
-
-
-def _as_version_1(table: pa.Table) -> pa.Table:
-    """The shard as schema 1 wrote it: Dist-MoE's budget_rows pooled over the layers, one overflow
-    flag per layer (MoK: recomputed; Dist-MoE: the capacity flag), no policy."""
-
-    def change(meta: dict) -> None:
-        dist = meta["config"]["variant"].startswith("dist-moe")
-        layers = meta["saved_state"]
-        for layer in layers:
-            layer["overflow"] = layer.pop("capacity_flag") if dist else layer["recomputes"]
-            del layer["recomputes"]
-            if dist:
-                layer["budget_rows"] *= len(layers)
-                layer["factor"] = 2.5  # the requested factor, beside the pooled rows
-        del meta["policy"]
-        meta["schema_version"] = 1
-
-    return _with_meta(table, change)
-
-
-@pytest.mark.parametrize("execution_id", [PACKING_DIST, PACKING_MOK])
-def test_version_1_shards_read_with_version_2_fields(tmp_path: Path, execution_id: str) -> None:
-    table = shard_table(BY_ID[execution_id], 1, np.random.default_rng(), ranks=4)
-    current = _meta(table)
-    shard = read_shard(write_table(tmp_path, _as_version_1(table)))
-    assert shard.meta["saved_state"] == pytest.approx(current["saved_state"])
-    assert shard.meta["policy"] is None and shard.meta["schema_version"] == 1
-    flags = [layer["capacity_flag"] for layer in shard.meta["saved_state"]]
-    assert flags == ([False] * 10 if execution_id == PACKING_DIST else [None] * 10)
-    budgets = {layer["budget_rows"] for layer in shard.meta["saved_state"]}
-    assert budgets == ({30720} if execution_id == PACKING_DIST else {32768})
 
 
 def test_inference_needs_no_backward_rows(tmp_path: Path) -> None:
@@ -156,23 +127,39 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 2"),
+        (_float32_times, "columns differ from schema version 3"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
-        (_set("schema_version", value=3), "unknown schema_version 3; this reader reads 1, 2"),
+        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 3"),
         (_set("schema_version", value=None), "unknown schema_version None"),
-        (_set("shape", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
-        (_set("shape", "nominal_tokens", value=0), "shape.nominal_tokens must be a positive integer, got 0"),
-        (_set("shape", "layer_tokens", value=None), "layer_tokens must be a list of 1 positive integers"),
-        (_set("shape", "layer_tokens", value=[16, 16]), r"layer_tokens must be a list of 1 .*got \[16, 16\]"),
-        (_set("shape", "layer_tokens", value=[0]), "layer_tokens must be a list of 1 positive integers"),
-        (_set("shape", "layer_loads", value=[]), "shape.layer_loads must be a list of positive numbers"),
+        (_set("timing", "plan", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
+        (
+            _set("timing", "plan", "windows", value=2.5),
+            "metadata timing.plan.windows must be an integer, got 2.5",
+        ),
+        (_set("shape", "nominal_tokens", value=0), "metadata shape: nominal_tokens must be >= 1, got 0"),
+        (_set("shape", "layer_tokens", value=None), "metadata shape.layer_tokens must be a list, got None"),
+        (_set("shape", "layer_tokens", value=[16, 16]), "must name the same layers .>= 1., got \\[16, 16\\]"),
+        (_set("shape", "layer_tokens", value=[0]), "metadata shape: layer_tokens must be >= 1"),
+        (
+            _set("shape", "layer_loads", value=[]),
+            "layer_tokens, tracked_rows and layer_loads must name the same",
+        ),
+        (
+            _set("shape", "dtype", value="float16"),
+            "metadata shape: dtype 'float16'; allowed: bfloat16, float32",
+        ),
         (_set("shape", "ranks", value=8), "metadata shape.ranks=8 but rows say 4"),
         (_set("job_id", value="other"), "metadata job_id='other' but rows say"),
-        (_set("nvlink", "tx_bytes_per_s", value=-1.0), r"tx_bytes_per_s must be null or >= 0, got -1.0"),
-        (_set("memory", value=None), "metadata has no 'memory' object"),
-        (_set("saved_state", value=[{"layer": 0}]), "metadata saved_state must be a list of objects"),
+        (
+            _set("nvlink", "tx_bytes_per_s", value=-1.0),
+            r"metadata nvlink: tx_bytes_per_s must be >= 0, got -1.0",
+        ),
+        (_set("memory", value=None), "metadata memory must be an object, got None"),
+        (_set("saved_state", value=[{"layer": 0}]), r"metadata saved_state\[0\].factor is missing"),
         (_set("policy", value=None), "metadata policy must be an object, got None"),
+        (_set("sanity", "passed", value=1), "metadata sanity.passed must be a boolean, got 1"),
+        (_set("attempt", value=True), "metadata attempt must be an integer, got True"),
     ],
 )
 def test_bad_shard_is_rejected_with_reason(tmp_path: Path, corrupt: Callable, reason: str) -> None:
@@ -211,7 +198,7 @@ def test_identity_is_checked_with_or_without_column_statistics(tmp_path: Path, s
     path = Dataset(tmp_path).shard_path(TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, write_statistics=statistics, row_group_size=7)
-    assert read_shard(path).identity["job_id"] == table.column("job_id")[0].as_py()
+    assert read_shard(path).identity.job_id == table.column("job_id")[0].as_py()
     pq.write_table(_varying_device(table), path, write_statistics=statistics, row_group_size=7)
     with pytest.raises(ShardError, match=r"column\(s\) \['device'\] vary between rows"):
         read_shard(path)
@@ -241,9 +228,21 @@ def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
 
 def test_reads_what_the_execution_writer_writes(tmp_path: Path) -> None:
     """The execution stage's atomic writer and this reader agree on the format."""
-    table = _table(attempt=2)
-    meta = _meta(table)
-    path = write_shard(Dataset(tmp_path), TRAINING.execution_id, 2, table.to_pylist(), meta)
-    shard = read_shard(path)
-    assert shard.meta == meta
-    np.testing.assert_array_equal(shard.window_ms, table.column("window_ms").to_numpy())
+    meta = ExecutionMeta.from_json(_meta(_table(attempt=2)))
+    rng, windows = np.random.default_rng(), meta.timing.plan.windows
+    ranks = [
+        RankWindows(
+            r, meta.job_id, "cpu", {p: list(rng.uniform(1, 2, meta.timing.plan.windows)) for p in PHASES}
+        )
+        for r in range(meta.shape.ranks)
+    ]
+    identity = Identity.of(TRAINING, meta.shape.ranks, meta.timing.plan.iterations, 2)
+    shard = read_shard(write_shard(Dataset(tmp_path), identity, ranks, meta))
+    assert shard.meta == meta and shard.identity == ShardIdentity(
+        **asdict(identity), job_id=meta.job_id, device="cpu"
+    )
+    for r in ranks:
+        for phase, windows in r.times.items():
+            np.testing.assert_array_equal(
+                shard.window_ms[(shard.rank == r.rank) & (shard.phase == phase)], windows
+            )

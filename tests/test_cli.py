@@ -40,9 +40,9 @@ def test_every_command_has_help(command):
 
 
 def test_matrix_help_is_not_a_hydra_error():
-    done = cli("-m", "pipeline.matrix", "--help")
+    done = cli("-m", "pipeline.list", "--help")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith("usage: python -m pipeline.matrix [OVERRIDE ...]")
+    assert done.stdout.startswith("usage: python -m pipeline.list [OVERRIDE ...]")
 
 
 def failed_dataset(tmp_path) -> Dataset:
@@ -50,7 +50,8 @@ def failed_dataset(tmp_path) -> Dataset:
     dataset = Dataset(tmp_path)
     for execution_id, job_id in ((MOK, "999999998"), (DIST, "12")):
         log_dir = f"logs/{execution_id}/attempt-1"
-        record = ledger.Submitted(execution_id, 1, job_id, [], "local", "local", log_dir)
+        settings = {"backend": "local", "cluster": "local", "gpus": None, "timeout_min": 60}
+        record = ledger.Submitted(execution_id, 1, job_id, [], "local", "local", log_dir, settings)
         ledger.append(dataset, record)
     return dataset
 

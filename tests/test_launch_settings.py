@@ -7,14 +7,14 @@ from hydra import compose, initialize_config_dir
 
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, register
 from pipeline.compose.launcher import cluster_of, launcher_settings, presets
-from pipeline.launch.settings import allowed_keys, effective
+from pipeline.launch.settings import LaunchSettings, allowed_keys, effective
 from pipeline.launch.slurm import _executor
 from tests.slurm_support import python_module
 
 SWEEP = ["--multirun", "workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci"]
 
 
-def settings(*overrides: str) -> dict:
+def settings(*overrides: str) -> LaunchSettings:
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
@@ -30,32 +30,28 @@ def test_launcher_keys_need_no_plus_and_override_the_preset():
         "hydra.launcher.cpus_per_task=3",
         "hydra.launcher.setup=['module load cuda','export A=1']",
     )
-    assert (got["account"], got["qos"], got["cpus_per_task"]) == ("proj", "high", 3)
-    assert got["setup"] == ["module load cuda", "export A=1"]
+    assert (got.account, got.qos, got.cpus_per_task) == ("proj", "high", 3)
+    assert got.setup == ("module load cuda", "export A=1")
     # the preset's values where the launcher left None; submitit-side defaults where neither says
-    assert (got["cluster"], got["tasks_per_node"], got["gpus"]) == ("h200", 8, True)
-    assert (got["timeout_min"], got["signal_delay_s"], got["max_timeouts"], got["name"]) == (
-        60,
-        90,
-        3,
-        "moe-bench",
-    )
-    assert settings("hydra/launcher=slurm", "cluster=h200")["cpus_per_task"] == 12
+    assert (got.cluster, got.tasks_per_node, got.gpus) == ("h200", 8, True)
+    assert (got.timeout_min, got.signal_delay_s, got.max_timeouts, got.name) == (60, 90, 3, "moe-bench")
+    assert settings("hydra/launcher=slurm", "cluster=h200").cpus_per_task == 12
+    assert LaunchSettings.from_json(got.to_json()) == got
 
 
 def test_local_launcher_is_the_default():
     got = settings()
-    assert (got["executor"], got["cluster"], got["tasks_per_node"]) == ("local", "local", None)
+    assert (got.backend, got.cluster, got.tasks_per_node) == ("local", "local", None)
 
 
 @pytest.mark.parametrize(
     "launcher, cluster, message",
     [
-        ({"executor": "slurm"}, None, "hydra/launcher=slurm needs a cluster preset: cluster=a|b"),
-        ({"executor": "local"}, {"name": "a"}, "cluster=a is a Slurm preset: add hydra/launcher=slurm"),
+        ({"backend": "slurm"}, None, "hydra/launcher=slurm needs a cluster preset: cluster=a|b"),
+        ({"backend": "local"}, {"name": "a"}, "cluster=a is a Slurm preset: add hydra/launcher=slurm"),
         ({"_target_": "x.BasicLauncher"}, None, "launcher BasicLauncher is not allowed; allowed:"),
-        ({"executor": "slurm", "acount": "x"}, {"name": "a"}, "unknown launcher key(s) acount for"),
-        ({"executor": "slurm"}, {"name": "a", "qoss": "x"}, "cluster preset 'a': unknown key(s) qoss;"),
+        ({"backend": "slurm", "acount": "x"}, {"name": "a"}, "unknown launcher key(s) acount for"),
+        ({"backend": "slurm"}, {"name": "a", "qoss": "x"}, "cluster preset 'a': unknown key(s) qoss;"),
     ],
 )
 def test_bad_settings_are_refused_in_one_line(launcher, cluster, message):
@@ -65,9 +61,26 @@ def test_bad_settings_are_refused_in_one_line(launcher, cluster, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"timeout_min": "abc"}, "launcher setting timeout_min must be a finite number, got 'abc'"),
+        ({"exclude": 3}, "launcher setting exclude must be a string, got 3"),
+        ({"partition_x": "a"}, "unknown launcher key(s) partition_x for the slurm launcher; allowed: "),
+        ({"backend": "local"}, "unknown launcher key(s) backend for the slurm launcher"),
+    ],
+)
+def test_changed_settings_are_checked(changes, message):
+    base = settings("hydra/launcher=slurm", "cluster=h200")
+    assert base.changed({"timeout_min": 5, "exclude": "n1"}).timeout_min == 5
+    with pytest.raises(ValueError) as err:
+        base.changed(changes)
+    assert str(err.value).startswith(message)
+
+
 def test_unknown_key_lists_the_allowed_ones():
-    with pytest.raises(ValueError, match="allowed: executor, partition, account, qos"):
-        effective({"executor": "slurm", "acount": "x"}, {"name": "a"}, ["a"])
+    with pytest.raises(ValueError, match="allowed: backend, partition, account, qos"):
+        effective({"backend": "slurm", "acount": "x"}, {"name": "a"}, ["a"])
     assert presets() == ["gb300", "h200", "local-slurm"]
 
 

@@ -6,9 +6,10 @@ Stages, bottom to top (a module may import its own stage and those below):
   2 pipeline.matrix, pipeline.model, pipeline.metrics
   3 pipeline.moe, pipeline.data
   4 pipeline.bench
-  5 pipeline.launch, pipeline.report
+  5 pipeline.launch, pipeline.estimate (the full-scale GPU path on fake tensors), pipeline.report
   6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
-  7 entry points: pipeline.run, pipeline.aggregate, pipeline.resubmit, pipeline.cli, every ``__main__`` module
+  7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli, every
+    ``__main__`` module
 Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
 define the matrix and the data contracts import no launcher.
 
@@ -28,6 +29,7 @@ STAGES = {
     "cutlass_kernels": 0,
     "pipeline": 1,
     "pipeline.vocabulary": 1,
+    "pipeline.bounds": 1,
     "pipeline.matrix": 2,
     "pipeline.model": 2,
     "pipeline.metrics": 2,
@@ -35,6 +37,7 @@ STAGES = {
     "pipeline.data": 3,
     "pipeline.bench": 4,
     "pipeline.launch": 5,
+    "pipeline.estimate": 5,
     "pipeline.report": 5,
     "pipeline.status": 6,
     "pipeline.compose": 6,
@@ -43,6 +46,7 @@ STAGES = {
     "pipeline.aggregate": 7,
     "pipeline.resubmit": 7,
     "pipeline.cli": 7,
+    "pipeline.list": 7,
 }
 ENTRY = 7
 HYDRA = ("hydra", "omegaconf")

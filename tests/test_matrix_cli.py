@@ -1,12 +1,12 @@
-"""``python -m pipeline.matrix``: one line per selected execution, then the counts."""
+"""``python -m pipeline.list``: one line per selected execution, then the counts."""
 
 import subprocess
 import sys
 
 import pytest
 
+from pipeline.compose.matrix_cli import main
 from pipeline.matrix import EXECUTIONS, VARIANTS
-from pipeline.matrix.__main__ import main
 
 
 def run_cli(capsys, *arguments):
@@ -67,7 +67,7 @@ PACKING = "packing-ep64-f3072-profile-b"
 
 def test_runs_as_a_module():
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.matrix", f"workload={PACKING}", "variant=mok-bf16"],
+        [sys.executable, "-m", "pipeline.list", f"workload={PACKING}", "variant=mok-bf16"],
         capture_output=True,
         text=True,
         check=True,

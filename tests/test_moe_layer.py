@@ -92,8 +92,8 @@ def test_scenarios_exercise_the_hard_cases(results, world: int) -> None:
     if world > 1:
         assert ranks[-1][ragged.name]["tokens"] == 0
         assert (
-            ranks[0][ragged.name]["saved_state"]["routed_rows"]
-            > ranks[1][ragged.name]["saved_state"]["routed_rows"]
+            ranks[0][ragged.name]["saved_state"].routed_rows
+            > ranks[1][ragged.name]["saved_state"].routed_rows
         )
     # experts 3 and 7 never receive rows: exactly zero weight gradients; every other expert has rows
     norms = torch.cat([res[ragged.name]["expert_grad_norms"] for res in ranks])
@@ -122,7 +122,7 @@ def test_saved_state_rows_add_up(results, world: int) -> None:
     for res in results[("gloo", world)]:
         for case in ALL_CASES:
             s = res[case.name]["saved_state"]
-            assert s["retained_rows"] + s["recomputed_rows"] == s["routed_rows"]
+            assert s.retained_rows + s.recomputed_rows == s.routed_rows
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for NCCL")

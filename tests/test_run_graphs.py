@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from pipeline.bench.graphs import capture
+from pipeline.bench.steps import Steps
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer, routing_plan
 
 
@@ -16,13 +17,14 @@ def test_cpu_steps_stay_eager_and_say_why() -> None:
         calls.append("forward")
         return "out"
 
-    steps = capture(forward, lambda out: calls.append(f"backward {out}"), torch.device("cpu"), warmup=3)
+    eager = Steps(forward, lambda out: calls.append(f"backward {out}"))
+    steps = capture(eager, torch.device("cpu"), warmup=3)
     assert (steps.graphs, steps.reason) == (False, "no CUDA graphs on cpu")
     steps.backward(steps.forward())
     assert calls == ["forward", "backward out"]  # nothing ran at capture time
     steps.iteration()  # what NVLink sampling repeats: the timed steps, forward then backward
     assert calls == ["forward", "backward out"] * 2
-    inference = capture(forward, None, torch.device("cpu"), warmup=0)
+    inference = capture(Steps(forward, None), torch.device("cpu"), warmup=0)
     inference.iteration()
     assert calls[-1] == "forward"
 
@@ -45,7 +47,7 @@ def test_graph_replay_matches_eager_steps() -> None:
     def backward(y: torch.Tensor) -> None:
         grads[:] = [torch.autograd.grad(y, (x, layer.w1), grad)]
 
-    steps = capture(forward, backward, device, warmup=2)
+    steps = capture(Steps(forward, backward), device, warmup=2)
     assert steps.graphs, steps.reason
     captured = eager_forwards[0]
     steps.iteration()  # NVLink samples these: graph replays, no eager forward

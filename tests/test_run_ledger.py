@@ -1,4 +1,4 @@
-"""The launch ledger: typed one-line records, safe concurrent appends, attempt numbering, paths that
+"""The launch ledger: typed records a file each, safe concurrent appends, attempt numbering, paths that
 move with the dataset."""
 
 import json
@@ -18,9 +18,10 @@ def submitted(attempt: int, execution_id: str = ID, job_id: str = "1") -> ledger
         attempt=attempt,
         job_id=job_id,
         overrides=[f"workload={execution_id}"],
-        launcher="local",
+        backend="local",
         cluster="local",
         log_dir=f"logs/{execution_id}/attempt-{attempt}",
+        settings={"backend": "local", "cluster": "local", "gpus": None, "timeout_min": 60},
     )
 
 
@@ -31,7 +32,7 @@ def test_records_read_back_in_order_each_a_file_of_its_own(tmp_path):
         ledger.append(dataset, r)
     assert ledger.read(dataset) == records
     files = dataset.ledger_record_files()
-    assert len(files) == 3 and not dataset.legacy_ledger_path.exists()
+    assert len(files) == 3
     assert [json.loads(p.read_text())["event"] for p in files] == ["submitted", "failed", "submitted"]
     assert json.loads(files[1].read_text()) == {
         "event": "failed",
@@ -43,27 +44,21 @@ def test_records_read_back_in_order_each_a_file_of_its_own(tmp_path):
     }
 
 
-def test_an_unfinished_write_is_ignored_and_older_ledgers_come_first(tmp_path):
+def test_an_unfinished_write_is_ignored(tmp_path):
     dataset = Dataset(tmp_path)
+    ledger.append(dataset, submitted(1))
+    (dataset.ledger_dir / ".00000000000000000001-h-1-000000.json.7.tmp").write_text('{"event": "subm')
     ledger.append(dataset, submitted(2))
-    (dataset.ledger_dir / ".00000000000000000001-h-1-000000.json.tmp").write_text('{"event": "subm')
-    with open(dataset.legacy_ledger_path, "w") as f:
-        f.write(json.dumps(submitted(1).to_json()) + "\n")
-        f.write('{"event": "subm')  # an O_APPEND write that never completed
     assert ledger.read(dataset) == [submitted(1), submitted(2)]
-    with open(dataset.legacy_ledger_path, "a") as f:
-        f.write("\n")
-    with pytest.raises(ValueError, match=r"ledger.jsonl:2"):
-        ledger.read(dataset)
 
 
 @pytest.mark.parametrize(
     ("record", "message"),
     [
         ({"event": "queued"}, "unknown ledger event 'queued'; allowed: submitted, started"),
-        ({"event": "started", "execution_id": ID, "attempt": 1}, r"lacks field\(s\) \['job_id'\]"),
-        ({**submitted(1).to_json(), "attempt": 0}, "attempt must be an integer >= 1, got 0"),
-        ({**submitted(1).to_json(), "attempt": True}, "attempt must be an integer >= 1, got True"),
+        ({"event": "started", "execution_id": ID, "attempt": 1}, "ledger event 'started': job_id is missing"),
+        ({**submitted(1).to_json(), "attempt": 0}, "attempt must be >= 1, got 0"),
+        ({**submitted(1).to_json(), "attempt": True}, "attempt must be an integer, got True"),
     ],
 )
 def test_bad_records_are_refused(tmp_path, record, message):
@@ -77,15 +72,16 @@ def test_bad_records_are_refused(tmp_path, record, message):
         ledger.read(dataset)
 
 
-def test_records_of_older_ledgers_read_with_their_absolute_paths(tmp_path):
-    """A ledger written with absolute paths elsewhere still names this dataset's own files."""
-    old = {**submitted(1).to_json(), "log_dir": f"/gone/site/logs/{ID}/attempt-1"}
-    (tmp_path / "ledger.jsonl").write_text(json.dumps(old) + "\n")
+def test_recorded_paths_are_relative_to_the_dataset(tmp_path):
+    """A dataset moved elsewhere still finds its own files; an absolute recorded path is refused."""
     dataset = Dataset(tmp_path)
-    (record,) = ledger.read(dataset)
+    ledger.append(dataset, submitted(1))
+    moved = Dataset(tmp_path.rename(tmp_path.with_name("moved")))
+    (record,) = ledger.read(moved)
     assert isinstance(record, ledger.Submitted) and record.requeued_from is None
-    assert dataset.locate(record.log_dir) == tmp_path / "logs" / ID / "attempt-1"
-    assert dataset.locate(f"logs/{ID}/attempt-1") == tmp_path / "logs" / ID / "attempt-1"
+    assert moved.locate(record.log_dir) == moved.root / "logs" / ID / "attempt-1"
+    with pytest.raises(ValueError, match="is absolute; records hold dataset-relative paths"):
+        moved.locate(f"/gone/site/logs/{ID}/attempt-1")
 
 
 def _append_many(root, worker: int, n: int) -> None:
@@ -121,16 +117,12 @@ def test_next_attempt_counts_the_ledger_and_the_shard_files(tmp_path):
     assert ledger.next_attempt(dataset, "other") == 5
 
 
-def test_submissions_keep_the_launcher_settings_and_older_records_without_them_still_read(tmp_path):
+def test_submissions_keep_the_launch_settings(tmp_path):
     dataset = Dataset(tmp_path)
-    settings = {"executor": "slurm", "timeout_min": 7, "setup": ["export A=1"], "additional_parameters": {}}
-    newer = ledger.Submitted(
-        ID, 2, "9", ["scale=ci"], "slurm", "h200", f"logs/{ID}/attempt-2", settings=settings
-    )
-    older = submitted(1).to_json()
-    assert "settings" not in older
-    dataset.legacy_ledger_path.write_text(json.dumps(older) + "\n")
-    ledger.append(dataset, newer)
-    first, second = ledger.read(dataset)
-    assert first.settings is None and first == submitted(1)
-    assert second.settings == settings and second == newer
+    settings = {"backend": "slurm", "timeout_min": 7, "setup": ["export A=1"], "additional_parameters": {}}
+    record = ledger.Submitted(ID, 2, "9", ["scale=ci"], "slurm", "h200", f"logs/{ID}/attempt-2", settings)
+    ledger.append(dataset, record)
+    (back,) = ledger.read(dataset)
+    assert back.settings == settings and back == record
+    with pytest.raises(ValueError, match="ledger event 'submitted': settings is missing"):
+        ledger.from_json({k: v for k, v in record.to_json().items() if k != "settings"})

@@ -122,10 +122,10 @@ def test_layers_size_budgets_for_the_nominal_tokens():
     assert [x.shape[0] for x in work.xs] == list(shape.layer_tokens)
     assert work.grads is not None and [g.shape[0] for g in work.grads] == list(shape.layer_tokens)
     states = work.saved_state()
-    assert [s["routed_rows"] for s in states] == list(shape.tracked_rows)
-    assert {s["budget_rows"] for s in states} == {256}
-    assert all(math.isclose(s["factor"], 256 / 96) for s in states)
-    assert [s["recomputed_rows"] for s in states] == [max(0, r - 256) for r in shape.tracked_rows]
+    assert [s.routed_rows for s in states] == list(shape.tracked_rows)
+    assert {s.budget_rows for s in states} == {256}
+    assert all(math.isclose(s.factor, 256 / 96) for s in states)
+    assert [s.recomputed_rows for s in states] == [max(0, r - 256) for r in shape.tracked_rows]
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,14 @@ import time
 import pytest
 import torch
 
+from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, calibrated, time_windows
-from pipeline.matrix import WORKLOAD_BY_NAME
-from pipeline.matrix.scale import Scale, shape_for
+from pipeline.matrix.scale import TimingPlan
 from pipeline.vocabulary import timed_phases
 from tests.distributed import run_ranks
 
 FORWARD_S, BACKWARD_S = 0.004, 0.002
+CPU = Clock(torch.device("cpu"))
 
 
 def sleeper(log: list[str]):
@@ -32,7 +33,7 @@ def test_training_phases_are_timed_separately():
     log: list[str] = []
     forward, backward = sleeper(log)
     windows, iterations = 3, 4
-    times = time_windows(forward, backward, Clock(torch.device("cpu")), 2, windows, iterations)
+    times = time_windows(Steps(forward, backward), CPU, TimingPlan(2, windows, iterations))
     assert list(times) == ["forward", "backward", "combined"] == list(timed_phases(True))
     assert all(len(v) == windows for v in times.values())
     f_ms, b_ms = iterations * FORWARD_S * 1e3, iterations * BACKWARD_S * 1e3
@@ -48,7 +49,7 @@ def test_training_phases_are_timed_separately():
 def test_inference_times_forward_and_the_whole_iteration():
     log: list[str] = []
     forward, _ = sleeper(log)
-    times = time_windows(forward, None, Clock(torch.device("cpu")), 0, 2, 3)
+    times = time_windows(Steps(forward, None), CPU, TimingPlan(0, 2, 3))
     assert list(times) == ["forward", "combined"] == list(timed_phases(False))
     assert all(3 * FORWARD_S * 1e3 <= t for v in times.values() for t in v)
     assert "".join(log) == "f" * 12
@@ -63,7 +64,7 @@ def test_inference_phases_take_alternate_iterations_of_one_span():
         calls.append(len(calls))
         time.sleep(0.002 if len(calls) % 2 else 0.010)
 
-    times = time_windows(forward, None, Clock(torch.device("cpu")), 1, 4, 3)
+    times = time_windows(Steps(forward, None), CPU, TimingPlan(1, 4, 3))
     assert len(calls) == 1 + 4 * 2 * 3
     # warm-up took one call, so each span starts on an even call: 3 x 10 ms to forward, 3 x 2 to combined
     assert all(
@@ -82,7 +83,7 @@ def test_cuda_laps_are_the_kernels_intervals():
         calls.append(len(calls))
         torch.cuda._sleep(1_000_000 if len(calls) % 2 else 5_000_000)  # GPU clock cycles
 
-    times = time_windows(forward, None, Clock(torch.device("cuda")), 1, 3, 4)
+    times = time_windows(Steps(forward, None), Clock(torch.device("cuda")), TimingPlan(1, 3, 4))
     for long, short in zip(times["forward"], times["combined"], strict=True):
         assert 0 < short and 2.5 * short < long  # about 5x: the cycles' ratio
 
@@ -95,43 +96,37 @@ def test_clock_measures_milliseconds(device):
     assert 20 <= clock.stop(started) < 200
 
 
-def _shape(min_window_ms: float, iterations: int = 2, min_timed_ms: float = 0.0):
-    scale = Scale("ci", 16, 64, 48, 384, 6, 1, 2, "float32", 1, 5, iterations, min_window_ms, min_timed_ms)
-    return shape_for(WORKLOAD_BY_NAME["training-ep32-f3072"], scale)
+def _plan(min_window_ms: float, iterations: int = 2, min_timed_ms: float = 0.0) -> TimingPlan:
+    return TimingPlan(1, 5, iterations, min_window_ms, min_timed_ms)
 
 
 def test_calibration_lengthens_windows_to_the_minimum_time():
     log: list[str] = []
     forward, backward = sleeper(log)  # one iteration sleeps 6 ms
-    shape = calibrated(_shape(60.0), forward, backward, Clock(torch.device("cpu")))
+    shape = calibrated(_plan(60.0), Steps(forward, backward), CPU)
     assert 6 <= shape.iterations <= 10  # ceil(60 / a little over 6 ms)
     # warm-up, then whole iterations until half the minimum (30 ms) has passed: five of 6 ms or a sixth
     assert log in (["f", "b"] * (1 + 5), ["f", "b"] * (1 + 6))
-    windows = time_windows(forward, backward, Clock(torch.device("cpu")), 0, 2, shape.iterations)
+    windows = time_windows(Steps(forward, backward), CPU, TimingPlan(0, 2, shape.iterations))
     assert min(windows["combined"]) >= 55.0
     # never fewer than the scale's iterations; no minimum, no change
-    assert (
-        calibrated(_shape(10.0, iterations=30), forward, backward, Clock(torch.device("cpu"))).iterations
-        == 30
-    )
-    unchanged = _shape(0.0)
-    assert calibrated(unchanged, forward, backward, Clock(torch.device("cpu"))) is unchanged
+    assert calibrated(_plan(10.0, iterations=30), Steps(forward, backward), CPU).iterations == 30
+    unchanged = _plan(0.0)
+    assert calibrated(unchanged, Steps(forward, backward), CPU) is unchanged
     assert shape.windows == 5  # no min_timed_ms: the scale's windows
 
 
 def test_calibration_adds_windows_until_a_phase_lasts_the_minimum_time():
     log: list[str] = []
     forward, backward = sleeper(log)  # one iteration sleeps 6 ms
-    shape = calibrated(_shape(12.0, min_timed_ms=150.0), forward, backward, Clock(torch.device("cpu")))
+    shape = calibrated(_plan(12.0, min_timed_ms=150.0), Steps(forward, backward), CPU)
     assert shape.iterations == 2  # ceil(12 / a little over 6 ms)
     assert 9 <= shape.windows <= 13  # ceil(150 / a little over 12 ms)
-    windows = time_windows(forward, backward, Clock(torch.device("cpu")), 0, shape.windows, shape.iterations)
+    windows = time_windows(Steps(forward, backward), CPU, TimingPlan(0, shape.windows, shape.iterations))
     assert len(windows["combined"]) == shape.windows and sum(windows["combined"]) >= 140.0
     # never fewer than the scale's windows; only min_timed_ms asked for, iterations stay the scale's
-    assert (
-        calibrated(_shape(0.0, min_timed_ms=10.0), forward, backward, Clock(torch.device("cpu"))).windows == 5
-    )
-    only_windows = calibrated(_shape(0.0, min_timed_ms=100.0), forward, backward, Clock(torch.device("cpu")))
+    assert calibrated(_plan(0.0, min_timed_ms=10.0), Steps(forward, backward), CPU).windows == 5
+    only_windows = calibrated(_plan(0.0, min_timed_ms=100.0), Steps(forward, backward), CPU)
     assert only_windows.iterations == 2 and 7 <= only_windows.windows <= 9  # ceil(100 / ~12.5 ms)
 
 
@@ -142,7 +137,7 @@ def _calibrate_uneven(rank: int, world: int) -> int:
     def forward() -> None:
         time.sleep(0.002 if rank == 1 else 0.0005)
 
-    shape = calibrated(_shape(40.0, min_timed_ms=400.0), forward, None, Clock(torch.device("cpu")))
+    shape = calibrated(_plan(40.0, min_timed_ms=400.0), Steps(forward, None), CPU)
     return shape.iterations, shape.windows
 
 

@@ -2,7 +2,7 @@
 
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -102,14 +102,13 @@ def test_local_failure_shows_the_error_and_the_log(tmp_path):
 
 
 def test_resubmission_groups_executions_by_their_recorded_settings(tmp_path):
-    def failed(workload: str, variant: str, execution_id: str, timeout: int | None) -> ExecutionStatus:
-        overrides = [f"workload={workload}", f"variant={variant}", "scale=ci", "dataset_dir=/moved/away"]
+    def failed(workload: str, variant: str, execution_id: str, timeout: int) -> ExecutionStatus:
+        overrides = [f"workload={workload}", f"variant={variant}", "scale=ci", "cluster=local-slurm"]
+        overrides.append("dataset_dir=/moved/away")
         log_dir = f"logs/{execution_id}/attempt-1"
-        settings = None
-        if timeout is not None:  # a newer ledger records the sweep's settings; an older one does not
-            settings = {**SLURM_SETTINGS, "timeout_min": timeout}
+        settings = replace(SLURM_SETTINGS, timeout_min=timeout).to_json()
         record = ledger.Submitted(
-            execution_id, 1, "7_0", overrides, "slurm", "local-slurm", log_dir, settings=settings
+            execution_id, 1, "7_0", overrides, "slurm", "local-slurm", log_dir, settings
         )
         return ExecutionStatus(execution_id, "failed", 1, "7_0", "", None, record)
 
@@ -117,20 +116,18 @@ def test_resubmission_groups_executions_by_their_recorded_settings(tmp_path):
     chosen = [
         failed(EP8, "mok-bf16", MOK, 7),
         failed("inference-ep16-f1536", "mok-bf16", ep16, 7),
-        failed(EP8, "dist-moe-bf16", "inference-ep8-f1536-bf16-dist-moe-bf16", None),
+        failed(EP8, "dist-moe-bf16", "inference-ep8-f1536-bf16-dist-moe-bf16", 9),
     ]
     got = batches(tmp_path, chosen, {"account": "proj"})
-    assert [[p.execution.execution_id for p in b.planned or []] for b in got] == [
+    assert [[p.execution.execution_id for p in b.planned] for b in got] == [
         [MOK, ep16],
         ["inference-ep8-f1536-bf16-dist-moe-bf16"],
     ]
-    assert [(b.settings["timeout_min"], b.settings["wait"], b.settings["account"]) for b in got] == [
+    assert [(b.settings.timeout_min, b.settings.wait, b.settings.account) for b in got] == [
         (7, False, "proj"),
-        (60, False, "proj"),  # composed from the recorded overrides and preset
+        (9, False, "proj"),
     ]
-    assert all(
-        p.config["dataset_dir"] == str(tmp_path) and p.attempt == 1 for b in got for p in b.planned or []
-    )
+    assert all(p.dataset.root == tmp_path and p.attempt == 1 for b in got for p in b.planned)
     assert got[0].planned[0].overrides == [
         f"workload={EP8}",
         "variant=mok-bf16",

@@ -31,6 +31,7 @@ class MoEBenchLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         assert self.config is not None and self.hydra_context is not None, "setup() was not called"
+        assert self.task_function is not None, "setup() was not called"
         setup_globals()
         loader = self.hydra_context.config_loader
         with refusals("pipeline.run"):
@@ -39,7 +40,8 @@ class MoEBenchLauncher(Launcher):
             settings = [launcher_settings(self.config.hydra.launcher, cluster_of(c)) for c in configs]
             if any(s != settings[0] for s in settings):
                 raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
-            planned = plan([(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)])
+            jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
+            planned = plan(jobs, settings[0])
         callbacks = self.hydra_context.callbacks
         folders = {}
         for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
@@ -59,6 +61,7 @@ def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:
     """Hydra's record of one job; a failed one carries the error the sweeper raises at the end (one
     submitted without waiting counts as completed: Hydra's sweeper raises on anything else)."""
     planned = outcome.planned
+    value: object
     if outcome.error is None:
         status, value = JobStatus.COMPLETED, outcome.summary
     else:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import torch
 
+from pipeline.data.meta import Versions
+
 
 def peak_rss_bytes() -> int:
     """Peak resident set of this process (Linux reports ru_maxrss in KiB)."""
@@ -22,17 +24,17 @@ def peak_allocated_bytes(device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
 
 
-def versions(device: torch.device) -> dict[str, str | None]:
+def versions(device: torch.device) -> Versions:
     """Versions of the software stack that shape the timings; None where a component is absent."""
     cuda = device.type == "cuda"
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda if cuda else None,
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
-        "driver": _driver() if cuda else None,
-        "cutlass_dsl": _package("nvidia-cutlass-dsl"),
-    }
+    return Versions(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        cuda=torch.version.cuda if cuda else None,
+        nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+        driver=_driver() if cuda else None,
+        cutlass_dsl=_package("nvidia-cutlass-dsl"),
+    )
 
 
 def _driver() -> str | None:

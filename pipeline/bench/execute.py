@@ -3,179 +3,151 @@ write the shard. A failure anywhere raises (the job exits non-zero) after rank 0
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch.distributed as dist
 
 from pipeline import REPO_ROOT
-from pipeline.bench import distributed, graphs, sanity
+from pipeline.bench import contention, distributed, graphs, nvlink, sanity
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
-from pipeline.bench.nvlink import nvlink_rates
+from pipeline.bench.kernels import kernels
+from pipeline.bench.spec import JobSpec
 from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import build_work
 from pipeline.data import ledger
-from pipeline.data.dataset import Dataset
+from pipeline.data.meta import ExecutionMeta, LayerState, Memory, NVLink, Provenance, SavedState, Timing
+from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
-from pipeline.matrix import Execution, execution_of
-from pipeline.matrix.scale import Shape, shape_of
 from pipeline.metrics import phase_ms
 
 GROUP_TIMEOUT_S = 900.0
 NVLINK_SAMPLE_S = 1.0
 
 
-def run_execution(config: dict[str, Any], attempt: int, launcher: str, cluster: str) -> dict[str, Any] | None:
-    """Body of each task, run by the ``launcher`` backend on the ``cluster`` preset. Returns rank 0's
-    summary (shard path, iteration ms per phase), else None."""
-    execution, shape = execution_of(config), shape_of(config)
-    dataset = Dataset(config["dataset_dir"])
-    ctx = distributed.init(config["device"], GROUP_TIMEOUT_S)
-    execution_id = execution.execution_id
+@dataclass(frozen=True)
+class Summary:
+    """Rank 0's word on a finished attempt: its shard and the slowest-rank median iteration time
+    per phase (the published reduction)."""
+
+    shard: str
+    iteration_ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What one rank measured, gathered on rank 0 for the shard."""
+
+    windows: RankWindows
+    host: str
+    runnable_per_core: float | None
+    saved_state: list[SavedState]
+    nvlink: NVLink
+    peak_allocated_bytes: int | None
+    peak_rss_bytes: int
+
+
+def run_execution(spec: JobSpec) -> Summary | None:
+    """Body of each task of the job. Returns rank 0's summary, else None."""
+    ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
+    execution_id, dataset, shape = spec.execution_id, spec.dataset, spec.shape
     try:
         if ctx.world_size != shape.ranks:
             raise ValueError(f"the job has {ctx.world_size} tasks but {execution_id} needs {shape.ranks}")
         if ctx.rank == 0:
-            ledger.append(dataset, ledger.Started(execution_id, attempt, ctx.job_id))
+            ledger.append(dataset, ledger.Started(execution_id, spec.attempt, ctx.job_id))
         started_at = ledger.now()
-        work = build_work(execution, shape, ctx.rank, ctx.device, config["seed"])
-        backward = work.backward if work.grads is not None else None
-        verdict = sanity.gate(work.stack, backward is not None, config["seed"])
+        work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed)
+        verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
         clock = Clock(ctx.device)
-        steps = graphs.capture(work.forward, backward, ctx.device, shape.warmup)
-        shape = calibrated(shape, steps.forward, steps.backward, clock)
-        times = time_windows(
-            steps.forward, steps.backward, clock, shape.warmup, shape.windows, shape.iterations
-        )
+        steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
+        plan = calibrated(spec.timing, steps, clock)
+        with contention.sampled() as host:
+            times = time_windows(steps, clock, plan)
         ended_at = ledger.now()
-        mine = {
-            "rank": ctx.rank,
-            "host": ctx.hostname,
-            "job_id": ctx.job_id,
-            "device": device_name(ctx.device),
-            "times": times,
-            "saved_state": work.saved_state(),
-            "nvlink": nvlink_rates(ctx.device, steps.iteration, NVLINK_SAMPLE_S),
-            "peak_allocated_bytes": peak_allocated_bytes(ctx.device),
-            "peak_rss_bytes": peak_rss_bytes(),
-        }
-        ranks: list[dict[str, Any]] = [{} for _ in range(ctx.world_size)]
-        dist.all_gather_object(ranks, mine)
+        combined_ms = float(np.median(times["combined"])) / plan.iterations
+        repetitions = nvlink.repetitions(combined_ms, NVLINK_SAMPLE_S, ctx.device)
+        mine = RankResult(
+            windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
+            host=ctx.hostname,
+            runnable_per_core=host.per_core(),
+            saved_state=work.saved_state(),
+            nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
+            peak_allocated_bytes=peak_allocated_bytes(ctx.device),
+            peak_rss_bytes=peak_rss_bytes(),
+        )
+        gathered: list[RankResult | None] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, mine)
+        ranks = [r for r in gathered if r is not None]
         summary = None
         if ctx.rank == 0:
-            rows = shard_rows(execution, shape, attempt, ranks)
-            meta = {
-                "workload_id": execution.workload_id,
-                "job_id": ctx.job_id,
-                "config": config,
-                "shape": shape.metadata(),
-                "provenance": {
-                    "git_sha": git_sha(REPO_ROOT),
-                    "hosts": sorted({r["host"] for r in ranks}),
-                    "job_ids": sorted({r["job_id"] for r in ranks}),
-                    "launcher": launcher,
-                    "cluster": cluster,
-                    "versions": versions(ctx.device),
-                },
-                "started_at": started_at,
-                "ended_at": ended_at,
-                "timing": {
-                    "clock": clock.name,
-                    "cuda_graphs": steps.graphs,
-                    "cuda_graphs_reason": steps.reason,
-                },
-                "memory": {
-                    "peak_allocated_bytes": _max(r["peak_allocated_bytes"] for r in ranks),
-                    "peak_rss_bytes": _max(r["peak_rss_bytes"] for r in ranks),
-                },
-                "nvlink": nvlink_summary([r["nvlink"] for r in ranks]),
-                "saved_state": saved_state_evidence(shape, ranks[0]["saved_state"]),
-                "sanity": verdict,
-                "policy": work.policy(),
-            }
-            path = write_shard(dataset, execution_id, attempt, rows, meta)
-            ledger.append(
-                dataset, ledger.Finished(execution_id, attempt, ctx.job_id, shard=dataset.relative(path))
+            meta = ExecutionMeta(
+                schema_version=ExecutionMeta.VERSION,
+                execution_id=execution_id,
+                workload_id=spec.execution.workload_id,
+                attempt=spec.attempt,
+                job_id=ctx.job_id,
+                config=spec.config,
+                shape=shape,
+                provenance=Provenance(
+                    git_sha=git_sha(REPO_ROOT),
+                    hosts=tuple(sorted({r.host for r in ranks})),
+                    job_ids=tuple(sorted({r.windows.job_id for r in ranks})),
+                    backend=spec.backend,
+                    cluster=spec.cluster,
+                    collective=ctx.collective,
+                    versions=versions(ctx.device),
+                ),
+                started_at=started_at,
+                ended_at=ended_at,
+                timing=Timing(clock.name, steps.graphs, steps.reason, requested=spec.timing, plan=plan),
+                kernels=kernels(work.config, ctx.device, work.grads is not None),
+                contention=contention.contention(
+                    [r.runnable_per_core for r in ranks], ctx.world_size // len({r.host for r in ranks})
+                ),
+                memory=Memory(
+                    peak_allocated_bytes=_max(r.peak_allocated_bytes for r in ranks),
+                    peak_rss_bytes=_max(r.peak_rss_bytes for r in ranks),
+                    emulation=work.emulation_copies(),
+                ),
+                nvlink=nvlink.averaged([r.nvlink for r in ranks]),
+                saved_state=layer_states(shape.layer_loads, ranks[0].saved_state),
+                sanity=verdict,
+                policy=work.policy(),
             )
-            summary = {"shard": str(path), "iteration_ms": iteration_ms(rows)}
+            identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
+            path = write_shard(dataset, identity, [r.windows for r in ranks], meta)
+            ledger.append(
+                dataset, ledger.Finished(execution_id, spec.attempt, ctx.job_id, shard=dataset.relative(path))
+            )
+            summary = Summary(str(path), iteration_ms([r.windows for r in ranks], plan.iterations))
         dist.barrier()
         return summary
     except BaseException as err:
         if ctx.rank == 0:
             reason = f"{type(err).__name__}: {err}"
-            ledger.append(dataset, ledger.Failed(execution_id, attempt, ctx.job_id, reason=reason))
+            ledger.append(dataset, ledger.Failed(execution_id, spec.attempt, ctx.job_id, reason=reason))
         raise
     finally:
         distributed.close()
 
 
-def shard_rows(
-    execution: Execution, shape: Shape, attempt: int, ranks: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """One row per rank x phase x window, as the shard schema defines them."""
-    w, v = execution.workload, execution.variant
-    identity = {
-        "execution_id": execution.execution_id,
-        "workload_id": execution.workload_id,
-        "kind": w.kind,
-        "profile": w.profile,
-        "precision": v.precision,
-        "implementation": v.implementation,
-        "pipeline": v.pipeline,
-        "ep": w.ep,
-        "ranks": shape.ranks,
-        "d_ff": w.d_ff,
-        "iterations": shape.iterations,
-        "attempt": attempt,
-    }
-    return [
-        {
-            **identity,
-            "rank": r["rank"],
-            "window": i,
-            "phase": phase,
-            "window_ms": ms,
-            "job_id": r["job_id"],
-            "device": r["device"],
-        }
-        for r in ranks
-        for phase, windows in r["times"].items()
-        for i, ms in enumerate(windows)
-    ]
-
-
-def iteration_ms(rows: list[dict[str, Any]]) -> dict[str, float]:
+def iteration_ms(ranks: list[RankWindows], iterations: int) -> dict[str, float]:
     """Slowest-rank median iteration time per phase (the published reduction)."""
-    cols = {k: np.array([r[k] for r in rows]) for k in ("phase", "rank", "window_ms", "iterations")}
-    return phase_ms(cols["phase"], cols["rank"], cols["window_ms"], cols["iterations"])
+    cells = [(phase, r.rank, ms) for r in ranks for phase, windows in r.times.items() for ms in windows]
+    phase, rank, window_ms = (np.array(column) for column in zip(*cells, strict=True))
+    return phase_ms(phase, rank, window_ms, np.full(window_ms.size, iterations))
 
 
-def saved_state_evidence(shape: Shape, states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def layer_states(loads: tuple[float, ...], states: list[SavedState]) -> tuple[LayerState, ...]:
     """Rank 0's (the tracked GPU's) state per timed layer; factors in units of the nominal T x K rows."""
-    return [
-        {**s, "layer": i, "load_factor": load}
-        for i, (s, load) in enumerate(zip(states, shape.layer_loads, strict=True))
-    ]
+    return tuple(
+        LayerState(**asdict(s), layer=i, load_factor=load)
+        for i, (s, load) in enumerate(zip(states, loads, strict=True))
+    )
 
 
-def nvlink_summary(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rates averaged over the GPUs that could be read; null with the first reason when none could."""
-    read = [r for r in per_rank if r["reason"] is None]
-    if not read:
-        return {
-            "tx_bytes_per_s": None,
-            "rx_bytes_per_s": None,
-            "sample_seconds": None,
-            "reason": per_rank[0]["reason"],
-        }
-    return {
-        "tx_bytes_per_s": float(np.mean([r["tx_bytes_per_s"] for r in read])),
-        "rx_bytes_per_s": float(np.mean([r["rx_bytes_per_s"] for r in read])),
-        "sample_seconds": min(r["sample_seconds"] for r in read),
-        "reason": None,
-    }
-
-
-def _max(values: Any) -> int | None:
+def _max(values: Iterable[int | None]) -> int | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None

@@ -11,46 +11,27 @@ decision, so the ranks' collectives stay matched) and the shard records why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass(frozen=True)
-class Steps:
-    """The steps the timing windows run, and whether they are graph replays."""
-
-    forward: Callable[[], Any]
-    backward: Callable[[Any], None] | None
-    graphs: bool
-    reason: str | None  # why not graphs, else None
-
-    def iteration(self) -> None:
-        """One iteration of the timed steps (graph replays on GPUs): what diagnostics that must see
-        the timed work, such as NVLink sampling, repeat."""
-        out = self.forward()
-        if self.backward is not None:
-            self.backward(out)
+from pipeline.bench.steps import Steps
 
 
-def capture(
-    forward: Callable[[], Any], backward: Callable[[Any], None] | None, device: torch.device, warmup: int
-) -> Steps:
-    """Graph-replaying steps on CUDA after ``warmup`` eager iterations on a side stream; the eager
-    steps elsewhere or when capture fails on any rank."""
+def capture(eager: Steps, device: torch.device, warmup: int) -> Steps:
+    """Graph-replaying steps on CUDA after ``warmup`` eager iterations on a side stream; the
+    ``eager`` steps elsewhere or when capture fails on any rank."""
+    forward, backward = eager.forward, eager.backward
     if device.type != "cuda":
-        return Steps(forward, backward, False, f"no CUDA graphs on {device.type}")
+        return replace(eager, graphs=False, reason=f"no CUDA graphs on {device.type}")
     reason = None
     try:
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
-            for _ in range(max(warmup, 2)):
-                out = forward()
-                if backward is not None:
-                    backward(out)
+            eager.warm_up(max(warmup, 2))
         torch.cuda.current_stream(device).wait_stream(side)
         pool = torch.cuda.graph_pool_handle()
         forward_graph = torch.cuda.CUDAGraph()
@@ -64,7 +45,7 @@ def capture(
     except Exception as err:  # noqa: BLE001 - recorded in the shard, then the steps run eagerly
         reason = f"capture failed: {type(err).__name__}: {err}"
     if not _everyone(reason is None, device):
-        return Steps(forward, backward, False, reason or "capture failed on another rank")
+        return replace(eager, graphs=False, reason=reason or "capture failed on another rank")
 
     def replay_forward() -> Any:
         forward_graph.replay()

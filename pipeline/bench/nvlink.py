@@ -1,43 +1,52 @@
 """NVLink TX/RX byte rates of this rank's GPU through NVML's GPM metrics, sampled while the workload
 repeats for at least a given time (a diagnostic pass, separate from timing).
 
-The workload holds collectives, so every rank must repeat it the same number of times: the ranks agree
-after each repetition whether all of them have run long enough, and they all run the loop whatever
-NVML could or could not read on their own GPU.
+The workload holds collectives, so every rank must repeat it the same number of times: the ranks
+agree on that count once, before the loop (from the iteration time the timing windows measured,
+the largest any rank needs), so the repetitions run back to back with no collective or host
+synchronization of their own between them; and every rank runs them whatever NVML could or could not
+read on its own GPU.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
+
+from pipeline.data.meta import NVLink
 
 MIB = 1024 * 1024
 
 
-def repeat_for(work: Callable[[], None], min_seconds: float, device: torch.device) -> float:
-    """Repeat ``work`` on every rank until all ranks have run it for ``min_seconds``; seconds taken."""
+def repetitions(iteration_ms: float, min_seconds: float, device: torch.device) -> int:
+    """How many repetitions of an iteration of ``iteration_ms`` last ``min_seconds`` on the slowest
+    rank: one collective, before any repetition."""
+    count = torch.tensor([math.ceil(min_seconds * 1e3 / max(iteration_ms, 1e-3))], device=device)
+    if dist.is_initialized():
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
+def repeat(work: Callable[[], None], times: int, device: torch.device) -> float:
+    """Run ``work`` ``times`` times back to back; the seconds until the device has finished them."""
     started = time.perf_counter()
-    while True:
+    for _ in range(times):
         work()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        enough = torch.tensor([int(time.perf_counter() - started >= min_seconds)], device=device)
-        if dist.is_initialized():
-            dist.all_reduce(enough, op=dist.ReduceOp.MIN)
-        if enough.item():
-            return time.perf_counter() - started
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
 
 
-def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: float) -> dict[str, Any]:
-    """``tx_bytes_per_s``, ``rx_bytes_per_s``, ``sample_seconds`` and ``reason``: null rates with the
-    reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
-    unread: dict[str, Any] = {"tx_bytes_per_s": None, "rx_bytes_per_s": None, "sample_seconds": None}
+def nvlink_rates(device: torch.device, work: Callable[[], None], times: int) -> NVLink:
+    """This GPU's NVLink byte rates over ``times`` repetitions of ``work`` (:func:`repetitions`); null
+    rates with the reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
     if device.type != "cuda":  # the same on every rank of an execution: no loop to keep in step
-        return {**unread, "reason": "no CUDA device: NVLink counters need a GPU"}
+        return unread("no CUDA device: NVLink counters need a GPU")
     try:
         import pynvml
 
@@ -48,10 +57,10 @@ def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: fl
         samples = (pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc())
         pynvml.nvmlGpmSampleGet(handle, samples[0])
     except Exception as err:  # NVML raises its own error types for every unsupported case
-        repeat_for(work, min_seconds, device)
-        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+        repeat(work, times, device)
+        return unread(f"{type(err).__name__}: {err}")
     try:
-        seconds = repeat_for(work, min_seconds, device)
+        seconds = repeat(work, times, device)
         pynvml.nvmlGpmSampleGet(handle, samples[1])
         query = pynvml.c_nvmlGpmMetricsGet_t()
         query.version = pynvml.NVML_GPM_METRICS_GET_VERSION
@@ -61,17 +70,30 @@ def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: fl
         query.metrics[1].metricId = pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
         pynvml.nvmlGpmMetricsGet(query)
     except Exception as err:
-        return {**unread, "reason": f"{type(err).__name__}: {err}"}
+        return unread(f"{type(err).__name__}: {err}")
     finally:
         for sample in samples:
             pynvml.nvmlGpmSampleFree(sample)
     # GPM reports NVLink throughput in MiB/s.
-    return {
-        "tx_bytes_per_s": query.metrics[0].value * MIB,
-        "rx_bytes_per_s": query.metrics[1].value * MIB,
-        "sample_seconds": seconds,
-        "reason": None,
-    }
+    return NVLink(query.metrics[0].value * MIB, query.metrics[1].value * MIB, seconds, None)
+
+
+def unread(reason: str) -> NVLink:
+    """No rates, and why."""
+    return NVLink(None, None, None, reason)
+
+
+def averaged(per_rank: list[NVLink]) -> NVLink:
+    """Rates averaged over the GPUs that could be read; none, with the first reason, when none could."""
+    read = [r for r in per_rank if r.reason is None]
+    if not read:
+        return per_rank[0]
+    return NVLink(
+        tx_bytes_per_s=float(np.mean([r.tx_bytes_per_s for r in read])),
+        rx_bytes_per_s=float(np.mean([r.rx_bytes_per_s for r in read])),
+        sample_seconds=min(r.sample_seconds for r in read if r.sample_seconds is not None),
+        reason=None,
+    )
 
 
 def _uuid(device: torch.device) -> str:

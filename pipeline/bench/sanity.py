@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from cutlass_kernels.mxfp8 import fake_quantize
+from pipeline.data.meta import Sanity
 from pipeline.moe import LayerStack, MoELayer
 
 SLICE_TOKENS = 32  # x top-6 = 192 routed rows over <= 8 experts: every group has an M tail
@@ -45,9 +46,9 @@ def tolerance(dtype: torch.dtype, precision: str, activations: int) -> float:
     return 0.04 if precision == "mxfp8" else 2.0**-6
 
 
-def gate(stack: LayerStack, backward: bool, seed: int) -> dict[str, Any]:
-    """Check the first layer of ``stack`` on every rank (collective); the ``sanity`` metadata object,
-    worst over ranks. Raises :class:`SanityError` on every rank when any rank fails."""
+def gate(stack: LayerStack, backward: bool, seed: int) -> Sanity:
+    """Check the first layer of ``stack`` on every rank (collective); the verdict, worst over ranks.
+    Raises :class:`SanityError` on every rank when any rank fails."""
     layer = stack.layers[0]
     assert isinstance(layer, MoELayer)
     device = layer.w1.device
@@ -57,34 +58,39 @@ def gate(stack: LayerStack, backward: bool, seed: int) -> dict[str, Any]:
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)  # the slice's reference is not the execution's memory
-    mine = {"rank": layer.group.rank, "errors": errors, "seconds": time.perf_counter() - start}
-    ranks: list[dict[str, Any]] = [mine]
+    mine = RankCheck(layer.group.rank, errors, time.perf_counter() - start)
+    ranks = [mine]
     if layer.group.size > 1:
-        ranks = [{} for _ in range(layer.group.size)]
-        dist.all_gather_object(ranks, mine, group=layer.group.handle)
+        gathered: list[RankCheck | None] = [None] * layer.group.size
+        dist.all_gather_object(gathered, mine, group=layer.group.handle)
+        ranks = [r for r in gathered if r is not None]
     tol = tolerance(layer.cfg.dtype, layer.cfg.precision, SLICE_TOKENS * layer.cfg.top_k * layer.cfg.d_ff)
-    worst = {name: max(r["errors"][name] for r in ranks) for name in errors}
+    worst = {name: max(r.errors[name] for r in ranks) for name in errors}
     max_error = max(worst.values())
-    verdict = {
-        "passed": bool(max_error <= tol),
-        "max_error": max_error,
-        "tolerance": tol,
-        "errors": worst,
-        "tokens": SLICE_TOKENS,
-        "seconds": max(r["seconds"] for r in ranks),
-    }
-    if not verdict["passed"]:
-        name, rank = max(((n, r["rank"]) for r in ranks for n in r["errors"]), key=lambda nr: _err(ranks, nr))
+    verdict = Sanity(
+        passed=bool(max_error <= tol),
+        max_error=max_error,
+        tolerance=tol,
+        errors=worst,
+        tokens=SLICE_TOKENS,
+        seconds=max(r.seconds for r in ranks),
+    )
+    if not verdict.passed:
+        error, name, rank = max((r.errors[n], n, r.rank) for r in ranks for n in r.errors)
         raise SanityError(
-            f"sanity: {name} error {_err(ranks, (name, rank)):.3g} > tolerance {tol:.3g} on rank {rank} "
+            f"sanity: {name} error {error:.3g} > tolerance {tol:.3g} on rank {rank} "
             f"({layer.cfg.implementation} {layer.cfg.precision} {layer.cfg.pipeline})"
         )
     return verdict
 
 
-def _err(ranks: list[dict[str, Any]], name_rank: tuple[str, int]) -> float:
-    name, rank = name_rank
-    return float(next(r for r in ranks if r["rank"] == rank)["errors"][name])
+@dataclass(frozen=True)
+class RankCheck:
+    """One rank's errors per tensor and the seconds its check took."""
+
+    rank: int
+    errors: dict[str, float]
+    seconds: float
 
 
 def check_layer(layer: MoELayer, backward: bool, seed: int) -> dict[str, float]:

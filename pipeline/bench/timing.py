@@ -29,7 +29,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from pipeline.matrix.scale import Shape
+from pipeline.bench.steps import Steps
+from pipeline.matrix.scale import TimingPlan
 from pipeline.vocabulary import timed_phases
 
 CALIBRATION_ITERATIONS = 3
@@ -73,47 +74,32 @@ class Clock:
         return self.laps([started, self.mark()])[0]
 
 
-def time_windows(
-    forward: Callable[[], Any],
-    backward: Callable[[Any], None] | None,
-    clock: Clock,
-    warmup: int,
-    windows: int,
-    iterations: int,
-) -> dict[str, list[float]]:
-    """Window times in milliseconds per phase: ``{"forward": [w0, ..., w4], ...}``.
-
-    ``forward()`` returns what ``backward(out)`` consumes; ``backward`` is None for inference.
-    """
-
-    def iteration() -> None:
-        out = forward()
-        if backward is not None:
-            backward(out)
-
-    for _ in range(warmup):
-        iteration()
+def time_windows(steps: Steps, clock: Clock, plan: TimingPlan) -> dict[str, list[float]]:
+    """Window times in milliseconds per phase after ``plan.warmup`` iterations:
+    ``{"forward": [w0, ..., w4], ...}`` (phases: :func:`pipeline.vocabulary.timed_phases`)."""
+    forward, backward = steps.forward, steps.backward
+    steps.warm_up(plan.warmup)
     times: dict[str, list[float]] = {phase: [] for phase in timed_phases(backward is not None)}
-    for _ in range(windows):
+    for _ in range(plan.windows):
         if backward is None:
-            forward_ms, combined_ms = _alternating(forward, clock, iterations)
+            forward_ms, combined_ms = _alternating(forward, clock, plan.iterations)
             times["forward"].append(forward_ms)
             times["combined"].append(combined_ms)
             continue
         started = clock.start()
-        for _ in range(iterations):
+        for _ in range(plan.iterations):
             forward()
         times["forward"].append(clock.stop(started))
         total = 0.0
-        for _ in range(iterations):
+        for _ in range(plan.iterations):
             out = forward()
             started = clock.start()
             backward(out)
             total += clock.stop(started)
         times["backward"].append(total)
         started = clock.start()
-        for _ in range(iterations):
-            iteration()
+        for _ in range(plan.iterations):
+            steps.iteration()
         times["combined"].append(clock.stop(started))
     return times
 
@@ -131,36 +117,27 @@ def _alternating(forward: Callable[[], Any], clock: Clock, iterations: int) -> t
     return sum(laps[0::2]), sum(laps[1::2])
 
 
-def calibrated(
-    shape: Shape, forward: Callable[[], Any], backward: Callable[[Any], None] | None, clock: Clock
-) -> Shape:
-    """``shape`` with the iterations per window that make a combined window last ``min_window_ms``
+def calibrated(plan: TimingPlan, steps: Steps, clock: Clock) -> TimingPlan:
+    """``plan`` with the iterations per window that make a combined window last ``min_window_ms``
     and the windows that make the combined windows add up to ``min_timed_ms`` on every rank (never
-    fewer than the scale's): ``warmup`` iterations, then the mean of timed iterations over at least
+    fewer than the plan's): ``warmup`` iterations, then the mean of timed iterations over at least
     half a window (and a few iterations) on each rank, and the largest counts any rank needs."""
-    if shape.min_window_ms <= 0 and shape.min_timed_ms <= 0:
-        return shape
-
-    def iteration() -> None:
-        out = forward()
-        if backward is not None:
-            backward(out)
-
-    for _ in range(shape.warmup):
-        iteration()
+    if plan.min_window_ms <= 0 and plan.min_timed_ms <= 0:
+        return plan
+    steps.warm_up(plan.warmup)
     # whole iterations until half a window has passed (at least a few): a mean over that long is
     # not thrown off by one slow or fast iteration, as a count from a few iterations would be
     # (every rank times as many as the rank that needs the most: each start is a barrier)
     done, elapsed = 0, 0.0
-    while _any_rank(done < CALIBRATION_ITERATIONS or elapsed < shape.min_window_ms / 2, clock):
+    while _any_rank(done < CALIBRATION_ITERATIONS or elapsed < plan.min_window_ms / 2, clock):
         started = clock.start()
-        iteration()
+        steps.iteration()
         elapsed += clock.stop(started)
         done += 1
     iteration_ms = max(elapsed, 1e-3) / done
-    iterations = _largest(max(shape.iterations, math.ceil(shape.min_window_ms / iteration_ms)), clock)
-    windows = max(shape.windows, math.ceil(shape.min_timed_ms / (iterations * iteration_ms)))
-    return dataclasses.replace(shape, iterations=iterations, windows=_largest(windows, clock))
+    iterations = _largest(max(plan.iterations, math.ceil(plan.min_window_ms / iteration_ms)), clock)
+    windows = max(plan.windows, math.ceil(plan.min_timed_ms / (iterations * iteration_ms)))
+    return dataclasses.replace(plan, iterations=iterations, windows=_largest(windows, clock))
 
 
 def _largest(value: int, clock: Clock) -> int:

@@ -11,7 +11,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.compose.store import CONFIG_DIR
-from pipeline.launch.settings import effective
+from pipeline.launch.settings import LaunchSettings, effective
 
 
 def presets() -> list[str]:
@@ -19,7 +19,7 @@ def presets() -> list[str]:
     return sorted(p.stem for p in (CONFIG_DIR / "cluster").glob("*.yaml"))
 
 
-def launcher_settings(launcher: DictConfig, cluster: DictConfig | None) -> dict[str, Any]:
+def launcher_settings(launcher: DictConfig, cluster: DictConfig | None) -> LaunchSettings:
     """The effective settings of ``hydra.launcher`` on the chosen ``cluster`` node (None: none chosen)."""
     plain = cast(dict[str, Any], OmegaConf.to_container(launcher, resolve=True))
     preset = None if cluster is None else cast(dict[str, Any], OmegaConf.to_container(cluster, resolve=True))

@@ -1,4 +1,4 @@
-"""``python -m pipeline.matrix [overrides]``: list the executions a multirun with these overrides
+"""``python -m pipeline.list [overrides]``: list the executions a multirun with these overrides
 would launch (execution id, then its overrides) and count them, without launching anything."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pipeline.compose.select import select
 from pipeline.launch.plan import check_distinct
 from pipeline.matrix import counts, execution_of
 
-USAGE = """usage: python -m pipeline.matrix [OVERRIDE ...]
+USAGE = """usage: python -m pipeline.list [OVERRIDE ...]
 
 List the executions a multirun with these Hydra overrides would launch (execution id, then the
 overrides that reproduce it) and count them; nothing is launched. Examples:
-  python -m pipeline.matrix                                   the whole matrix (110 executions)
-  python -m pipeline.matrix workload=inference-ep8-f1536 'variant=glob(mok-*)' scale=ci"""
+  python -m pipeline.list                                   the whole matrix (110 executions)
+  python -m pipeline.list workload=inference-ep8-f1536 'variant=glob(mok-*)' scale=ci"""
 
 
 def main(arguments: list[str]) -> int:

@@ -1,5 +1,5 @@
 """From Hydra overrides to the executions they select, the way ``--multirun`` expands them, without
-launching anything (``python -m pipeline.matrix``)."""
+launching anything (``python -m pipeline.list``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from omegaconf import DictConfig
 
 from pipeline.compose.jobs import compose_jobs
 from pipeline.compose.store import CONFIG_DIR, CONFIG_NAME, register
-from pipeline.matrix.scale import shape_of
+from pipeline.matrix.scale import resolve
 
 
 def expand(arguments: list[str], sweeper_params: Mapping[str, str]) -> list[list[str]]:
@@ -34,7 +34,7 @@ def select(arguments: list[str]) -> list[tuple[list[str], DictConfig]]:
         # composed the way the launcher composes a sweep
         configs = compose_jobs(GlobalHydra.instance().config_loader(), master, jobs)
     for cfg in configs:
-        shape_of(cfg)
+        resolve(cfg)
     return list(zip(jobs, configs, strict=True))
 
 

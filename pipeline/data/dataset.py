@@ -4,14 +4,13 @@
 <dataset>/
   shards/execution=<execution_id>/attempt-<n>.parquet   one per completed attempt (the shard contract)
   ledger/<ns>-<host>-<pid>-<seq>.json                   the launch ledger, one file per record
-  ledger.jsonl                                          the ledger of older datasets (still read)
   logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
   logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
   hydra/                                                Hydra's run and multirun folders
 ```
 
 Paths recorded inside the dataset (ledger, published metadata) are relative to its root, so a dataset
-can be moved or copied; :meth:`Dataset.locate` also reads the absolute paths of older ledgers.
+can be moved or copied.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-SHARDS, LEDGER, LEGACY_LEDGER = "shards", "ledger", "ledger.jsonl"
+SHARDS, LEDGER = "shards", "ledger"
 LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
 _ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
 _SHARD_FOLDER = "execution="
@@ -102,11 +101,6 @@ class Dataset:
     def ledger_dir(self) -> Path:
         return self.root / LEDGER
 
-    @property
-    def legacy_ledger_path(self) -> Path:
-        """``ledger.jsonl``: one record a line, appended with ``O_APPEND`` by older versions."""
-        return self.root / LEGACY_LEDGER
-
     def ledger_record_path(self, time_ns: int, writer: str, seq: int) -> Path:
         """``ledger/<ns>-<writer>-<seq>.json``: one record of one writer; names sort by time."""
         return self.ledger_dir / f"{time_ns:020d}-{writer}-{seq:06d}.json"
@@ -119,7 +113,7 @@ class Dataset:
         return sorted(p for p in files if p.suffix == ".json" and not p.name.startswith("."))
 
     def has_ledger(self) -> bool:
-        return self.legacy_ledger_path.exists() or bool(self.ledger_record_files())
+        return bool(self.ledger_record_files())
 
     @property
     def logs_dir(self) -> Path:
@@ -147,13 +141,8 @@ class Dataset:
             raise ValueError(f"{absolute} lies outside the dataset {self.root}") from None
 
     def locate(self, recorded: str) -> Path:
-        """The path a record names: relative ones from the root; absolute ones (older ledgers) by their
-        part from ``logs/`` or ``shards/`` on, so a moved dataset finds its own files."""
+        """The path a record names (relative to the root, as :meth:`relative` wrote it)."""
         path = PurePosixPath(recorded)
-        if not path.is_absolute():
-            return self.root / path
-        parts = path.parts
-        for top in (LOGS, SHARDS):
-            if top in parts:
-                return self.root.joinpath(*parts[len(parts) - 1 - parts[::-1].index(top) :])
-        return Path(recorded)
+        if path.is_absolute():
+            raise ValueError(f"recorded path {recorded!r} is absolute; records hold dataset-relative paths")
+        return self.root / path

@@ -6,8 +6,8 @@ contract): the launcher writes ``Submitted``, rank 0 of each job ``Started`` and
 clients may corrupt a file), so no two writers ever write one file: each record is a file of its own
 in ``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name
 and renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary
-file, which the reader ignores. ``ledger.jsonl`` of older datasets (one record a line) is read first.
-Paths are stored relative to the dataset (:class:`~pipeline.data.dataset.Dataset`).
+file, which the reader ignores. Paths are stored relative to the dataset
+(:class:`~pipeline.data.dataset.Dataset`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import json
 import os
 import socket
 import time
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pipeline.data.atomic import atomic_write
+from pipeline.data.codec import RecordError, decode, encode
 from pipeline.data.dataset import Dataset
 
 
@@ -38,29 +39,26 @@ class _Record:
     event: ClassVar[str]
 
     def __post_init__(self) -> None:
-        if isinstance(self.attempt, bool) or not isinstance(self.attempt, int) or self.attempt < 1:
-            raise ValueError(f"attempt must be an integer >= 1, got {self.attempt!r}")
-        if not isinstance(self.job_id, str):
-            object.__setattr__(self, "job_id", str(self.job_id))
+        if self.attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {self.attempt!r}")
 
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.event, **{k: v for k, v in asdict(self).items() if v is not None}}
+    def to_json(self) -> dict[str, object]:
+        return {"event": self.event, **{k: v for k, v in encode(self).items() if v is not None}}
 
 
 @dataclass(frozen=True)
 class Submitted(_Record):
-    """An attempt handed to a scheduler. ``launcher`` is the backend (``local`` or ``slurm``),
-    ``cluster`` the cluster preset; ``log_dir`` is relative to the dataset; ``settings`` the sweep's
-    effective launcher settings (``pipeline.launch.settings``; absent in older ledgers), which a
-    resubmission replays."""
+    """An attempt handed to a scheduler. ``backend`` runs it (``local`` or ``slurm``), on the
+    ``cluster`` preset; ``log_dir`` is relative to the dataset; ``settings`` is the JSON of the sweep's
+    launch settings (:class:`pipeline.launch.settings.LaunchSettings`), which a resubmission replays."""
 
     overrides: list[str]
-    launcher: str
+    backend: str
     cluster: str
     log_dir: str
+    settings: dict[str, object]  # the launch stage's own record, kept as its JSON
     submitted_at: str = field(default_factory=now)
     requeued_from: int | None = None
-    settings: dict[str, Any] | None = None
     event: ClassVar[str] = "submitted"
 
 
@@ -91,16 +89,16 @@ EVENTS: dict[str, type[Record]] = {c.event: c for c in (Submitted, Started, Fini
 TERMINAL = (Finished, Failed)
 
 
-def from_json(data: dict[str, Any]) -> Record:
+def from_json(data: object) -> Record:
     """One record from its JSON object; a ValueError names what is wrong."""
-    kind = EVENTS.get(data.get("event", ""))
+    event = data.get("event") if isinstance(data, dict) else None
+    kind = EVENTS.get(str(event))
     if kind is None:
-        raise ValueError(f"unknown ledger event {data.get('event')!r}; allowed: {', '.join(EVENTS)}")
-    known = fields(kind)
-    missing = [f.name for f in known if f.name not in data and f.default is f.default_factory is MISSING]
-    if missing:
-        raise ValueError(f"ledger event {kind.event!r} lacks field(s) {missing}")
-    return kind(**{f.name: data[f.name] for f in known if f.name in data})
+        raise ValueError(f"unknown ledger event {event!r}; allowed: {', '.join(EVENTS)}")
+    try:
+        return decode(kind, data)
+    except RecordError as err:
+        raise ValueError(f"ledger event {kind.event!r}: {err}") from None
 
 
 _sequence = itertools.count()  # with the host and pid, names every record file of this process apart
@@ -115,17 +113,8 @@ def append(dataset: Dataset, record: Record) -> None:
 
 
 def read(dataset: Dataset) -> list[Record]:
-    """All records: those of an older ``ledger.jsonl`` (a torn final line, from a crash mid-append, is
-    skipped), then every record file in time order."""
-    records = []
-    legacy = dataset.legacy_ledger_path
-    if legacy.exists():
-        # The text after the last newline is a torn line whose append never completed (or nothing).
-        for number, line in enumerate(legacy.read_text().split("\n")[:-1], start=1):
-            records.append(_parse(line, f"{legacy}:{number}"))
-    for path in dataset.ledger_record_files():
-        records.append(_parse(path.read_text(), str(path)))
-    return records
+    """Every record, in time order."""
+    return [_parse(path.read_text(), str(path)) for path in dataset.ledger_record_files()]
 
 
 def _parse(text: str, where: str) -> Record:

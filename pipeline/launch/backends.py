@@ -1,4 +1,4 @@
-"""The launch backends by name: what ``hydra.launcher.executor`` and the ledger's ``launcher`` say."""
+"""The launch backends by name: what ``hydra.launcher.backend`` and the ledger's ``backend`` say."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ def backend(name: str) -> Backend:
     try:
         return BACKENDS[name]
     except KeyError:
-        raise ValueError(f"launcher {name!r} is not allowed; allowed: {', '.join(BACKENDS)}") from None
+        raise ValueError(f"backend {name!r} is not allowed; allowed: {', '.join(BACKENDS)}") from None

@@ -20,7 +20,7 @@ class Job:
     """One submitted job as the ledger names it."""
 
     job_id: str
-    launcher: str  # the backend that ran it
+    backend: str  # the backend that ran it
     log_dir: Path
 
 

@@ -10,47 +10,50 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import submitit
 
 from pipeline.bench.distributed import resolve_device
 from pipeline.bench.execute import run_execution
+from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.launch.jobs import COMPLETED, FAILED, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
+from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
+from pipeline.launch.settings import LaunchSettings
 
 
 class LocalBackend:
     name = "local"
-    resubmit_settings: dict[str, Any] = {}
 
     def run(
-        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+        self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
         for p in planned:
             try:
-                gpus = resolve_device(p.config["device"]) == "cuda"
+                gpus = resolve_device(p.device) == "cuda"
             except ValueError:
                 gpus = False  # the job itself fails and records that no GPU is visible here
-            executor = _executor(launcher, p.log_dir, p.shape.ranks, gpus)
-            job = executor.submit(run_execution, p.config, p.attempt, self.name, launcher["cluster"])
-            ledger.append(p.dataset, submitted(p, job.job_id, launcher))
+            executor = _executor(settings, p.log_dir, p.shape.ranks, gpus)
+            job = executor.submit(run_execution, p)
+            ledger.append(p.dataset, submitted(p, job.job_id, settings))
             started(p)
             yield collect(p, job)
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return {job.job_id: _state(job) for job in jobs}
 
+    def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
+        return settings
 
-def _executor(launcher: dict[str, Any], folder: Path, ranks: int, gpus: bool) -> submitit.Executor:
-    nodes, per_node = resource_shape(ranks, launcher["tasks_per_node"])
+
+def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) -> submitit.Executor:
+    nodes, per_node = resource_shape(ranks, settings.tasks_per_node)
     executor = submitit.LocalExecutor(folder=folder)
     executor.update_parameters(
         nodes=nodes,
         tasks_per_node=per_node,
         gpus_per_node=per_node if gpus else 0,
-        timeout_min=launcher["timeout_min"],
+        timeout_min=settings.timeout_min,
     )
     return executor
 

@@ -3,6 +3,8 @@
 Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
 holds its EP degree, a feasible routing plan, a device word that exists). Whether the device is there is
 resolved where the job runs: a login node without a GPU submits ``device=cuda`` jobs to GPU nodes.
+Planning builds each job's :class:`~pipeline.bench.spec.JobSpec` once; the backend submits it and the
+job runs it as it is.
 """
 
 from __future__ import annotations
@@ -10,44 +12,26 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.bench.distributed import DEVICES
+from pipeline.bench.execute import Summary
+from pipeline.bench.spec import JobSpec
 from pipeline.bench.work import routing_plans
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import Job, JobState
-from pipeline.matrix import Execution, execution_of
-from pipeline.matrix.scale import Shape, shape_of
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One validated execution, ready to submit as attempt ``attempt``."""
-
-    execution: Execution
-    shape: Shape
-    config: dict[str, Any]
-    overrides: list[str]
-    attempt: int
-
-    @property
-    def dataset(self) -> Dataset:
-        return Dataset(self.config["dataset_dir"])
-
-    @property
-    def log_dir(self) -> Path:
-        return self.dataset.log_dir(self.execution.execution_id, self.attempt)
+from pipeline.launch.settings import LaunchSettings
+from pipeline.matrix.scale import resolve
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one execution ended: rank 0's summary (shard path, iteration ms per phase) or the error;
-    neither while it was submitted without being waited for."""
+    """How one execution ended: rank 0's summary or the error; neither while it was submitted
+    without being waited for."""
 
-    planned: Planned
-    summary: dict[str, Any] | None
+    planned: JobSpec
+    summary: Summary | None
     error: str | None
 
     @property
@@ -57,39 +41,56 @@ class Outcome:
 
 class Backend(Protocol):
     """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
-    execution in the order they end (or at once, unfinished, when the launcher does not wait), and
+    execution in the order they end (or at once, unfinished, when the settings do not wait), and
     calls ``started`` as each execution starts running."""
 
     name: str
-    resubmit_settings: dict[str, Any]  # what a resubmission changes to run without the launcher waiting
 
     def run(
-        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+        self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]: ...
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
 
+    def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
+        """The settings a resubmission runs with (e.g. a scheduler's without waiting)."""
+        ...
 
-def plan(jobs: list[tuple[list[str], dict[str, Any]]]) -> list[Planned]:
-    """Validate every (overrides, resolved config) job; raise one ValueError listing all problems."""
+
+def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings) -> list[JobSpec]:
+    """Validate every (overrides, resolved config) job to run with ``settings``; raise one ValueError
+    listing all problems."""
     errors, checked = [], []
     for overrides, config in jobs:
         try:
-            execution, shape = execution_of(config), shape_of(config)
+            execution, shape, timing = resolve(config)
             if config["device"] not in DEVICES:  # which device exists is the job's host to say
                 raise ValueError(f"device {config['device']!r}; allowed: {', '.join(DEVICES)}")
             routing_plans(shape, config["seed"])
         except ValueError as err:
             errors.append(f"{' '.join(overrides)}: {err}")
             continue
-        config = {**config, "dataset_dir": str(Dataset(config["dataset_dir"]).root)}
-        checked.append((execution, shape, config, overrides))
+        dataset = Dataset(config["dataset_dir"])
+        config = {**config, "dataset_dir": str(dataset.root)}
+        checked.append((execution, shape, timing, dataset, config, overrides))
     if errors:
         raise ValueError("nothing was launched; invalid executions:\n  " + "\n  ".join(errors))
-    check_distinct([(o, c["dataset_dir"], e.execution_id) for e, _, c, o in checked])
+    check_distinct([(o, str(d.root), e.execution_id) for e, _, _, d, _, o in checked])
     return [
-        Planned(e, s, c, o, ledger.next_attempt(Dataset(c["dataset_dir"]), e.execution_id))
-        for e, s, c, o in checked
+        JobSpec(
+            execution=e,
+            shape=s,
+            timing=t,
+            seed=c["seed"],
+            device=c["device"],
+            dataset=d,
+            attempt=ledger.next_attempt(d, e.execution_id),
+            backend=settings.backend,
+            cluster=settings.cluster,
+            config=c,
+            overrides=o,
+        )
+        for e, s, t, d, c, o in checked
     ]
 
 
@@ -118,9 +119,9 @@ def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
 
 
 def submitted(
-    p: Planned,
+    p: JobSpec,
     job_id: str,
-    launcher: dict[str, Any],
+    settings: LaunchSettings,
     *,
     attempt: int | None = None,
     requeued_from: int | None = None,
@@ -133,15 +134,15 @@ def submitted(
         attempt=attempt,
         job_id=str(job_id),
         overrides=p.overrides,
-        launcher=launcher["executor"],
-        cluster=launcher["cluster"],
+        backend=settings.backend,
+        cluster=settings.cluster,
         log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
         requeued_from=requeued_from,
-        settings=dict(launcher),
+        settings=settings.to_json(),
     )
 
 
-def collect(p: Planned, job: Any) -> Outcome:
+def collect(p: JobSpec, job: Any) -> Outcome:
     """Wait for a submitit job; record its failure in the ledger unless the job itself did."""
     try:
         summary = job.results()[0]

@@ -1,13 +1,15 @@
-"""The launcher settings: which keys each backend takes, and the effective settings of a sweep.
+"""The launcher settings: which keys each backend takes, and the settings a sweep runs with.
 
-The keys are those users of hydra-submitit-launcher and submitit know. The two dataclasses are the
-typed configs of ``hydra/launcher=local|slurm`` (:mod:`pipeline.compose.store` puts them in Hydra's
-ConfigStore, so ``hydra.launcher.account=x`` needs no ``+``). A Slurm value left ``None`` comes from
-the cluster preset (``conf/cluster/<name>.yaml``: ``ranks_per_node``, ``gpus`` and any launcher key),
-else from submitit's default: the launcher config overrides the preset, which overrides submitit.
+The keys are those users of hydra-submitit-launcher and submitit know. The two Hydra dataclasses are
+the typed configs of ``hydra/launcher=local|slurm`` (:mod:`pipeline.compose.store` puts them in
+Hydra's ConfigStore, so ``hydra.launcher.account=x`` needs no ``+``). A Slurm value left ``None``
+comes from the cluster preset (``conf/cluster/<name>.yaml``: ``ranks_per_node``, ``gpus`` and any
+launcher key), else from submitit's default: the launcher config overrides the preset, which
+overrides submitit.
 
-:func:`effective` turns the launcher config and the chosen preset into the one plain dict the
-backends, the jobs and the ledger see; an unknown key anywhere is a ValueError that lists the allowed
+:func:`effective` turns the launcher config and the chosen preset into one frozen
+:class:`LaunchSettings`, which the backends, the jobs and the ledger see (the ledger keeps its JSON,
+which a resubmission reads back); an unknown key anywhere is a ValueError that lists the allowed
 ones, raised before anything is submitted.
 """
 
@@ -17,10 +19,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pipeline.data.codec import RecordError, decode, encode
+
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
 LOCAL_CLUSTER = "local"
 # What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
-PRESET_KEYS = ("name", "ranks_per_node", "gpus")
+PRESET_KEYS = ("name", "ranks_per_node", "gpus", "gpu_memory_gb", "arch")
 
 
 @dataclass
@@ -28,7 +32,7 @@ class LocalLauncherConf:
     """Each execution is one submitit job on this machine, one process per rank, one after another."""
 
     _target_: str = TARGET
-    executor: str = "local"
+    backend: str = "local"
     tasks_per_node: int | None = None  # None: every rank of an execution on one node
     timeout_min: float = 60
 
@@ -38,7 +42,7 @@ class SlurmLauncherConf:
     """One job array per resource shape; ``None`` takes the cluster preset's value, else submitit's."""
 
     _target_: str = TARGET
-    executor: str = "slurm"
+    backend: str = "slurm"
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
@@ -71,35 +75,96 @@ CONFS: dict[str, type[LocalLauncherConf] | type[SlurmLauncherConf]] = {
 _FALLBACK = {"name": "moe-bench", "timeout_min": 60, "signal_delay_s": 90, "max_timeouts": 3}
 
 
-def allowed_keys(executor: str) -> list[str]:
+@dataclass(frozen=True)
+class LaunchSettings:
+    """The settings one sweep runs with, end to end: its ``backend`` (``local`` or ``slurm``), the
+    ``cluster`` preset (``local`` with the local backend) and whether that preset gives each task a
+    GPU (``gpus``; None with the local backend), then every launcher key (those of the other backend
+    stay None). Written to the ledger with every submission, read back by a resubmission."""
+
+    backend: str
+    cluster: str
+    gpus: bool | None
+    timeout_min: float
+    tasks_per_node: int | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None
+    gres: str | None = None
+    gpus_per_node: int | None = None
+    mem_gb: float | None = None
+    mem_per_gpu: str | None = None
+    exclusive: bool | None = None
+    setup: tuple[str, ...] | None = None
+    srun_args: tuple[str, ...] | None = None
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # sbatch options, free-form
+    array_parallelism: int | None = None
+    name: str | None = None
+    comment: str | None = None
+    signal_delay_s: int | None = None
+    max_timeouts: int | None = None
+    wait: bool = True
+    cpus_per_task: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in CONFS:
+            raise ValueError(f"backend {self.backend!r} is not allowed; allowed: {', '.join(CONFS)}")
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = encode(self)
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> LaunchSettings:
+        return decode(cls, data)
+
+    def changed(self, changes: Mapping[str, object]) -> LaunchSettings:
+        """These settings with some launcher keys changed (a resubmission's ``--set``); the backend
+        and preset stay. A ValueError names an unknown key or a value of the wrong type."""
+        allowed = [k for k in allowed_keys(self.backend) if k != "backend"]
+        unknown = sorted(set(changes) - set(allowed))
+        if unknown:
+            raise ValueError(
+                f"unknown launcher key(s) {', '.join(unknown)} for the {self.backend} launcher; "
+                f"allowed: {', '.join(allowed)}"
+            )
+        try:
+            return LaunchSettings.from_json({**self.to_json(), **changes})
+        except RecordError as err:
+            raise ValueError(f"launcher setting {err}") from None
+
+
+def allowed_keys(backend: str) -> list[str]:
     """The launcher keys of one backend (without Hydra's ``_target_``)."""
-    return [f.name for f in fields(CONFS[executor]) if f.name != "_target_"]
+    return [f.name for f in fields(CONFS[backend]) if f.name != "_target_"]
 
 
 def effective(
     launcher: Mapping[str, Any], cluster: Mapping[str, Any] | None, presets: list[str]
-) -> dict[str, Any]:
-    """The settings a sweep runs with: ``executor``, ``cluster`` (the preset's name, or ``local``),
-    ``gpus`` and every launcher key, preset values filled in where the launcher left ``None``."""
-    executor = launcher.get("executor")
-    if executor not in CONFS:
+) -> LaunchSettings:
+    """The settings a sweep runs with: the launcher config's keys, preset values filled in where the
+    launcher left ``None``, then submitit's defaults."""
+    backend = launcher.get("backend")
+    if backend not in CONFS:
         target = str(launcher.get("_target_", "?")).rsplit(".", 1)[-1]
         raise ValueError(f"launcher {target} is not allowed; allowed: hydra/launcher={'|'.join(CONFS)}")
-    allowed = allowed_keys(executor)
+    allowed = allowed_keys(backend)
     unknown = sorted(set(launcher) - set(allowed) - {"_target_"})
     if unknown:
         raise ValueError(
-            f"unknown launcher key(s) {', '.join(unknown)} for hydra/launcher={executor}; "
+            f"unknown launcher key(s) {', '.join(unknown)} for hydra/launcher={backend}; "
             f"allowed: {', '.join(allowed)}"
         )
     settings = {k: launcher.get(k) for k in allowed}
-    if executor == "local":
+    if backend == "local":
         if cluster is not None:
             raise ValueError(
                 f"cluster={cluster.get('name')} is a Slurm preset: add hydra/launcher=slurm "
                 "(the local launcher runs on this machine)"
             )
-        return {**settings, "cluster": LOCAL_CLUSTER, "gpus": None}
+        return _settings({**settings, "cluster": LOCAL_CLUSTER, "gpus": None})
     if cluster is None:
         raise ValueError(f"hydra/launcher=slurm needs a cluster preset: cluster={'|'.join(presets)}")
     unknown = sorted(set(cluster) - set(allowed) - set(PRESET_KEYS))
@@ -116,16 +181,11 @@ def effective(
     for key, value in _FALLBACK.items():
         if settings[key] is None:
             settings[key] = value
-    return {**settings, "cluster": cluster["name"], "gpus": bool(cluster.get("gpus"))}
+    return _settings({**settings, "cluster": cluster["name"], "gpus": bool(cluster.get("gpus"))})
 
 
-def override(settings: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
-    """``settings`` with some launcher keys changed (a resubmission's ``--set``); the backend stays."""
-    allowed = [k for k in allowed_keys(settings["executor"]) if k != "executor"]
-    unknown = sorted(set(changes) - set(allowed))
-    if unknown:
-        raise ValueError(
-            f"unknown launcher key(s) {', '.join(unknown)} for the {settings['executor']} launcher; "
-            f"allowed: {', '.join(allowed)}"
-        )
-    return {**settings, **changes}
+def _settings(values: dict[str, object]) -> LaunchSettings:
+    try:
+        return LaunchSettings.from_json(values)
+    except RecordError as err:
+        raise ValueError(f"launcher setting {err}") from None

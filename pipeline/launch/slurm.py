@@ -23,18 +23,20 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import submitit
 from submitit.helpers import DelayedSubmission
 
 from pipeline.bench.distributed import resolve_device
-from pipeline.bench.execute import run_execution
+from pipeline.bench.execute import Summary, run_execution
+from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, Planned, collect, resource_shape, submitted
+from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
+from pipeline.launch.settings import LaunchSettings
 
 POLL_S = 2.0  # how often a waiting sweep looks at its jobs
 # Launcher keys that are submitit SlurmExecutor parameters of the same name.
@@ -60,52 +62,48 @@ _SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", 
 class SlurmTask:
     """The callable each Slurm job runs: one execution attempt, checkpointable by submitit."""
 
-    def __init__(self, planned: Planned, launcher: dict[str, Any]) -> None:
-        self.planned = planned
-        self.launcher = launcher
+    def __init__(self, settings: LaunchSettings) -> None:
+        self.settings = settings
 
-    def __call__(self, config: dict[str, Any], attempt: int) -> dict[str, Any] | None:
+    def __call__(self, spec: JobSpec) -> Summary | None:
         try:  # the device is resolved here, on the job's node, not on the submitting host
-            resolve_device(config["device"])
+            resolve_device(spec.device)
         except ValueError as err:
             env = submitit.JobEnvironment()
             if env.global_rank == 0:
                 reason = f"ValueError: {err} (node {env.hostnames[env.node]})"
-                execution_id = self.planned.execution.execution_id
-                record = ledger.Failed(execution_id, attempt, env.job_id, reason=reason)
-                ledger.append(Dataset(config["dataset_dir"]), record)
+                record = ledger.Failed(spec.execution_id, spec.attempt, env.job_id, reason=reason)
+                ledger.append(spec.dataset, record)
             raise
-        return run_execution(config, attempt, SlurmBackend.name, self.launcher["cluster"])
+        return run_execution(spec)
 
-    def checkpoint(self, config: dict[str, Any], attempt: int) -> DelayedSubmission | None:
+    def checkpoint(self, spec: JobSpec) -> DelayedSubmission | None:
         """On a time-limit or preemption signal (rank 0): requeue this job as the next attempt.
 
         None (no requeue) when this attempt's shard is already written: the execution is done.
         """
-        p = self.planned
-        dataset, execution_id = Dataset(config["dataset_dir"]), p.execution.execution_id
-        if dataset.shard_path(execution_id, attempt).exists():
+        dataset, execution_id = spec.dataset, spec.execution_id
+        if dataset.shard_path(execution_id, spec.attempt).exists():
             return None
         job_id = submitit.JobEnvironment().job_id
         # Jobs are submitted non-requeueable (a dead node must fail them); this requeue is wanted.
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True, timeout=60)
         following = ledger.next_attempt(dataset, execution_id)
-        _link(dataset.log_dir(execution_id, following), dataset.log_dir(execution_id, attempt).resolve())
-        record = submitted(p, job_id, self.launcher, attempt=following, requeued_from=attempt)
+        _link(dataset.log_dir(execution_id, following), spec.log_dir.resolve())
+        record = submitted(spec, job_id, self.settings, attempt=following, requeued_from=spec.attempt)
         ledger.append(dataset, record)
-        return DelayedSubmission(self, config, following)
+        return DelayedSubmission(self, replace(spec, attempt=following))
 
 
 class SlurmBackend:
     name = "slurm"
-    resubmit_settings: dict[str, Any] = {"wait": False}
 
     def run(
-        self, planned: list[Planned], launcher: dict[str, Any], started: Callable[[Planned], None]
+        self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
         """Submit everything as job arrays, then (unless ``wait`` is false) wait for all of them."""
-        jobs = submit(planned, launcher)
-        if not launcher["wait"]:
+        jobs = submit(planned, settings)
+        if not settings.wait:
             datasets = " ".join(sorted({str(p.dataset.root) for p in planned}))
             print(
                 f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}", flush=True
@@ -116,25 +114,28 @@ class SlurmBackend:
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return _states([j.job_id for j in jobs]) if jobs else {}
 
+    def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
+        """A resubmission goes out and returns: follow it with ``pipeline.status``."""
+        return replace(settings, wait=False)
 
-def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Job]:
+
+def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[submitit.Job]:
     """Submit the executions grouped by (dataset, nodes, tasks per node); jobs in ``planned`` order."""
     groups: dict[tuple[Dataset, int, int], list[int]] = defaultdict(list)
     for i, p in enumerate(planned):
-        groups[(p.dataset, *resource_shape(p.shape.ranks, launcher["tasks_per_node"]))].append(i)
+        groups[(p.dataset, *resource_shape(p.shape.ranks, settings.tasks_per_node))].append(i)
     jobs: dict[int, submitit.Job] = {}
     for (dataset, nodes, per_node), members in groups.items():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         folder = dataset.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
         folder.mkdir(parents=True)
-        executor = _executor(launcher, folder, nodes, per_node)
+        executor = _executor(settings, folder, nodes, per_node)
         with executor.batch():
             for i in members:
-                p = planned[i]
-                jobs[i] = executor.submit(SlurmTask(p, launcher), p.config, p.attempt)
+                jobs[i] = executor.submit(SlurmTask(settings), planned[i])
         for i in members:
             _link(planned[i].log_dir, folder)
-            ledger.append(dataset, submitted(planned[i], jobs[i].job_id, launcher))
+            ledger.append(dataset, submitted(planned[i], jobs[i].job_id, settings))
         print(
             f"job array {jobs[members[0]].job_id.split('_')[0]}: {len(members)} executions on "
             f"{nodes} node(s) x {per_node} task(s)",
@@ -143,7 +144,7 @@ def submit(planned: list[Planned], launcher: dict[str, Any]) -> list[submitit.Jo
     return [jobs[i] for i in range(len(planned))]
 
 
-def _wait(jobs: list[tuple[Planned, submitit.Job]], started: Callable[[Planned], None]) -> Iterator[Outcome]:
+def _wait(jobs: list[tuple[JobSpec, submitit.Job]], started: Callable[[JobSpec], None]) -> Iterator[Outcome]:
     """Outcomes in the order the jobs end (one slow job holds no other back); an execution has started
     when its job recorded so in the ledger."""
     waiting, announced = dict(enumerate(jobs)), set()
@@ -165,25 +166,28 @@ def _wait(jobs: list[tuple[Planned, submitit.Job]], started: Callable[[Planned],
             time.sleep(POLL_S)
 
 
-def _executor(launcher: dict[str, Any], folder: Path, nodes: int, per_node: int) -> submitit.Executor:
+def _executor(settings: LaunchSettings, folder: Path, nodes: int, per_node: int) -> submitit.Executor:
     """sbatch for ``nodes`` x ``per_node`` tasks with the sweep's settings (:mod:`pipeline.launch.settings`);
     one GPU per task on GPU presets unless ``gpus_per_node`` says otherwise.
 
     ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
     new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
     """
-    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=launcher["max_timeouts"])
-    gpus = launcher["gpus_per_node"]
-    passed = {key: launcher[key] for key in _PASSED if launcher[key] is not None}
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_timeouts)
+    gpus = settings.gpus_per_node
+    passed = {key: getattr(settings, key) for key in _PASSED if getattr(settings, key) is not None}
+    for key in ("setup", "srun_args"):  # submitit takes lists
+        if key in passed:
+            passed[key] = list(passed[key])
     executor.update_parameters(
-        job_name=launcher["name"],
-        time=math.ceil(launcher["timeout_min"]),
+        job_name=settings.name,
+        time=math.ceil(settings.timeout_min),
         nodes=nodes,
         ntasks_per_node=per_node,
-        gpus_per_node=gpus if gpus is not None else (per_node if launcher["gpus"] else None),
-        signal_delay_s=launcher["signal_delay_s"],
-        additional_parameters={"no-requeue": True, **launcher["additional_parameters"]},
-        **({"mem": f"{launcher['mem_gb']:g}GB"} if launcher["mem_gb"] is not None else {}),
+        gpus_per_node=gpus if gpus is not None else (per_node if settings.gpus else None),
+        signal_delay_s=settings.signal_delay_s,
+        additional_parameters={"no-requeue": True, **settings.additional_parameters},
+        **({"mem": f"{settings.mem_gb:g}GB"} if settings.mem_gb is not None else {}),
         **passed,
     )
     return executor

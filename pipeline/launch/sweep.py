@@ -3,18 +3,20 @@
 A line when each execution starts and when it ends (in the order they end, on any backend), each
 with the counts, the elapsed time and an estimate of the time left; a failure's line carries its
 error and its log. The lines are plain (Slurm logs, pipes); on a terminal a status line below them
-is redrawn in place between events. A summary closes the sweep. Which backend runs it is the launcher
-config's ``executor`` (:mod:`pipeline.launch.backends`).
+is redrawn in place between events. A summary closes the sweep. Which backend runs it is the settings'
+``backend`` (:mod:`pipeline.launch.backends`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
+from pipeline.bench.spec import JobSpec
 from pipeline.launch.backends import backend
-from pipeline.launch.plan import Outcome, Planned
+from pipeline.launch.plan import Outcome
+from pipeline.launch.settings import LaunchSettings
 
 
 def clock(seconds: float) -> str:
@@ -41,7 +43,7 @@ class Progress:
             f"{len(self.running)} running; {clock(elapsed)} elapsed, ETA {eta}]"
         )
 
-    def started(self, p: Planned) -> None:
+    def started(self, p: JobSpec) -> None:
         self.running.add(p.execution.execution_id)
         self._line(f"start   {p.execution.execution_id}  attempt {p.attempt}")
 
@@ -53,10 +55,8 @@ class Progress:
             self._line(f"FAILED  {p.execution.execution_id}  {outcome.error}  log: {p.log_dir}")
         elif outcome.summary is not None:
             self.done += 1
-            ms = outcome.summary["iteration_ms"]["combined"]
-            self._line(
-                f"done    {p.execution.execution_id}  {ms:.3f} ms/iteration  {outcome.summary['shard']}"
-            )
+            ms = outcome.summary.iteration_ms["combined"]
+            self._line(f"done    {p.execution.execution_id}  {ms:.3f} ms/iteration  {outcome.summary.shard}")
 
     def _line(self, text: str) -> None:
         if self.live:  # replace the status line, then draw it again below the new line
@@ -71,13 +71,13 @@ class Progress:
             self.stream.flush()
 
 
-def run(planned: list[Planned], launcher: dict[str, Any]) -> list[Outcome]:
-    """Submit the executions, wait for each (unless the launcher does not wait), print progress;
+def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
+    """Submit the executions, wait for each (unless the settings do not wait), print progress;
     the outcomes in the order the executions ended."""
     progress = Progress(len(planned))
     outcomes = []
     try:
-        for outcome in backend(launcher["executor"]).run(planned, launcher, progress.started):
+        for outcome in backend(settings.backend).run(planned, settings, progress.started):
             outcomes.append(outcome)
             if outcome.ended:
                 progress.ended(outcome)

@@ -25,17 +25,44 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipeline.matrix import Workload, execution_of
+from pipeline.bounds import check_bounds
+from pipeline.matrix import Execution, Workload, execution_of
 from pipeline.vocabulary import DTYPES, MX_BLOCK
+
+# Lower bounds of the timing keys (a scale's and a timing plan's alike).
+TIMING_BOUNDS: dict[str, float] = {
+    "warmup": 0,
+    "windows": 1,
+    "iterations": 1,
+    "min_window_ms": 0,
+    "min_timed_ms": 0,
+}
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How an execution is timed: ``warmup`` iterations, then ``windows`` windows per phase of
+    ``iterations`` iterations each. A scale may ask for windows of at least ``min_window_ms`` and
+    for at least ``min_timed_ms`` of windows per phase; :func:`pipeline.bench.timing.calibrated`
+    turns the scale's plan into the one that ran (more iterations or windows, never fewer)."""
+
+    warmup: int
+    windows: int
+    iterations: int
+    min_window_ms: float = 0.0
+    min_timed_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_bounds(self, TIMING_BOUNDS)
 
 
 @dataclass(frozen=True)
 class Scale:
-    """One ``conf/scale`` preset (plus the top-level ``max_ranks``)."""
+    """One ``conf/scale`` preset (plus the top-level ``max_ranks``), field for field."""
 
     name: str
     tokens: int
@@ -52,10 +79,17 @@ class Scale:
     min_window_ms: float = 0.0  # iterations per window rise until a combined window lasts this long
     min_timed_ms: float = 0.0  # windows rise until the combined windows add up to this long
 
+    @property
+    def timing(self) -> TimingPlan:
+        """The timing the scale asks for."""
+        return TimingPlan(
+            self.warmup, self.windows, self.iterations, float(self.min_window_ms), float(self.min_timed_ms)
+        )
+
 
 @dataclass(frozen=True)
 class Shape:
-    """The resolved shape of one execution; ``metadata()`` is the shard's ``shape`` object."""
+    """The resolved shape of one execution: what the layers hold and each rank is fed."""
 
     nominal_tokens: int  # T of the scale
     layer_tokens: tuple[int, ...]  # T'_l fed to every launched rank, per timed layer
@@ -70,17 +104,26 @@ class Shape:
     ranks: int
     layer_loads: tuple[float, ...]
     dtype: str
-    warmup: int
-    windows: int  # per phase: the scale's, or more where ``min_timed_ms`` asked for them
-    iterations: int  # per window: the scale's, or more where ``min_window_ms`` asked for them
-    min_window_ms: float = 0.0
-    min_timed_ms: float = 0.0
 
-    def metadata(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+    def __post_init__(self) -> None:
+        counts = ("nominal_tokens", "d_model", "d_ff", "num_experts", "layer_experts", "top_k", "ep", "ranks")
+        check_bounds(self, {**dict.fromkeys(counts, 1), "num_shared": 0})
+        per_layer = (self.layer_tokens, self.tracked_rows, self.layer_loads)
+        if not self.layer_loads or len({len(x) for x in per_layer}) != 1:
+            raise ValueError(
+                f"layer_tokens, tracked_rows and layer_loads must name the same layers (>= 1), got "
+                f"{list(self.layer_tokens)}, {list(self.tracked_rows)}, {list(self.layer_loads)}"
+            )
+        if not (min(self.layer_tokens) >= 1 and min(self.tracked_rows) >= 0 and min(self.layer_loads) > 0):
+            raise ValueError(
+                "layer_tokens must be >= 1, tracked_rows >= 0 and layer_loads > 0, got "
+                f"{list(self.layer_tokens)}, {list(self.tracked_rows)}, {list(self.layer_loads)}"
+            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
 
 
-def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
+def scale_from_config(scale: Mapping[str, Any], max_ranks: int | None) -> Scale:
     """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``."""
     fields = set(Scale.__dataclass_fields__) - {"max_ranks"}
     optional = {"min_window_ms", "min_timed_ms"}
@@ -93,9 +136,12 @@ def scale_from_config(scale: dict[str, Any], max_ranks: int | None) -> Scale:
     return Scale(**{k: scale[k] for k in fields if k in scale}, max_ranks=max_ranks)
 
 
-def shape_of(cfg: Mapping[str, Any]) -> Shape:
-    """Resolved shape of a composed config (raises ValueError when the scale cannot hold it)."""
-    return shape_for(execution_of(cfg).workload, scale_from_config(dict(cfg["scale"]), cfg["max_ranks"]))
+def resolve(cfg: Mapping[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
+    """The matrix cell, the shape and the scale's timing plan of a composed config (a ValueError
+    names what the matrix or the scale cannot hold)."""
+    execution = execution_of(cfg)
+    scale = scale_from_config(cfg["scale"], cfg["max_ranks"])
+    return execution, shape_for(execution.workload, scale), scale.timing
 
 
 def tokens_per_rank(tokens: int, load: float, ep: int, ranks: int) -> int:
@@ -111,11 +157,8 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     """Resolve and check the shape; every problem is a ValueError naming the value and what is allowed."""
     if scale.dtype not in DTYPES:
         raise ValueError(f"scale {scale.name}: dtype {scale.dtype!r}; allowed: {', '.join(DTYPES)}")
-    counts = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "windows")
-    lowest = {**dict.fromkeys((*counts, "iterations"), 1), "warmup": 0, "min_window_ms": 0, "min_timed_ms": 0}
-    for key, bound in lowest.items():
-        if not getattr(scale, key) >= bound:  # ``not >=``: a NaN is refused too
-            raise ValueError(f"scale {scale.name}: {key} must be >= {bound}, got {getattr(scale, key)}")
+    counts = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared")
+    check_bounds(scale, {**dict.fromkeys(counts, 1), **TIMING_BOUNDS}, f"scale {scale.name}: ")
     if scale.max_ranks is not None and scale.max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
     if workload.d_ff % scale.d_ff_divisor:
@@ -173,9 +216,4 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
         ranks=ranks,
         layer_loads=workload.layer_loads,
         dtype=scale.dtype,
-        warmup=scale.warmup,
-        windows=scale.windows,
-        iterations=scale.iterations,
-        min_window_ms=float(scale.min_window_ms),
-        min_timed_ms=float(scale.min_timed_ms),
     )

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.layer import MoELayer
-from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
+from pipeline.moe.policy import MoKBudget, SavedState, SharedSlot, make_policy
 from pipeline.moe.weights import ExpertWeights
 
 Route = tuple[torch.Tensor, torch.Tensor]
@@ -43,12 +43,12 @@ class LayerStack(torch.nn.Module):
         return self.layers[0].policy
 
     @property
-    def saved_state(self) -> list[dict]:
+    def saved_state(self) -> list[SavedState]:
         """Evidence of each layer's last forward."""
         states = [layer.saved_state for layer in self.layers]
         if any(s is None for s in states):
             raise ValueError("saved state exists only after a forward of every layer")
-        return [s.as_dict() for s in states if s is not None]
+        return [s for s in states if s is not None]
 
 
 def build_stack(

@@ -25,49 +25,12 @@ each with its bytes. A policy whose T is unknown (``MoEConfig.budget_tokens`` un
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
+from pipeline.data.meta import Buffer, Policy, SavedState
 from pipeline.moe.config import MoEConfig
-
-
-@dataclass(frozen=True)
-class SavedState:
-    """Evidence of one layer's forward, as the shards record it."""
-
-    factor: float  # budget_rows / (T x K)
-    budget_rows: int  # saved-activation rows allocated for this layer (Dist-MoE: its share of the slot)
-    routed_rows: int
-    retained_rows: int
-    recomputed_rows: int
-    recomputes: bool  # some routed rows are recomputed in backward (recomputed_rows > 0)
-    capacity_flag: bool | None  # Dist-MoE's capacity flag (slot or scratch overflow); None for MoK
-
-    @classmethod
-    def of(
-        cls,
-        budget_rows: int,
-        routed_rows: int,
-        retained_rows: int,
-        tokens: int,
-        top_k: int,
-        flag: bool | None,
-    ) -> SavedState:
-        """A forward that kept ``retained_rows`` of its ``routed_rows`` within ``budget_rows`` (the
-        rest recomputed in backward); ``flag``: the capacity flag (None for MoK)."""
-        return cls(
-            factor=budget_rows / max(tokens * top_k, 1),
-            budget_rows=budget_rows,
-            routed_rows=routed_rows,
-            retained_rows=retained_rows,
-            recomputed_rows=routed_rows - retained_rows,
-            recomputes=retained_rows < routed_rows,
-            capacity_flag=flag,
-        )
-
-    def as_dict(self) -> dict[str, float | int | bool]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -77,22 +40,6 @@ class Reservation:
 
     state: SavedState
     store: torch.Tensor | None
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """One device buffer of a policy: ``rows`` token-rows of ``row_bytes`` each."""
-
-    name: str
-    rows: int
-    row_bytes: int
-
-    @property
-    def bytes(self) -> int:
-        return self.rows * self.row_bytes
-
-    def as_dict(self) -> dict[str, object]:
-        return {"name": self.name, "rows": self.rows, "row_bytes": self.row_bytes, "bytes": self.bytes}
 
 
 def power_of_two_ceil(n: int) -> int:
@@ -135,7 +82,7 @@ class MoKBudget:
     def release(self, rows: int) -> None:
         """Per-layer budgets hold nothing across layers."""
 
-    def describe(self, tokens: int, top_k: int) -> dict[str, object]:
+    def describe(self, tokens: int, top_k: int) -> Policy:
         """The stack's policy: ``layers`` separate budgets, no receive or host scratch."""
         budget = self.budget_rows(tokens, top_k)
         return _description(
@@ -205,7 +152,7 @@ class SharedSlot:
     def release(self, rows: int) -> None:
         self.used = max(self.used - rows, 0)
 
-    def describe(self, tokens: int, top_k: int) -> dict[str, object]:
+    def describe(self, tokens: int, top_k: int) -> Policy:
         """The stack's policy: one pooled slot, receive scratch, zero host scratch."""
         share, scratch = self.layer_rows(tokens, top_k), self.scratch_rows(tokens, top_k)
         return _description(
@@ -223,22 +170,22 @@ def _description(
     pooled: bool,
     scratch_factor: float | None,
     scratch_rows: int,
-) -> dict[str, object]:
+) -> Policy:
     """Per-stack evidence; rows are token-rows, factors in units of T x K (``balanced_rows``)."""
-    return {
-        "implementation": implementation,
-        "layers": policy.layers,
-        "requested_factor": policy.factor,
-        "layer_budget_rows": layer_rows,
-        "factor": layer_rows / max(balanced_rows, 1),
-        "pooled": pooled,
-        "activation_rows": layer_rows * policy.layers,
-        "scratch_factor": scratch_factor,
-        "scratch_rows": scratch_rows,
-        "host_scratch_bytes": 0,
-        "overflow": policy.OVERFLOW,
-        "buffers": [b.as_dict() for b in policy.buffers()],
-    }
+    return Policy(
+        implementation=implementation,
+        layers=policy.layers,
+        requested_factor=policy.factor,
+        layer_budget_rows=layer_rows,
+        factor=layer_rows / max(balanced_rows, 1),
+        pooled=pooled,
+        activation_rows=layer_rows * policy.layers,
+        scratch_factor=scratch_factor,
+        scratch_rows=scratch_rows,
+        host_scratch_bytes=0,
+        overflow=policy.OVERFLOW,
+        buffers=tuple(policy.buffers()),
+    )
 
 
 def make_policy(

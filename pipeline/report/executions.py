@@ -12,11 +12,15 @@ the verdict; empty for shards written before the gate existed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import asdict
 
 from pipeline import model
 from pipeline.data.reader import Shard
+from pipeline.estimate import table
+from pipeline.matrix.scale import Shape
 from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
+from pipeline.report.publish import Row
 from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
 GIB = 2**30
@@ -51,12 +55,19 @@ RUN_COLUMNS = (
     "iterationsPerWindow",
     "workMultiple",
     "dtype",
+    "collective",
+    "gemm",
     "clock",
     "cudaGraphs",
     "cudaGraphsReason",
+    "runnablePerCore",
+    "oversubscribed",
+    "emulationCopiesGiB",
     "seed",
     "git_sha",
 )
+# The execution's GPU path at full scale on fake tensors (pipeline.estimate), on the dataset's preset.
+ESTIMATE_COLUMNS = table.COLUMNS
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -80,103 +91,104 @@ COLUMNS = (
     "sanityTolerance",
     "sanityPassed",
     *RUN_COLUMNS,
+    *ESTIMATE_COLUMNS,
 )
 
 
-def execution_row(shard: Shard) -> dict[str, Any]:
+def execution_row(shard: Shard) -> Row:
     """The published row of one shard (``None`` where a value does not exist, e.g. no NVLink on CPU)."""
-    ident, shape = shard.identity, shard.meta["shape"]
+    ident, meta = shard.identity, shard.meta
     times = phase_ms(shard.phase, shard.rank, shard.window_ms, shard.iterations)
     ms = times["combined"]
-    tokens = report_tokens(shape)
-    layer = layer_shape(ident, shape)
-    hardware = model.hardware_for_device(ident["device"])
+    tokens = meta.shape.nominal_tokens
+    layer = layer_shape(ident.kind, ident.precision, meta.shape)
+    hardware = model.hardware_for_device(ident.device)
     predicted = None
-    dispatch = "mxfp8" if ident["pipeline"] == "fp8-dispatch" else "bf16"
+    dispatch = "mxfp8" if ident.pipeline == "fp8-dispatch" else "bf16"
     if hardware is not None:
         predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
-    flops = (ident["kind"], tokens, shape["d_model"], shape["d_ff"], shape["top_k"])
+    flops = (ident.kind, tokens, meta.shape.d_model, meta.shape.d_ff, meta.shape.top_k)
     hbm_bytes = model.iteration_bytes(layer, dispatch)
-    nvlink = shard.meta.get("nvlink") or {}
-    peak = (shard.meta.get("memory") or {}).get("peak_allocated_bytes")
-    sanity = shard.meta.get("sanity") or {}  # shards written before the correctness gate have none
     return {
-        **{k: ident[k] for k in COLUMNS if k in ident},
+        **{k: v for k, v in asdict(ident).items() if k in COLUMNS},
         "iterationMS": ms,
         "forwardMS": times.get("forward"),
         "backwardMS": times.get("backward"),
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
         "hbmModelTBs": tera_per_second(hbm_bytes, ms),
-        "nvlinkTxGBs": _scaled(nvlink.get("tx_bytes_per_s"), 1e9),
-        "nvlinkRxGBs": _scaled(nvlink.get("rx_bytes_per_s"), 1e9),
-        "peakAllocatedGiB": _scaled(peak, GIB),
+        "nvlinkTxGBs": _scaled(meta.nvlink.tx_bytes_per_s, 1e9),
+        "nvlinkRxGBs": _scaled(meta.nvlink.rx_bytes_per_s, 1e9),
+        "peakAllocatedGiB": _scaled(meta.memory.peak_allocated_bytes, GIB),
         "hbmModelBytes": hbm_bytes,
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
-        "sanityMaxError": sanity.get("max_error"),
-        "sanityTolerance": sanity.get("tolerance"),
-        "sanityPassed": sanity.get("passed"),
+        "sanityMaxError": meta.sanity.max_error,
+        "sanityTolerance": meta.sanity.tolerance,
+        "sanityPassed": meta.sanity.passed,
         **what_ran(shard),
     }
 
 
-def what_ran(shard: Shard) -> dict[str, Any]:
+def what_ran(shard: Shard) -> Row:
     """The run columns of one shard: the combined phase's slowest-rank window spread, the scale and
     shape that ran, how it was timed and the code and seed that ran it."""
-    meta, shape = shard.meta, shard.meta["shape"]
+    meta, shape = shard.meta, shard.meta.shape
     combined = shard.phase == "combined"
     low, high = slowest_rank_spread(
         shard.rank[combined], shard.window_ms[combined], shard.iterations[combined]
     )
-    config, timing = meta.get("config") or {}, meta.get("timing") or {}
-    loads = shape["layer_loads"]
+    loads = shape.layer_loads
     return {
         "windowMinMS": low,
         "windowMaxMS": high,
-        "scale": (config.get("scale") or {}).get("name"),
-        "tokens": report_tokens(shape),
-        "tokens_run": max(shape["layer_tokens"]),
-        "d_model": shape["d_model"],
-        "d_ff_run": shape["d_ff"],
-        "experts": shape["num_experts"],
-        "experts_run": shape["layer_experts"],
-        "top_k": shape["top_k"],
-        "shared_experts": shape["num_shared"],
+        "scale": (meta.config.get("scale") or {}).get("name"),
+        "tokens": shape.nominal_tokens,
+        "tokens_run": max(shape.layer_tokens),
+        "d_model": shape.d_model,
+        "d_ff_run": shape.d_ff,
+        "experts": shape.num_experts,
+        "experts_run": shape.layer_experts,
+        "top_k": shape.top_k,
+        "shared_experts": shape.num_shared,
         "imbalance": sum(loads) / len(loads),
-        "windows": shape["windows"],
-        "iterationsPerWindow": shape["iterations"],
-        "workMultiple": WORK_MULTIPLE[shard.identity["kind"]],
-        "dtype": shape.get("dtype"),
-        "clock": timing.get("clock"),
-        "cudaGraphs": timing.get("cuda_graphs"),
-        "cudaGraphsReason": timing.get("cuda_graphs_reason"),
-        "seed": config.get("seed"),
-        "git_sha": (meta.get("provenance") or {}).get("git_sha"),
+        "windows": meta.timing.plan.windows,
+        "iterationsPerWindow": meta.timing.plan.iterations,
+        "workMultiple": WORK_MULTIPLE[shard.identity.kind],
+        "dtype": shape.dtype,
+        "collective": meta.provenance.collective,
+        "gemm": meta.kernels.gemm,
+        "clock": meta.timing.clock,
+        "cudaGraphs": meta.timing.cuda_graphs,
+        "cudaGraphsReason": meta.timing.cuda_graphs_reason,
+        "runnablePerCore": meta.contention.runnable_per_core,
+        "oversubscribed": meta.contention.oversubscribed,
+        "emulationCopiesGiB": (
+            meta.memory.emulation.mx_weight_values + meta.memory.emulation.saved_dispatched_rows
+        )
+        / GIB,
+        "seed": meta.config.get("seed"),
+        "git_sha": meta.provenance.git_sha,
     }
 
 
-def layer_shape(identity: dict[str, Any], shape: dict[str, Any]) -> model.LayerShape:
-    """The model's shape of the layer a shard measured, at the report's T (see :func:`report_tokens`)."""
+def layer_shape(kind: str, precision: str, shape: Shape) -> model.LayerShape:
+    """The model's shape of the layer a shard measured, at the report's T: tokens per GPU of the
+    nominal EP-wide cluster (``nominal_tokens``; runs on fewer ranks than EP feed each launched rank
+    T'_l tokens in layer l, ``layer_tokens``)."""
+    s = shape
     return model.LayerShape(
-        kind=identity["kind"],
-        tokens=report_tokens(shape),
-        d_model=shape["d_model"],
-        d_ff=shape["d_ff"],
-        num_experts=shape["num_experts"],
-        top_k=shape["top_k"],
-        ep=shape["ep"],
-        precision=identity["precision"],
-        layer_loads=tuple(shape["layer_loads"]),
-        num_shared=shape["num_shared"],
-        element_bytes=DTYPE_BYTES[shape["dtype"]],
-    )
-
-
-def report_tokens(shape: dict[str, Any]) -> int:
-    """T of the report's formulas: tokens per GPU of the nominal EP-wide cluster (``nominal_tokens``;
-    runs on fewer ranks than EP feed each launched rank T'_l tokens in layer l, ``layer_tokens``)."""
-    return shape["nominal_tokens"]
+        kind, s.nominal_tokens, s.d_model, s.d_ff, s.num_experts, s.top_k, s.ep, precision, s.layer_loads,
+        s.num_shared, DTYPE_BYTES[s.dtype],
+    )  # fmt: skip
 
 
 def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
+
+
+def estimated_columns(shards: Iterable[Shard]) -> dict[str, Row]:
+    """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
+    shard's cluster preset, or the report's hardware where the dataset ran on none."""
+    preset = {s.execution_id: table.preset_of(s.meta.provenance.cluster) for s in shards}
+    found = table.estimates(preset.items())
+    return {e: table.columns(found[(e, p)]) for e, p in preset.items()}

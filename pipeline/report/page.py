@@ -10,21 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pipeline.data.atomic import atomic_write
 from pipeline.data.reader import Shard
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
+from pipeline.report.document import Document, Meta, PackingEvidence
 from pipeline.report.provenance import describe, time_span
+from pipeline.report.publish import Row, number, optional_number
 
 REPORT_NAME = "report.html"
 TITLE = "MoK vs Dist-MoE: expert-parallel MoE layer benchmark"
 
 
-def write_report(
-    out: Path, document: dict[str, Any], shards: Mapping[str, Shard], figures: Sequence[Path]
-) -> Path:
+def write_report(out: Path, document: Document, shards: Mapping[str, Shard], figures: Sequence[Path]) -> Path:
     """Write ``report.html`` into ``out`` from the aggregate ``document``, the winning ``shards`` by
     execution id and the figure files just written; return its path."""
     path = Path(out) / REPORT_NAME
@@ -32,16 +31,18 @@ def write_report(
     return path
 
 
-def report_html(document: dict[str, Any], shards: Mapping[str, Shard], pngs: Mapping[str, bytes]) -> str:
+def report_html(document: Document, shards: Mapping[str, Shard], pngs: Mapping[str, bytes]) -> str:
     """The page's text; ``pngs`` maps figure file names to their bytes."""
-    published = [shards[r["execution_id"]] for r in document["executions"]]
+    published = [shards[str(r["execution_id"])] for r in document.executions]
     saved = {name: data for name, data in pngs.items() if "saved-state" in name}
     times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order, as written
     return html.page(
         TITLE,
         [
-            _what_ran(document, published),
-            _completeness(document),
+            _what_ran(document.meta, published),
+            _deviations(document.meta),
+            _assumptions(document.meta),
+            _completeness(document.meta, document.executions),
             html.section(
                 "Iteration time per EP degree",
                 html.paragraph(
@@ -50,15 +51,15 @@ def report_html(document: dict[str, Any], shards: Mapping[str, Shard], pngs: Map
                 ),
                 *(html.image(data, f"figure {name}") for name, data in times.items()),
             ),
-            _pairs(document["pairs"]),
-            _executions(document["executions"]),
-            _saved_state(document["saved_state"], saved),
+            _pairs(document.pairs),
+            _executions(document.executions),
+            _saved_state(document.saved_state, saved),
         ],
     )
 
 
-def _what_ran(document: dict[str, Any], shards: list[Shard]) -> str:
-    counts = document["meta"]["counts"]
+def _what_ran(meta: Meta, shards: list[Shard]) -> str:
+    counts = meta.counts
     rows: list[list[html.Cell]] = [
         [field, "; ".join(f"{value} ({n})" for value, n in values.items())]
         for field, values in describe(shards).items()
@@ -69,19 +70,47 @@ def _what_ran(document: dict[str, Any], shards: list[Shard]) -> str:
     return html.section(
         "What ran",
         html.paragraph(
-            f"{counts['executions']} executions, {counts['matched_workloads']} matched workloads, "
-            f"{counts['pairs']} pairs (schema version {document['meta']['schema_version']}). Each value "
+            f"{counts.executions} executions, {counts.matched_workloads} matched workloads, "
+            f"{counts.pairs} pairs (schema version {meta.schema_version}). Each value "
             "below is followed by the number of executions that recorded it."
         ),
         html.table(["field", "values (executions)"], rows),
     )
 
 
-def _completeness(document: dict[str, Any]) -> str:
-    meta = document["meta"]
-    done = {r["execution_id"] for r in document["executions"]}
-    missing = set(meta["missing"]["launched_without_shard"])
-    launched = meta["launched"]
+def _deviations(meta: Meta) -> str:
+    if not meta.deviations:
+        return html.section(
+            "Deviations from the report", html.paragraph("None: every execution ran as the report measured.")
+        )
+    rows: list[list[html.Cell]] = [
+        [d.what, d.report, (d.ran, "missing"), d.effect, str(len(d.executions))] for d in meta.deviations
+    ]
+    return html.section(
+        "Deviations from the report",
+        html.paragraph(
+            "Where what ran differs from what the report measured, from what each shard recorded "
+            "(meta.deviations of the JSON lists the executions of each)."
+        ),
+        html.table(["what", "the report", "ran here (executions)", "what it means", "executions"], rows),
+    )
+
+
+def _assumptions(meta: Meta) -> str:
+    rows: list[list[html.Cell]] = [[a.what, a.choice, str(len(a.executions))] for a in meta.assumptions]
+    return html.section(
+        "Choices the report does not state",
+        html.paragraph(
+            "The matrix's own choices (meta.assumptions of the JSON lists the executions of each)."
+        ),
+        html.table(["what", "this dataset's choice", "executions"], rows),
+    )
+
+
+def _completeness(meta: Meta, rows: Sequence[Row]) -> str:
+    done = {r["execution_id"] for r in rows}
+    missing = set(meta.missing.launched_without_shard)
+    launched = meta.launched
     grid: list[list[html.Cell]] = []
     for workload in WORKLOADS:
         cells: list[html.Cell] = [workload.name]
@@ -94,24 +123,24 @@ def _completeness(document: dict[str, Any]) -> str:
             else:
                 cells.append(("not launched", "absent"))
         grid.append(cells)
-    skipped = [[s["path"], s["reason"]] for s in meta["shards_skipped"]]
+    skipped: list[list[html.Cell]] = [[s.path, s.reason] for s in meta.shards_skipped]
     parts = [
         html.paragraph(
-            f"{len(done)} executions published; {launched['executions']} launched in the matrix (from the "
-            f"{launched['source']}), {len(missing)} of them without a usable shard; the matrix lacks "
-            f"{len(meta['missing']['matrix'])} of its {meta['matrix']['executions']} executions; "
-            f"{len(meta['shards_read'])} shard file(s) read, {len(skipped)} skipped."
+            f"{len(done)} executions published; {launched.executions} launched in the matrix (from the "
+            f"{launched.source}), {len(missing)} of them without a usable shard; the matrix lacks "
+            f"{len(meta.missing.matrix)} of its {meta.matrix.executions} executions; "
+            f"{len(meta.shards_read)} shard file(s) read, {len(skipped)} skipped."
         ),
         html.table(["workload", *(v.name for v in VARIANTS)], grid),
     ]
     if skipped:
         parts.append(html.table(["skipped shard", "reason"], skipped))
-    if launched["not_in_matrix"]:
-        parts.append(html.paragraph(f"launched but not in the matrix: {' '.join(launched['not_in_matrix'])}"))
+    if launched.not_in_matrix:
+        parts.append(html.paragraph(f"launched but not in the matrix: {' '.join(launched.not_in_matrix)}"))
     return html.section("Completeness of the matrix", *parts)
 
 
-def _pairs(pairs: list[dict[str, Any]]) -> str:
+def _pairs(pairs: Sequence[Row]) -> str:
     columns = [
         "workload",
         "Dist-MoE pipeline",
@@ -124,14 +153,14 @@ def _pairs(pairs: list[dict[str, Any]]) -> str:
     columns.append("backward ratio")
     rows: list[list[html.Cell]] = [
         [
-            p["workload_id"],
-            p["pipeline"],
-            html.number(p["mokIterationMS"]),
-            html.number(p["distIterationMS"]),
-            (html.number(p["speedup"], 3), "higher" if p["speedup"] > 1 else ""),
+            str(p["workload_id"]),
+            str(p["pipeline"]),
+            html.number(number(p, "mokIterationMS")),
+            html.number(number(p, "distIterationMS")),
+            (html.number(number(p, "speedup"), 3), "higher" if number(p, "speedup") > 1 else ""),
             ("selected", "done") if p["selected"] else "",
-            html.number(p["forwardMSRatio"], 3),
-            html.number(p["backwardMSRatio"], 3),
+            html.number(optional_number(p, "forwardMSRatio"), 3),
+            html.number(optional_number(p, "backwardMSRatio"), 3),
         ]
         for p in pairs
     ]
@@ -145,30 +174,40 @@ def _pairs(pairs: list[dict[str, Any]]) -> str:
     )
 
 
-def _executions(rows: list[dict[str, Any]]) -> str:
+def _executions(rows: Sequence[Row]) -> str:
     columns = ["execution", "ranks", "iteration ms", "forward ms", "backward ms", "useful TFLOP/s per GPU"]
-    columns += ["device", "attempt"]
+    columns += ["device", "attempt", "host"]
     body: list[list[html.Cell]] = [
         [
-            r["execution_id"],
+            str(r["execution_id"]),
             str(r["ranks"]),
-            html.number(r["iterationMS"]),
-            html.number(r["forwardMS"]),
-            html.number(r["backwardMS"]),
-            html.number(r["usefulTFLOPsPerGPU"]),
-            r["device"],
+            html.number(number(r, "iterationMS")),
+            html.number(optional_number(r, "forwardMS")),
+            html.number(optional_number(r, "backwardMS")),
+            html.number(optional_number(r, "usefulTFLOPsPerGPU")),
+            str(r["device"]),
             str(r["attempt"]),
+            _host(r),
         ]
         for r in rows
     ]
     return html.section(
         "Executions",
-        html.paragraph("Times are the slowest rank's median over its timing windows, per iteration."),
+        html.paragraph(
+            "Times are the slowest rank's median over its timing windows, per iteration; host: runnable "
+            "processes per core while it was timed, marked where the host was oversubscribed."
+        ),
         html.table(columns, body, numeric=columns[1:6]),
     )
 
 
-def _saved_state(states: list[dict[str, Any]], pngs: Mapping[str, bytes]) -> str:
+def _host(row: Row) -> html.Cell:
+    load = optional_number(row, "runnablePerCore")
+    text = "unknown" if load is None else f"{load:.2f} per core"
+    return (f"{text}, oversubscribed", "missing") if row["oversubscribed"] else text
+
+
+def _saved_state(states: Sequence[PackingEvidence], pngs: Mapping[str, bytes]) -> str:
     if not states:
         return html.section("Saved state of the packing cases", html.paragraph("No packing execution ran."))
     columns = [
@@ -180,17 +219,17 @@ def _saved_state(states: list[dict[str, Any]], pngs: Mapping[str, bytes]) -> str
         "capacity flags",
     ]
     rows: list[list[html.Cell]] = []
-    for s in sorted(states, key=lambda s: (s["ep"], s["precision"], s["profile"], s["execution_id"])):
-        layers, unit = s["layers"], s["balanced_rows"]
-        recomputing = [str(x["layer"]) for x in layers if x["recomputed_rows"] > 0]
+    for s in sorted(states, key=lambda s: (s.ep, s.precision, s.profile, s.execution_id)):
+        layers, unit = s.layers, s.balanced_rows
+        recomputing = [str(x.layer) for x in layers if x.recomputed_rows > 0]
         rows.append(
             [
-                f"EP{s['ep']} {s['precision']} profile {s['profile']}",
-                s["execution_id"],
-                html.number(max(x["budget_rows"] for x in layers) / unit, 3),
+                f"EP{s.ep} {s.precision} profile {s.profile}",
+                s.execution_id,
+                html.number(max(x.budget_rows for x in layers) / unit, 3),
                 " ".join(recomputing) or "none",
-                str(sum(x["recomputed_rows"] for x in layers)),
-                "none (MoK has none)" if s["capacity_flags"] is None else str(s["capacity_flags"]),
+                str(sum(x.recomputed_rows for x in layers)),
+                "none (MoK has none)" if s.capacity_flags is None else str(s.capacity_flags),
             ]
         )
     return html.section(

@@ -6,9 +6,8 @@ matched workload is ``selected``: the fastest Dist-MoE one (ties go to the small
 
 from __future__ import annotations
 
-from typing import Any
-
 from pipeline.report.executions import RATIO_METRICS
+from pipeline.report.publish import Row, number, optional_number
 
 COLUMNS = (
     "dist_execution_id",
@@ -23,30 +22,31 @@ COLUMNS = (
 )
 
 
-def pair_rows(executions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def pair_rows(executions: list[Row]) -> list[Row]:
     """One row per Dist-MoE execution whose MoK partner is present, sorted by Dist-MoE execution id."""
-    mok: dict[str, dict[str, Any]] = {}
+    mok: dict[str, Row] = {}
     for row in executions:
         if row["implementation"] == "mok":
-            if row["workload_id"] in mok:
+            workload = str(row["workload_id"])
+            if workload in mok:
                 raise ValueError(
-                    f"two MoK executions for workload {row['workload_id']!r}: "
-                    f"{mok[row['workload_id']]['execution_id']!r} and {row['execution_id']!r}"
+                    f"two MoK executions for workload {workload!r}: "
+                    f"{mok[workload]['execution_id']!r} and {row['execution_id']!r}"
                 )
-            mok[row["workload_id"]] = row
+            mok[workload] = row
     dist = sorted(
         (r for r in executions if r["implementation"] == "dist-moe" and r["workload_id"] in mok),
-        key=lambda r: r["execution_id"],
+        key=lambda r: str(r["execution_id"]),
     )
-    fastest: dict[str, dict[str, Any]] = {}
+    fastest: dict[str, Row] = {}
     for row in dist:  # sorted by id, so strict < keeps the smaller id on ties
-        best = fastest.get(row["workload_id"])
-        if best is None or row["iterationMS"] < best["iterationMS"]:
-            fastest[row["workload_id"]] = row
-    return [_pair(row, mok[row["workload_id"]], fastest[row["workload_id"]] is row) for row in dist]
+        best = fastest.get(str(row["workload_id"]))
+        if best is None or number(row, "iterationMS") < number(best, "iterationMS"):
+            fastest[str(row["workload_id"])] = row
+    return [_pair(row, mok[str(row["workload_id"])], fastest[str(row["workload_id"])] is row) for row in dist]
 
 
-def _pair(dist: dict[str, Any], mok: dict[str, Any], selected: bool) -> dict[str, Any]:
+def _pair(dist: Row, mok: Row, selected: bool) -> Row:
     return {
         "dist_execution_id": dist["execution_id"],
         "mok_execution_id": mok["execution_id"],
@@ -54,9 +54,9 @@ def _pair(dist: dict[str, Any], mok: dict[str, Any], selected: bool) -> dict[str
         "pipeline": dist["pipeline"],
         "distIterationMS": dist["iterationMS"],
         "mokIterationMS": mok["iterationMS"],
-        "speedup": mok["iterationMS"] / dist["iterationMS"],
+        "speedup": number(mok, "iterationMS") / number(dist, "iterationMS"),
         "selected": selected,
-        **{f"{m}Ratio": _ratio(dist[m], mok[m]) for m in RATIO_METRICS},
+        **{f"{m}Ratio": _ratio(optional_number(dist, m), optional_number(mok, m)) for m in RATIO_METRICS},
     }
 
 

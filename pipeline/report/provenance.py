@@ -19,34 +19,32 @@ UNKNOWN = "unknown"
 SETTINGS = ("scale", "device", "iterations", "min_window_ms", "min_timed_ms", "git_sha", "cutlass_dsl")
 
 
-def _meta(*keys: str) -> Callable[[Shard], Any]:
-    def get(shard: Shard) -> Any:
-        value: Any = shard.meta
-        for key in keys:
-            value = value.get(key) if isinstance(value, dict) else None
-        return value
-
-    return get
+def _scale(key: str) -> Callable[[Shard], Any]:
+    """A key of the scale the shard's config composed: the scale's request, not what calibration made
+    of it."""
+    return lambda shard: (shard.meta.config.get("scale") or {}).get(key)
 
 
 FIELDS: dict[str, Callable[[Shard], Any]] = {
-    "scale": _meta("config", "scale", "name"),
-    "device": lambda shard: shard.identity["device"],
+    "scale": _scale("name"),
+    "device": lambda shard: shard.identity.device,
     # the timing the scale asked for (iterations per window at least, windows at least this long, the
     # windows of a phase at least this long together); the iterations and windows each execution then
     # ran are measurements of its own (``iterationsPerWindow``, ``windows``)
-    "iterations": _meta("config", "scale", "iterations"),
-    "min_window_ms": _meta("config", "scale", "min_window_ms"),
-    "min_timed_ms": _meta("config", "scale", "min_timed_ms"),
-    "git_sha": _meta("provenance", "git_sha"),
-    "cutlass_dsl": _meta("provenance", "versions", "cutlass_dsl"),
-    "torch": _meta("provenance", "versions", "torch"),
-    "cuda": _meta("provenance", "versions", "cuda"),
-    "nccl": _meta("provenance", "versions", "nccl"),
-    "python": _meta("provenance", "versions", "python"),
-    "launcher": _meta("provenance", "launcher"),
-    "hosts": _meta("provenance", "hosts"),
-    "cuda_graphs": _meta("timing", "cuda_graphs"),
+    "iterations": _scale("iterations"),
+    "min_window_ms": _scale("min_window_ms"),
+    "min_timed_ms": _scale("min_timed_ms"),
+    "git_sha": lambda shard: shard.meta.provenance.git_sha,
+    "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl,
+    "torch": lambda shard: shard.meta.provenance.versions.torch,
+    "cuda": lambda shard: shard.meta.provenance.versions.cuda,
+    "nccl": lambda shard: shard.meta.provenance.versions.nccl,
+    "python": lambda shard: shard.meta.provenance.versions.python,
+    "backend": lambda shard: shard.meta.provenance.backend,
+    "collective": lambda shard: shard.meta.provenance.collective,
+    "gemm": lambda shard: shard.meta.kernels.gemm,
+    "hosts": lambda shard: shard.meta.provenance.hosts,
+    "cuda_graphs": lambda shard: shard.meta.timing.cuda_graphs,
 }
 
 
@@ -74,8 +72,6 @@ def time_span(shards: Iterable[Shard]) -> tuple[str, str] | None:
     """Earliest ``started_at`` and latest ``ended_at`` (ISO-8601 strings), or ``None`` if unrecorded."""
     started, ended = [], []
     for shard in shards:
-        if isinstance(shard.meta.get("started_at"), str):
-            started.append(shard.meta["started_at"])
-        if isinstance(shard.meta.get("ended_at"), str):
-            ended.append(shard.meta["ended_at"])
+        started.append(shard.meta.started_at)
+        ended.append(shard.meta.ended_at)
     return (min(started), max(ended)) if started and ended else None

@@ -11,10 +11,27 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 FLOAT_FORMAT = ".6g"
+
+# One published value (a CSV cell, a JSON scalar) and one published row: column -> value.
+Cell = str | int | float | bool | None
+Row = dict[str, Cell]
+
+
+def number(row: Row, column: str) -> float:
+    """A numeric cell of ``row`` (a ValueError when it is empty or not a number)."""
+    value = row[column]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{column} is {value!r}, not a number")
+    return float(value)
+
+
+def optional_number(row: Row, column: str) -> float | None:
+    """A numeric cell of ``row``, or None where it is empty."""
+    return None if row[column] is None else number(row, column)
 
 
 def rounded(value: Any) -> Any:
@@ -30,7 +47,7 @@ def rounded(value: Any) -> Any:
     return value
 
 
-def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+def csv_text(rows: Sequence[Row], columns: Sequence[str]) -> str:
     """CSV with a header row, '\\n' line ends, empty cells for None, true/false for booleans."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -40,12 +57,12 @@ def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return buffer.getvalue()
 
 
-def json_text(document: dict[str, Any]) -> str:
+def json_text(document: Mapping[str, object]) -> str:
     """Indented JSON with sorted keys and published float precision."""
     return json.dumps(rounded(document), sort_keys=True, indent=1, allow_nan=False) + "\n"
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Cell) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):

@@ -40,7 +40,7 @@ def as_json(s: ExecutionStatus) -> dict[str, object]:
         "state": s.state,
         "attempt": s.attempt,
         "job_id": s.job_id,
-        "launcher": s.submitted.launcher if s.submitted else None,
+        "backend": s.submitted.backend if s.submitted else None,
         "detail": s.detail,
         "nodes": list(s.nodes),
         "log": None if s.log is None else str(s.log),

@@ -42,7 +42,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     executions = set(submitted) | folder.executions_with_shards()
     if not executions:
         raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
-    jobs = {e: Job(r.job_id, r.launcher, folder.locate(r.log_dir)) for e, r in submitted.items()}
+    jobs = {e: Job(r.job_id, r.backend, folder.locate(r.log_dir)) for e, r in submitted.items()}
     states = _job_states(list(jobs.values()))
     out = []
     for execution_id in sorted(executions):
@@ -51,9 +51,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
         if shard is not None:
             path = folder.relative(shard.path)
             out.append(
-                ExecutionStatus(
-                    execution_id, DONE, shard.attempt, shard.identity["job_id"], path, None, record
-                )
+                ExecutionStatus(execution_id, DONE, shard.attempt, shard.identity.job_id, path, None, record)
             )
             continue
         rejected = scan.rejection(execution_id)
@@ -85,10 +83,10 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
 def _job_states(jobs: list[Job]) -> dict[str, JobState]:
     """Every job's state, each asked of the backend that ran it (once per backend)."""
     states: dict[str, JobState] = {}
-    for name in sorted({j.launcher for j in jobs}):
+    for name in sorted({j.backend for j in jobs}):
         try:
             runner = backend(name)
         except ValueError as err:
             raise ValueError(f"the ledger names {err}") from None
-        states.update(runner.job_states([j for j in jobs if j.launcher == name]))
+        states.update(runner.job_states([j for j in jobs if j.backend == name]))
     return states
