@@ -48,6 +48,15 @@ def resolve_device(preference: str) -> str:
     return preference
 
 
+def cpu_threads(ranks_per_node: int) -> int:
+    """A CPU rank's threads: its share of the node's cores, and no more than the CPUs Slurm gave its
+    task (SLURM_CPUS_PER_TASK): nodes of one host may advertise more CPUs than it has, and threads
+    beyond a rank's cores would time-slice with the other ranks' and dominate the timings."""
+    share = max(1, (os.cpu_count() or 1) // ranks_per_node)
+    given = os.environ.get("SLURM_CPUS_PER_TASK", "")
+    return min(share, int(given)) if given.isdigit() and int(given) > 0 else share
+
+
 def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
     """Initialize the default process group of this job's tasks and pick this rank's device;
     ``folder`` (the attempt's log folder) is where rank 0 leaves the group's address, named by the
@@ -59,8 +68,7 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
         target = torch.device("cuda", env.local_rank)
     else:
         target = torch.device("cpu")
-        # Ranks sharing a node split its cores; oversubscribed threads would dominate the timings.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // (env.num_tasks // env.num_nodes)))
+        torch.set_num_threads(cpu_threads(env.num_tasks // env.num_nodes))
     collective = "nccl" if kind == "cuda" else "gloo"
     store = _store(env, folder / f".rendezvous-{env.job_id}-{attempt}", timeout_s)
     dist.init_process_group(
