@@ -24,9 +24,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from pipeline import model
 from pipeline.aggregate import main
 from pipeline.data import ledger
+from pipeline.data.codec import decode
 from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
+from pipeline.report.document import PackingEvidence
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0", "packing-ep32-f3072-profile-a")
@@ -80,6 +82,11 @@ def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     build_dataset(dataset)
     aggregate(dataset, workers=3)
     return dataset
+
+
+def _evidence(document: dict) -> list[PackingEvidence]:
+    """The document's saved-state evidence as the figures take it."""
+    return [decode(PackingEvidence, s) for s in document["saved_state"]]
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -389,7 +396,7 @@ def test_saved_state_texts_cover_no_bar_and_no_other_text(published: Path) -> No
     from pipeline.report.figures import saved_state_figure
 
     document = json.loads((published / JSON_NAME).read_text())
-    fig = saved_state_figure(document["saved_state"], document["pairs"], document["executions"])
+    fig = saved_state_figure(_evidence(document), document["pairs"], document["executions"])
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     renderer = canvas.get_renderer()
@@ -460,7 +467,7 @@ def test_figures_read_at_a_glance(published: Path) -> None:
     labels = [h.get_label() for legend in fig.legends for h in legend.legend_handles]
     assert labels == ["MoK", "Dist-MoE, selected pipeline"]
 
-    states = fig_states = saved_state_figure(document["saved_state"], pairs, rows)
+    states = fig_states = saved_state_figure(_evidence(document), pairs, rows)
     texts = [t.get_text() for ax in states.axes for t in ax.texts]
     assert any("MoK budget 2.67 x T x K" in t for t in texts)
     labels = [h.get_label() for legend in fig_states.legends for h in legend.legend_handles]

@@ -6,7 +6,6 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from pipeline.data.atomic import atomic_write
-from pipeline.data.codec import encode
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
@@ -91,7 +90,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     atomic_write(files[1], csv_text(pair_rows, pairs.COLUMNS))
     atomic_write(files[2], json_text(document.to_json()))
     if figures:
-        pngs = write_figures(out, rows, pair_rows, [encode(s) for s in states])
+        pngs = write_figures(out, rows, pair_rows, states)
         files += [*pngs, write_report(out, document, scan.newest, pngs)]
     return Aggregate(files=files, skipped=skipped, missing=missing, document=document)
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from pipeline.data.atomic import atomic_write
 from pipeline.matrix import WORKLOADS
+from pipeline.report.document import PackingEvidence
+from pipeline.report.publish import Row, number
 from pipeline.vocabulary import KINDS, PRECISIONS
 
 MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
@@ -29,11 +31,11 @@ _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 
 
 def write_figures(
-    out: Path, rows: list[dict[str, Any]], pairs: list[dict[str, Any]], states: list[dict[str, Any]]
+    out: Path, rows: list[Row], pairs: list[Row], states: list[PackingEvidence]
 ) -> list[Path]:
     """Write one time figure per EP and the saved-state figure; return the paths written."""
     written = []
-    for ep in sorted({r["ep"] for r in rows}):
+    for ep in sorted({_int(r, "ep") for r in rows}):
         path = Path(out) / f"mok-comparison-ep{ep}.png"
         atomic_write(path, png(time_figure(ep, rows, pairs)))
         written.append(path)
@@ -44,14 +46,14 @@ def write_figures(
     return written
 
 
-def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]) -> Figure:
+def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
     """Iteration-ms columns of MoK and the selected Dist-MoE pipeline per shape, speedup above each
     pair: one row of panels per kind, BF16 and MXFP8 side by side, every panel of the EP on one time
     axis (the report's rule: both precision panels share a time axis within one EP, so training and
     packing are drawn to one scale); below, the paired table (Dist-MoE / MoK); device and scale in
     the title."""
-    by_id = {r["execution_id"]: r for r in rows}
-    selected = {p["workload_id"]: p for p in pairs if p["selected"]}
+    by_id = {str(r["execution_id"]): r for r in rows}
+    selected = {str(p["workload_id"]): p for p in pairs if p["selected"]}
     mine = [r for r in rows if r["ep"] == ep]
     kinds = [k for k in KINDS if any(r["kind"] == k for r in mine)]
     shapes = {k: sorted({_shape(r) for r in mine if r["kind"] == k}, key=_shape_order) for k in kinds}
@@ -76,17 +78,17 @@ def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]
                     (r for r in mine if r["workload_id"] == workload and r["implementation"] == "mok"), None
                 )
                 if mok is not None:
-                    ax.bar(x - width / 2, mok["iterationMS"], width, color=MOK_COLOR)
+                    ax.bar(x - width / 2, number(mok, "iterationMS"), width, color=MOK_COLOR)
                     drawn["mok"] = True
                 pair = selected.get(workload)
                 if pair is None:
                     continue
-                dist = by_id[pair["dist_execution_id"]]
-                ax.bar(x + width / 2, dist["iterationMS"], width, color=DIST_COLOR)
+                dist = by_id[str(pair["dist_execution_id"])]
+                ax.bar(x + width / 2, number(dist, "iterationMS"), width, color=DIST_COLOR)
                 drawn["dist"] = True
                 ax.annotate(
-                    f"{pair['speedup']:.2f}x\n{pair['pipeline']}",
-                    (x, max(dist["iterationMS"], pair["mokIterationMS"])),
+                    f"{number(pair, 'speedup'):.2f}x\n{pair['pipeline']}",
+                    (x, max(number(dist, "iterationMS"), number(pair, "mokIterationMS"))),
                     xytext=(0, 3),
                     textcoords="offset points",
                     ha="center",
@@ -101,7 +103,7 @@ def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]
             ax.set_xlim(-0.7, len(labels) - 0.3)
             if col == 0:
                 ax.set_ylabel("iteration ms (slowest GPU)", fontsize=8)
-    _paired_table(fig.add_subplot(grid[len(kinds), :]), table_rows, mine, selected, by_id)
+    _paired_table(fig.add_subplot(grid[len(kinds), :]), table_rows, selected, by_id)
     legend = [
         handle
         for shown, handle in (
@@ -117,11 +119,10 @@ def time_figure(ep: int, rows: list[dict[str, Any]], pairs: list[dict[str, Any]]
 
 
 def _paired_table(
-    ax: Any,
+    ax: Axes,
     table_rows: list[tuple[str, str]],
-    mine: list[dict[str, Any]],
-    selected: dict[str, dict[str, Any]],
-    by_id: dict[str, dict[str, Any]],
+    selected: dict[str, Row],
+    by_id: dict[str, Row],
 ) -> None:
     """The paired values, always Dist-MoE / MoK, of each matched workload with a selected pair (the
     speedup, MoK / Dist-MoE, is above each pair of columns). Columns are as wide as their text."""
@@ -131,14 +132,13 @@ def _paired_table(
         pair = selected.get(f"{shape}-{precision}")
         if pair is None:
             continue
-        dist = by_id[pair["dist_execution_id"]]
-        mok = by_id[pair["mok_execution_id"]]
+        dist, mok = by_id[str(pair["dist_execution_id"])], by_id[str(pair["mok_execution_id"])]
         cells.append(
             [
                 f"{shape} {precision.upper()}",
-                pair["pipeline"],
-                f"{dist['iterationMS']:.3g} / {mok['iterationMS']:.3g}",
-                f"{dist['usefulTFLOPsPerGPU']:.3g} / {mok['usefulTFLOPsPerGPU']:.3g}",
+                str(pair["pipeline"]),
+                f"{number(dist, 'iterationMS'):.3g} / {number(mok, 'iterationMS'):.3g}",
+                f"{number(dist, 'usefulTFLOPsPerGPU'):.3g} / {number(mok, 'usefulTFLOPsPerGPU'):.3g}",
             ]
         )
     if not cells:
@@ -151,7 +151,7 @@ def _paired_table(
     ax.set_title(TABLE_TITLE, fontsize=8)
 
 
-def _provenance(rows: list[dict[str, Any]]) -> str:
+def _provenance(rows: list[Row]) -> str:
     """Where and at which scale the rows ran, for a title."""
     devices = sorted({str(r.get("device")) for r in rows})
     scales = sorted({str(r.get("scale")) for r in rows})
@@ -159,15 +159,15 @@ def _provenance(rows: list[dict[str, Any]]) -> str:
 
 
 def saved_state_figure(
-    states: list[dict[str, Any]], pairs: list[dict[str, Any]], rows: list[dict[str, Any]] | None = None
+    states: list[PackingEvidence], pairs: list[Row], rows: list[Row] | None = None
 ) -> Figure:
     """Per packing case and layer, in units of the balanced routed rows (T x K): retained rows (solid),
     recomputed rows (pale), MoK's per-layer budget (tick); Dist-MoE's one slot shared by all layers
     is stated in the panel, as it is no per-layer bound."""
     chosen = {p["dist_execution_id"] for p in pairs if p["selected"]}
-    shown = [s for s in states if s["implementation"] == "mok" or s["execution_id"] in chosen]
-    cases = sorted({(s["ep"], s["precision"]) for s in shown})
-    profiles = sorted({s["profile"] for s in shown}, key=lambda p: (p != "balanced", p))
+    shown = [s for s in states if s.implementation == "mok" or s.execution_id in chosen]
+    cases = sorted({(s.ep, s.precision) for s in shown})
+    profiles = sorted({s.profile for s in shown}, key=lambda p: (p != "balanced", p))
     fig = Figure(figsize=(max(8.0, 4.2 * len(profiles)), 2.8 * len(cases) + 0.6), layout="constrained")
     axes = fig.subplots(len(cases), len(profiles), sharey=True, squeeze=False)
     for row, (ep, precision) in enumerate(cases):
@@ -175,16 +175,16 @@ def saved_state_figure(
             ax = axes[row][col]
             ax.set_title(f"EP{ep} {precision.upper()} profile {profile}", fontsize=9)
             for state in shown:
-                if (state["ep"], state["precision"], state["profile"]) == (ep, precision, profile):
+                if (state.ep, state.precision, state.profile) == (ep, precision, profile):
                     _saved_state_bars(ax, state)
             ax.set_xlabel("layer", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
         axes[row][0].set_ylabel("rows / (T x K)", fontsize=8)
     top = max(max(_heights(s), default=0.0) for s in shown) if shown else 1.0
     axes[0][0].set_ylim(0, HEADROOM * top)
-    mok_states = [st for st in shown if st["implementation"] == "mok"]
-    dist_states = [st for st in shown if st["implementation"] != "mok"]
-    budgets = sorted({round(layer["factor"], 2) for st in mok_states for layer in st["layers"]})
+    mok_states = [st for st in shown if st.implementation == "mok"]
+    dist_states = [st for st in shown if st.implementation != "mok"]
+    budgets = sorted({round(layer.factor, 2) for st in mok_states for layer in st.layers})
     candidates = [
         (mok_states, Patch(color=MOK_COLOR, label="MoK retained")),
         (_recomputing(mok_states), Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed")),
@@ -213,29 +213,29 @@ def saved_state_figure(
     return fig
 
 
-def _recomputing(states: list[dict[str, Any]]) -> bool:
-    return any(layer["recomputed_rows"] > 0 for st in states for layer in st["layers"])
+def _recomputing(states: list[PackingEvidence]) -> bool:
+    return any(layer.recomputed_rows > 0 for st in states for layer in st.layers)
 
 
-def _heights(state: dict[str, Any]) -> list[float]:
+def _heights(state: PackingEvidence) -> list[float]:
     """Bar tops (and MoK's budget ticks) of one packing execution, in units of T x K rows."""
-    mok = state["implementation"] == "mok"
-    rows = [x["retained_rows"] + x["recomputed_rows"] for x in state["layers"]]
-    rows += [x["budget_rows"] for x in state["layers"] if mok]
-    return [r / state["balanced_rows"] for r in rows]
+    mok = state.implementation == "mok"
+    rows = [x.retained_rows + x.recomputed_rows for x in state.layers]
+    rows += [x.budget_rows for x in state.layers if mok]
+    return [r / state.balanced_rows for r in rows]
 
 
-def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
-    mok = state["implementation"] == "mok"
+def _saved_state_bars(ax: Axes, state: PackingEvidence) -> None:
+    mok = state.implementation == "mok"
     offset, color = (-0.2, MOK_COLOR) if mok else (0.2, DIST_COLOR)
-    layers, unit = state["layers"], state["balanced_rows"]
-    x = [layer["layer"] + offset for layer in layers]
-    retained = [layer["retained_rows"] / unit for layer in layers]
-    recomputed = [layer["recomputed_rows"] / unit for layer in layers]
+    layers, unit = state.layers, state.balanced_rows
+    x = [layer.layer + offset for layer in layers]
+    retained = [layer.retained_rows / unit for layer in layers]
+    recomputed = [layer.recomputed_rows / unit for layer in layers]
     ax.bar(x, retained, 0.38, color=color)
     ax.bar(x, recomputed, 0.38, bottom=retained, color=color, alpha=PALE)
     if mok:
-        budget = [layer["budget_rows"] / unit for layer in layers]
+        budget = [layer.budget_rows / unit for layer in layers]
         ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
         # The panel's first line, above the bars (HEADROOM), where it cannot cover a layer's
         # columns as a label at the tick would; Dist-MoE's lines follow below it.
@@ -250,12 +250,12 @@ def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
             color=MOK_BUDGET,
         )
         return
-    share = max((layer["budget_rows"] for layer in layers), default=0) / unit
-    overflow = f"capacity flags: {state['capacity_flags']}"
+    share = max((layer.budget_rows for layer in layers), default=0) / unit
+    overflow = f"capacity flags: {state.capacity_flags}"
     ax.text(
         0.98,
         0.89,
-        f"Dist-MoE {state['pipeline']}: one slot, {share:.3g} x T x K per layer\n"
+        f"Dist-MoE {state.pipeline}: one slot, {share:.3g} x T x K per layer\n"
         f"pooled over {len(layers)} layers, {overflow}",
         transform=ax.transAxes,
         ha="right",
@@ -265,8 +265,12 @@ def _saved_state_bars(ax: Any, state: dict[str, Any]) -> None:
     )
 
 
-def _shape(row: dict[str, Any]) -> tuple[str, str]:
-    return row["kind"], row["workload_id"].removesuffix(f"-{row['precision']}")
+def _shape(row: Row) -> tuple[str, str]:
+    return str(row["kind"]), str(row["workload_id"]).removesuffix(f"-{row['precision']}")
+
+
+def _int(row: Row, column: str) -> int:
+    return int(number(row, column))
 
 
 def _shape_order(shape: tuple[str, str]) -> tuple[int, int, str]:
