@@ -458,6 +458,10 @@ def test_figures_read_at_a_glance(published: Path) -> None:
         "EP32 packing MXFP8",
     ]
     assert "device NVIDIA H200, scale=full" in fig.get_suptitle()
+    # a panel is labelled by the dtype that ran where it is not the report's BF16 (the CPU scales)
+    cpu = [{**r, "dtype": "float32"} if r["ep"] == 32 and r["kind"] == "packing" else r for r in rows]
+    titles = [ax.get_title() for ax in time_figure(32, cpu, pairs).axes if ax.get_title().startswith("EP32")]
+    assert titles[2:] == ["EP32 packing BF16, ran float32", "EP32 packing MXFP8, ran float32"]
     (table_axes,) = [ax for ax in fig.axes if ax.get_title() == TABLE_TITLE]
     (table,) = table_axes.tables
     texts = [cell.get_text().get_text() for cell in table.get_celld().values()]

@@ -30,9 +30,7 @@ TABLE_TITLE = "paired values: Dist-MoE / MoK"
 _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 
 
-def write_figures(
-    out: Path, rows: list[Row], pairs: list[Row], states: list[PackingEvidence]
-) -> list[Path]:
+def write_figures(out: Path, rows: list[Row], pairs: list[Row], states: list[PackingEvidence]) -> list[Path]:
     """Write one time figure per EP and the saved-state figure; return the paths written."""
     written = []
     for ep in sorted({_int(r, "ep") for r in rows}):
@@ -95,7 +93,7 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
                     va="bottom",
                     fontsize=7,
                 )
-            ax.set_title(f"EP{ep} {kind} {precision.upper()}", fontsize=9)
+            ax.set_title(_panel_title(ep, kind, precision, mine), fontsize=9)
             labels = [_label(shape, ep) for _, shape in shapes[kind]]
             ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
@@ -116,6 +114,14 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
         fig.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8)
     fig.suptitle(f"EP{ep}: MoK time / Dist-MoE time above each pair; {_provenance(mine)}", fontsize=10)
     return fig
+
+
+def _panel_title(ep: int, kind: str, precision: str, mine: list[Row]) -> str:
+    """``EP32 training BF16``, and the dtype that ran where it is not the report's BF16: at the CPU
+    scales the BF16 and MXFP8 panels ran float32 layers (MXFP8 products of dequantized operands)."""
+    label = f"EP{ep} {kind} {precision.upper()}"
+    ran = sorted({str(r["dtype"]) for r in mine if r["kind"] == kind and r["precision"] == precision})
+    return label if ran in ([], ["bfloat16"]) else f"{label}, ran {', '.join(ran)}"
 
 
 def _paired_table(
