@@ -11,10 +11,15 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipeline.bench.kernels import MX_METHODS
 from pipeline.data import ledger
+from pipeline.data.codec import encode
 from pipeline.data.dataset import Dataset
+from pipeline.data.reader import read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA_VERSION
-from pipeline.matrix import Workload
+from pipeline.matrix import EXECUTION_BY_ID, Workload
+from pipeline.matrix.assumptions import ASSUMPTIONS
+from pipeline.report.deviations import deviations
 
 
 def run(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -127,6 +132,34 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
         assert submitted["overrides"][0] == f"workload={workload.name}"
         assert submitted["overrides"][2:] == ["scale=ci", f"dataset_dir={tmp_path}"]
         assert submitted["log_dir"] == f"logs/{execution_id}/attempt-1"  # relative: the dataset can move
+    _published_json_says_what_ran(shards)
+
+
+def _published_json_says_what_ran(shards: list[Path]) -> None:
+    """What the published JSON's meta says of these real scale=ci shards (``meta.assumptions`` and
+    ``meta.deviations`` as aggregation encodes them, without its full-scale estimates): the six shapes
+    the report does not name, and every way these executions ran otherwise than the report's."""
+    ran = sorted(p.parent.name.removeprefix("execution=") for p in shards)
+    assumed = {a["what"]: set(a["executions"]) for a in encode(ASSUMPTIONS)}
+    six = assumed["imbalanced inference and training"] | assumed["balanced packing"]
+    assert len(six) == 30 and len({EXECUTION_BY_ID[e].workload.name for e in six}) == 6
+    found = {d["what"]: d for d in encode(deviations(read_shard(p) for p in shards))}
+    mx = [e for e in ran if EXECUTION_BY_ID[e].variant.precision == "mxfp8"]
+    # imbalanced shapes on 2 of EP ranks: rank 0 is fed T' > T tokens to keep its routed load
+    hot = [e for e in ran if max(EXECUTION_BY_ID[e].workload.layer_loads) > 1]
+    assert len(mx) == 6 and len(hot) == 5
+    for what, value, executions in (
+        ("dtype", "float32 (10)", ran),
+        ("collective", "gloo (10)", ran),
+        ("grouped GEMM", "torch (10)", ran),
+        ("ranks", "2 of EP ranks (10)", ran),
+        ("MXFP8 products", f"{MX_METHODS['torch']} (6)", mx),
+        ("tracked rank's tokens", None, hot),
+    ):
+        assert sorted(found[what]["executions"]) == executions, (what, found[what])
+        assert value is None or found[what]["ran"] == value, (what, found[what]["ran"])
+    tokens = found["tracked rank's tokens"]["ran"]
+    assert tokens.startswith("rank 0 fed up to "), tokens
 
 
 @pytest.mark.parametrize(
