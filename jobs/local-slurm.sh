@@ -274,7 +274,8 @@ cmd_down() {
   stop_pids "$STATE/run/slurmctld.pid"
   stop_pids "$STATE/run/slurmdbd.pid"
   stop_pids "$STATE/run/mysqld.pid"
-  stop_pids /run/munge/munged.pid
+  # munged serves every cluster on this host (MOE_SLURM_DIR): stopped with the last one.
+  pgrep -x slurmctld >/dev/null || stop_pids /run/munge/munged.pid
   echo "local-slurm: down"
 }
 
