@@ -27,6 +27,7 @@ import sys
 import weakref
 from collections import Counter
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
@@ -153,7 +154,8 @@ class FakeDevice(TorchDispatchMode):
     # -- synchronizations -------------------------------------------------------------------------
 
     def _sync(self, func: Any) -> None:
-        where, frame = "?", sys._getframe(1)
+        where = "?"
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:  # frames, not a traceback: no source lines read (~50 ms a sync)
             name = frame.f_code.co_filename
             if _PROJECT in name and "/estimate/" not in name:
