@@ -164,3 +164,16 @@ def test_the_kernel_launches_nothing_for_zero_rows_and_cpu_operands_stay_blocked
     assert launches == []
     cpu = torch.zeros(4, 16, dtype=torch.bfloat16)
     assert kernel_reason(cpu[:, :8], cpu) == "h is on cpu; the kernel runs on CUDA"
+
+
+@needs_dsl
+def test_pinning_the_torch_kernels_turns_the_swiglu_kernel_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device run's fallback (``CUTLASS_KERNELS_BACKEND=torch``) takes the SwiGLU kernel off too."""
+    monkeypatch.setenv("CUTLASS_KERNELS_BACKEND", "torch")
+    with FakeTensorMode():
+        h = torch.empty(4, 256, dtype=torch.bfloat16, device="cuda")
+        assert (
+            kernel_reason(torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"), h)
+            == "CUTLASS_KERNELS_BACKEND=torch: no CuTe kernels in this process"
+        )
+    assert fused_form(torch.device("cuda", 0), torch.bfloat16, 128) == "whole-tensor"

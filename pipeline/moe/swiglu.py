@@ -20,12 +20,14 @@ in H's dtype, with float32 arithmetic.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
 
+from cutlass_kernels.gating import BACKEND_ENV
 from pipeline.vocabulary import SWIGLU_FORMS
 
 # Elements (rows x F) per block of the fused pass: its float32 temporaries (a few blocks' worth)
@@ -114,11 +116,14 @@ _forced: str | None = None
 
 
 def kernel_reason(da: torch.Tensor, h: torch.Tensor) -> str:
-    """Why the CuTe kernel cannot take ``da`` and ``h`` (``""`` when it can): not on CUDA, no CUTLASS
-    DSL, or the kernel's own reasons (``unsupported_reason`` of real tensors; ``layout_reason`` of fake
-    ones, whose GPU is the planned one, and of meta stand-ins)."""
+    """Why the CuTe kernel cannot take ``da`` and ``h`` (``""`` when it can): not on CUDA, the CuTe
+    kernels pinned off (``CUTLASS_KERNELS_BACKEND=torch``), no CUTLASS DSL, or the kernel's own
+    reasons (``unsupported_reason`` of real tensors; ``layout_reason`` of fake ones, whose GPU is the
+    planned one, and of meta stand-ins)."""
     if h.device.type not in ("cuda", "meta"):
         return f"h is on {h.device}; the kernel runs on CUDA"
+    if os.environ.get(BACKEND_ENV) == "torch":  # the device run's fallback when kernels failed checks
+        return f"{BACKEND_ENV}=torch: no CuTe kernels in this process"
     try:
         from cutlass_kernels import swiglu_kernel
     except ImportError as err:
