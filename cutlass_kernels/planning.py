@@ -17,14 +17,16 @@ work on them, but not the few whose C++ code takes a CUDA device guard before di
 a build lacks (torch registers a no-op one under ``FakeTensorMode`` only in a CUDA build without a
 GPU): Python indexing and assignment and ``Tensor.contiguous``, which the wrappers use, run inside
 the context with the fake tensors' devices set to the CPU's for the call's duration
-(:class:`_CudaFakesGuardedAsCpu`); autograd on fake CUDA tensors aborts such a build's process.
+(:class:`_CudaFakesGuardedAsCpu`); autograd on fake CUDA tensors aborts such a build's process. Where
+a process has registered a CUDA device guard and accelerator of its own (``pipeline.estimate``'s fake
+CUDA shim, which autograd needs), CUDA is torch's accelerator and the calls run as they are: the guard
+mode would give autograd's nodes CPU inputs on CUDA streams.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,8 +41,9 @@ from cutlass_kernels.vocabulary import check_arch
 @dataclass(frozen=True)
 class PlannedLaunch:
     """One kernel launch a wrapper would have made: the kernel (its compile-key name), the op it
-    computes (``fprop``, ``dgrad``, ``wgrad``, or ``mx``: block-scaled), its variant and arch, and
-    the output it writes."""
+    computes (``fprop``, ``dgrad``, ``wgrad``, ``mx``: block-scaled, or ``swiglu-backward``: the fused
+    SwiGLU backward of ``swiglu_kernel``, whose ``out_shape`` is dH's), its variant and arch, and the
+    output it writes."""
 
     kernel: str
     op: str
@@ -56,7 +59,9 @@ class Plan:
     launches: list[PlannedLaunch] = field(default_factory=list)
 
 
-_PLAN: ContextVar[Plan | None] = ContextVar("cutlass_kernels_plan", default=None)
+# The plans of the open contexts, innermost last: process-wide, not per thread or context, because
+# autograd runs the backward of CUDA tensors on a thread of its own, which a ContextVar does not reach.
+_PLANS: list[Plan] = []
 
 
 @contextmanager
@@ -64,14 +69,23 @@ def planned_launches(arch: str) -> Iterator[list[PlannedLaunch]]:
     """CUDA tensors count as on an ``arch`` GPU and kernel launches are recorded, not made (module
     docstring); yields the list of records, one per launch, in order."""
     plan = Plan(check_arch(arch))
-    token = _PLAN.set(plan)
+    _PLANS.append(plan)
     try:
         with ExitStack() as stack:
-            if not torch.cuda._is_compiled():
+            if not _has_cuda_guard():
                 stack.enter_context(_CudaFakesGuardedAsCpu())
             yield plan.launches
     finally:
-        _PLAN.reset(token)
+        _PLANS.remove(plan)
+
+
+def _has_cuda_guard() -> bool:
+    """Whether this process has a CUDA device guard: a build with CUDA, or one whose accelerator a
+    shim made CUDA (an accelerator without a device guard does not exist)."""
+    if torch.cuda._is_compiled():
+        return True
+    accelerator = torch.accelerator.current_accelerator()
+    return accelerator is not None and accelerator.type == "cuda"
 
 
 class _CudaFakesGuardedAsCpu(TorchFunctionMode):
@@ -107,5 +121,5 @@ class _CudaFakesGuardedAsCpu(TorchFunctionMode):
 
 
 def current() -> Plan | None:
-    """The plan of the innermost ``planned_launches`` context, or None outside one."""
-    return _PLAN.get()
+    """The plan of the innermost ``planned_launches`` context (on any thread), or None outside one."""
+    return _PLANS[-1] if _PLANS else None

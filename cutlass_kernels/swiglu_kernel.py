@@ -45,6 +45,7 @@ import torch
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
+from cutlass_kernels import planning
 from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
 from cutlass_kernels.vocabulary import ARCHES
 
@@ -314,9 +315,23 @@ def output_reason(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.
 def swiglu_backward(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(dH [rows, 2F], A [rows, F]) from dA [rows, F] and H [rows, 2F], CUDA BF16 contiguous, F a
     multiple of 8; ValueError naming what the kernel cannot take. Under fake tensors only :func:`plan`
-    runs (their device is the planner's: the outputs, no device check, compile or launch)."""
+    runs (their device is the planner's: the outputs, no device check, compile or launch), and inside
+    ``planned_launches`` its one launch is recorded (none for zero rows, as :func:`launch`)."""
     if is_fake(da) or is_fake(h):
-        return plan(da, h)
+        outs = plan(da, h)
+        if (planned := planning.current()) is not None and da.shape[0]:
+            dh, a = outs
+            planned.launches.append(
+                planning.PlannedLaunch(
+                    kernel_name(planned.arch),
+                    "swiglu-backward",
+                    "default",
+                    planned.arch,
+                    tuple(dh.shape),
+                    "bfloat16",
+                )
+            )
+        return outs
     reason = unsupported_reason(da, h)
     if reason:
         raise ValueError(f"the SwiGLU backward kernel cannot take these tensors: {reason}")

@@ -51,8 +51,9 @@ PIPELINES: dict[tuple[str, str], tuple[str, ...]] = {
 # Activation / weight dtypes a scale may run in (torch names), and their bytes per element.
 DTYPES = ("bfloat16", "float32")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
-# The forms of Dist-MoE's fused SwiGLU backward (pipeline/moe/swiglu.py): a CPU's, a GPU's.
-SWIGLU_FORMS = ("blocked", "whole-tensor")
+# The forms of Dist-MoE's fused SwiGLU backward (pipeline/moe/swiglu.py): a CPU's, a GPU's in torch
+# ops, the CuTe DSL kernel's.
+SWIGLU_FORMS = ("blocked", "whole-tensor", "cute-kernel")
 
 
 def timed_phases(backward: bool) -> tuple[str, ...]:

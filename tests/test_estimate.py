@@ -1,7 +1,9 @@
 """The full-scale estimate (pipeline.estimate): its fake device counts what a GPU would do, its host
 planning is what a real group exchanges, a planted host synchronization or full-weights draw shows,
-a packing execution's weights are exactly its local experts', and the whole matrix on each preset
-synchronizes nowhere in a timed iteration and fits."""
+a packing execution's weights are exactly its local experts', and what makes the command fail. The
+whole matrix on each preset (no host sync in a timed iteration, every execution fits) is CI's own
+step, ``python -m pipeline.estimate cluster=gb300,h200`` in ``.ci/run``, before the tests, whose kept
+table these tests then read."""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from pipeline.estimate import table
 from pipeline.estimate.jobs import Job
 from pipeline.estimate.pool import run_jobs
 from pipeline.estimate.presets import Preset
-from pipeline.matrix import EXECUTIONS
 from tests.distributed import run_ranks
 
 GIB = 2**30
@@ -86,13 +87,6 @@ def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
         assert torch.equal(getattr(exchanged, name), getattr(host, name)), name
 
 
-def _estimate(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.estimate", *arguments],
-        capture_output=True, text=True, timeout=1200, cwd=REPO_ROOT, env=env,
-    )  # fmt: skip
-
-
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -105,28 +99,53 @@ def _estimate(*arguments: str, env: dict | None = None) -> subprocess.CompletedP
                                                   "sm_100a"),
         (["cluster=h200", "cluster.gpu_memory_gb=-1"], "error: cluster=h200: gpu_memory_gb=-1; allowed: a "
                                                        "positive number of GB"),
-        (["--swiglu-form", "loop"], "error: --swiglu-form 'loop'; allowed: blocked, whole-tensor"),
+        (["--swiglu-form", "loop"], "error: --swiglu-form 'loop'; allowed: blocked, whole-tensor, "
+                                    "cute-kernel"),
         (["--workers", "0"], "error: --workers '0': allowed: a positive integer"),
         (["--fast"], "error: unknown option '--fast'; allowed: --json, --swiglu-form, --workers, --help"),
     ],
 )  # fmt: skip
-def test_bad_input_is_one_line_and_exit_2(arguments: list[str], message: str) -> None:
-    done = _estimate(*arguments)
-    assert (done.returncode, done.stderr.strip(), done.stdout) == (2, message, "")
+def test_bad_input_is_one_line_and_exit_2(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.estimate.__main__ import main
+
+    code = main(arguments)  # refused before any worker starts
+    out, err = capsys.readouterr()
+    assert (code, err.strip(), out) == (2, message, "")
+
+
+def test_problems_name_each_failure_sync_and_overflow() -> None:
+    """What makes the command (and CI's run of the whole matrix) exit 1, one line each."""
+    from pipeline.estimate.report import problems
+
+    ok = {"execution_id": "a", "cluster": "h200", "host_syncs": 0, "host_sync_sites": [], "fits": True}
+    synced = ok | {"execution_id": "b", "host_syncs": 2, "host_sync_sites": ["aten.nonzero at moe/x.py:3"]}
+    big = ok | {"execution_id": "c", "fits": False, "peak_gib": 150.0, "peak_phase": "build",
+                "gpu_memory_gb": 141.0, "held_bytes": {"weights": 150 * GIB, "scratch": 0}}  # fmt: skip
+    failed = {"execution_id": "d", "error": "RuntimeError: x"}
+    assert problems([ok]) == []
+    assert problems([ok, synced, big, failed]) == [
+        "b (h200): 2 host synchronization(s) per timed iteration: aten.nonzero at moe/x.py:3",
+        "c (h200): does not fit: peak 150.0 GiB in build > 141 GB (at the timed peak: weights 150.0, "
+        "scratch 0.0 GiB)",
+        "d (?): failed: RuntimeError: x",
+    ]
 
 
 PLANTS = textwrap.dedent(
     """
-    # Plants in the estimate's workers, picked by MOE_BENCH_PLANT: "sync" reads a device value in the
-    # combine of every forward; "weights" draws a layer's full weights where it needs its own.
+    # Plants in the estimate's workers, picked by MOE_BENCH_PLANT (comma-separated): "sync" reads a
+    # device value in the combine of every forward; "weights" draws a layer's full weights where it
+    # needs its own.
     import importlib.abc, importlib.util, os, sys
 
-    PLANT = os.environ.get("MOE_BENCH_PLANT", "")
-    TARGET = {"sync": "pipeline.moe.dispatch", "weights": "pipeline.moe.weights"}.get(PLANT)
+    PLANTS = os.environ.get("MOE_BENCH_PLANT", "").split(",")
+    TARGETS = {"pipeline.moe.dispatch": "sync", "pipeline.moe.weights": "weights"}
 
 
-    def plant(module):
-        if PLANT == "sync":
+    def plant(module, what):
+        if what == "sync":
             combine = module.combine
 
             def combine_and_read(y, *args, **kwargs):
@@ -148,43 +167,45 @@ PLANTS = textwrap.dedent(
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):
-            if name != TARGET:
+            if TARGETS.get(name) not in PLANTS:
                 return None
-            sys.meta_path.remove(self)
+            what = TARGETS.pop(name)
             spec = importlib.util.find_spec(name)
             run = spec.loader.exec_module
 
             def exec_module(module):
                 run(module)
-                plant(module)
+                plant(module, what)
 
             spec.loader.exec_module = exec_module
             return spec
 
 
-    if TARGET:
+    if set(TARGETS.values()) & set(PLANTS):
         sys.meta_path.insert(0, Finder())
     """
 )
 
 
+PLANTED = "inference-ep16-f1536-bf16-mok-native"
+
+
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """One inference execution estimated plain, with a host sync planted, with a full draw planted."""
+    """One inference execution estimated plain (the kept table's: CI's run of the matrix made it) and
+    with both plants (one worker: a host sync in every combine, a full-weights draw in the build)."""
     folder = tmp_path_factory.mktemp("plants")
     (folder / "sitecustomize.py").write_text(PLANTS)
-    job = Job("inference-ep16-f1536-bf16-mok-native", Preset.named("h200"))
-    results = {}
+    (plain,) = table.estimates([(PLANTED, "h200")]).values()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
-        for plant in ("", "sync", "weights"):
-            patch.setenv("MOE_BENCH_PLANT", plant)
-            (results[plant],) = run_jobs([job], workers=1)
-    return results
+        patch.setenv("MOE_BENCH_PLANT", "sync,weights")
+        (both,) = run_jobs([Job(PLANTED, Preset.named("h200"))], workers=1)
+    return {"plain": plain, "planted": both}
 
 
 def test_a_planted_host_sync_in_the_timed_step_is_counted(planted: dict[str, dict]) -> None:
-    plain, sync = planted[""], planted["sync"]
+    plain, sync = planted["plain"], planted["planted"]
     assert plain["host_syncs"] == 0 and plain["host_sync_sites"] == []
     assert sync["host_syncs"] == 1  # one forward per inference iteration, one combine in it
     (site,) = sync["host_sync_sites"]
@@ -193,21 +214,21 @@ def test_a_planted_host_sync_in_the_timed_step_is_counted(planted: dict[str, dic
 
 
 def test_a_planted_full_weights_draw_shows_in_the_peak(planted: dict[str, dict]) -> None:
-    plain, weights = planted[""], planted["weights"]
+    plain, weights = planted["plain"], planted["planted"]
     d, f, e = 7168, 1536, 384
     full = e * 3 * d * f * 2  # every routed expert's w1 and w2 in BF16
     assert weights["phase_peak_gib"]["build"] * GIB >= plain["phase_peak_gib"]["build"] * GIB + 0.9 * full
     assert weights["peak_phase"] == "build" and plain["peak_phase"] != "build"
-    assert weights["timed_peak_gib"] == plain["timed_peak_gib"]  # the draw is gone before timing
+    # the draw is gone before timing (the planted sum's scalar aside)
+    assert weights["timed_peak_gib"] == pytest.approx(plain["timed_peak_gib"], abs=MIB / GIB)
 
 
 @pytest.mark.slow
 def test_packing_weights_are_the_local_experts_exactly() -> None:
     """The hot rank of EP64 MXFP8 packing holds 6 local experts + the shared one in each of 10 layers,
-    and MXFP8's prepared forms of the routed ones: E4M3 values, E8M0 scales, BF16 values."""
-    (got,) = run_jobs(
-        [Job("packing-ep64-f3072-profile-a-mxfp8-mok-native", Preset.named("gb300"))], workers=1
-    )
+    and MXFP8's prepared forms of the routed ones: E4M3 values, E8M0 scales, BF16 values (the kept
+    table's estimate: CI's run of the matrix made it; else one run, about a minute)."""
+    (got,) = table.estimates([("packing-ep64-f3072-profile-a-mxfp8-mok-native", "gb300")]).values()
     d, f, local, shared, layers = 7168, 3072, 384 // 64, 1, 10
     per_expert = 3 * d * f  # w1 [2F, D] and w2 [D, F]
     assert got["weights_bytes"] == layers * (local + shared) * per_expert * 2
@@ -215,17 +236,3 @@ def test_packing_weights_are_the_local_experts_exactly() -> None:
     assert got["held_bytes"]["quantized weights"] == layers * local * (
         per_expert * (1 + 2) + per_expert // 32
     )
-
-
-@pytest.mark.slow
-def test_the_whole_matrix_on_each_preset_syncs_nowhere_and_fits() -> None:
-    """Every execution on both GPU presets, through the kept table the published columns come from
-    (computed afresh when the code changed)."""
-    keys = [(e.execution_id, p) for p in table.GPU_PRESETS for e in EXECUTIONS]
-    found = table.estimates(keys)
-    assert len(found) == 220
-    failed = {k: r["error"] for k, r in found.items() if "error" in r}
-    assert not failed
-    assert {k: r["host_sync_sites"] for k, r in found.items() if r["host_syncs"]} == {}
-    assert [k for k, r in found.items() if not r["fits"]] == []
-    assert all(r["device_ops"] > 0 and r["timed_peak_gib"] > 0 for r in found.values())

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from pipeline.moe.swiglu import (
     BLOCK_ELEMENTS,
     FUSED_FORMS,
+    backward_form,
     forced_form,
     fused_form,
+    kernel_reason,
     swiglu_backward,
     swiglu_backward_blocked,
     swiglu_backward_fused,
@@ -94,17 +99,81 @@ def test_the_two_fused_forms_agree_bit_for_bit(dtype: torch.dtype) -> None:
 
 
 def test_each_device_has_its_form_and_a_form_can_be_forced() -> None:
-    assert fused_form(torch.device("cpu")) == "blocked"
-    assert fused_form(torch.device("cuda", 0)) == "whole-tensor"  # a GPU's: one call, no Python loop
+    assert fused_form(torch.device("cpu"), torch.bfloat16, 3072) == "blocked"
     with forced_form("whole-tensor"):
-        assert fused_form(torch.device("cpu")) == "whole-tensor"
+        assert fused_form(torch.device("cpu"), torch.bfloat16, 3072) == "whole-tensor"
         gen = torch.Generator().manual_seed(2)
         h, da = torch.randn(30, 64, generator=gen), torch.randn(30, 32, generator=gen)
         assert all(
             torch.equal(a, b)
             for a, b in zip(swiglu_backward_fused(da, h), swiglu_backward_whole(da, h), strict=True)
         )
-    assert fused_form(torch.device("cpu")) == "blocked"
+    assert fused_form(torch.device("cpu"), torch.bfloat16, 3072) == "blocked"
     with pytest.raises(ValueError, match=f"form 'loop'; allowed: {', '.join(FUSED_FORMS)}"):
         with forced_form("loop"):
             pass
+
+
+needs_dsl = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
+)
+
+
+@needs_dsl
+@pytest.mark.parametrize(
+    ("dtype", "f", "form", "reason"),
+    [
+        (torch.bfloat16, 3072, "cute-kernel", ""),
+        (torch.float32, 3072, "whole-tensor", "the kernel takes bfloat16"),
+        (torch.bfloat16, 12, "whole-tensor", "F=12 is not a positive multiple of 8"),
+    ],
+)
+def test_a_gpu_runs_the_kernel_where_it_can_take_the_operands(
+    dtype: torch.dtype, f: int, form: str, reason: str
+) -> None:
+    """On (fake) CUDA operands, as a Hopper GPU would: the kernel where its layout takes them, else the
+    whole-tensor form, and why; the form the shard records is the one that runs."""
+    from cutlass_kernels.planning import planned_launches
+
+    with FakeTensorMode(), planned_launches("sm_90a") as launches:
+        h = torch.empty(40, 2 * f, dtype=dtype, device="cuda")
+        da = torch.empty(40, f, dtype=dtype, device="cuda")
+        assert reason in kernel_reason(da, h) and bool(kernel_reason(da, h)) == bool(reason)
+        assert fused_form(torch.device("cuda", 0), dtype, f) == form
+        if form == "cute-kernel":  # the torch form's out= ops need a CUDA build (or the estimate's shim)
+            dh, a = swiglu_backward_fused(da, h)
+            assert (dh.shape, a.shape, dh.dtype, dh.device.type) == (h.shape, da.shape, dtype, "cuda")
+        # a strided dA (a view) is no layout the kernel takes: the torch form runs
+        assert kernel_reason(torch.empty(40, 2 * f, dtype=dtype, device="cuda")[:, :f], h)
+    kernel = [(x.kernel, x.op, x.out_shape) for x in launches]
+    assert kernel == (
+        [("swiglu_backward_bfloat16_sm_90a", "swiglu-backward", (40, 2 * f))] if form == "cute-kernel" else []
+    )
+    assert backward_form(True, torch.device("cuda", 0), dtype, f) == f"fused, {form}"  # outside a plan
+    assert backward_form(False, torch.device("cuda", 0), dtype, f) == "unfused"
+
+
+@needs_dsl
+def test_the_kernel_launches_nothing_for_zero_rows_and_cpu_operands_stay_blocked() -> None:
+    from cutlass_kernels.planning import planned_launches
+
+    with FakeTensorMode(), planned_launches("sm_100a") as launches:
+        h = torch.empty(0, 256, dtype=torch.bfloat16, device="cuda")
+        dh, a = swiglu_backward_fused(torch.empty(0, 128, dtype=torch.bfloat16, device="cuda"), h)
+        assert dh.shape == (0, 256) and a.shape == (0, 128)
+    assert launches == []
+    cpu = torch.zeros(4, 16, dtype=torch.bfloat16)
+    assert kernel_reason(cpu[:, :8], cpu) == "h is on cpu; the kernel runs on CUDA"
+
+
+@needs_dsl
+def test_pinning_the_torch_kernels_turns_the_swiglu_kernel_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device run's fallback (``CUTLASS_KERNELS_BACKEND=torch``) takes the SwiGLU kernel off too."""
+    monkeypatch.setenv("CUTLASS_KERNELS_BACKEND", "torch")
+    with FakeTensorMode():
+        h = torch.empty(4, 256, dtype=torch.bfloat16, device="cuda")
+        assert (
+            kernel_reason(torch.empty(4, 128, dtype=torch.bfloat16, device="cuda"), h)
+            == "CUTLASS_KERNELS_BACKEND=torch: no CuTe kernels in this process"
+        )
+    assert fused_form(torch.device("cuda", 0), torch.bfloat16, 128) == "whole-tensor"

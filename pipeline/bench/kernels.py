@@ -20,8 +20,9 @@ MX_METHODS = {
 
 def kernels(cfg: MoEConfig, device: torch.device, backward: bool) -> Kernels:
     gemm = resolve_backend(cfg.backend, device)
+    swiglu = backward_form(cfg.fused_swiglu_backward, device, cfg.dtype, cfg.d_ff)
     return Kernels(
         gemm=gemm,
         mxfp8=MX_METHODS[gemm] if cfg.precision == "mxfp8" else None,
-        swiglu_backward=backward_form(cfg.fused_swiglu_backward, device) if backward else None,
+        swiglu_backward=swiglu if backward else None,
     )

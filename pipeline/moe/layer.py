@@ -46,7 +46,8 @@ class MoELayer(torch.nn.Module):
     def swiglu_backward_form(self) -> str:
         """The SwiGLU backward this layer runs: ``unfused`` (MoK), else the fused form of its device
         (:func:`pipeline.moe.swiglu.fused_form`)."""
-        return fused_form(self.w1.device) if self.cfg.fused_swiglu_backward else "unfused"
+        cfg = self.cfg
+        return fused_form(self.w1.device, cfg.dtype, cfg.d_ff) if cfg.fused_swiglu_backward else "unfused"
 
     def prepare(self) -> None:
         """Quantize the expert weights once (MXFP8); call again after changing the weights."""
