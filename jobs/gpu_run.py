@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cutlass_kernels import gating  # noqa: E402  (torch-free, like everything imported here)
-from cutlass_kernels.gating import KERNEL_STAGES, key  # noqa: E402
+from cutlass_kernels.gating import KERNEL_STAGES, SWIGLU, SWIGLU_KEY, key  # noqa: E402
 from cutlass_kernels.isolation import Isolated, run_isolated  # noqa: E402
 from cutlass_kernels.plants import PLANT_ENV, Plant  # noqa: E402
 from cutlass_kernels.results import append, read  # noqa: E402
@@ -59,6 +59,7 @@ LIMITS_S = {
     "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
     "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
     "timing-kernel": 40,  # every shape of an op x variant that fits, see TIMING_MARGIN_S
+    "swiglu-kernel": 30,  # the SwiGLU backward's correctness (8 cases) or timing (2 shapes) child
     "sass": 30,
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
@@ -254,11 +255,11 @@ def steps(
     stages: Sequence[str], variants: Sequence[str], planted: dict[str, list[str]] | None = None
 ) -> list[Step]:
     """The run's steps in order: env, then every variant's kernel stages in turn (``variants`` as
-    given, the default first), then tests and pipeline; a planted stage right after the first step
-    of the stage it follows."""
+    given, the default first, then ``swiglu``: the SwiGLU backward kernel's correctness and timing),
+    then tests and pipeline; a planted stage right after the first step of the stage it follows."""
     order = [Step("env")] if "env" in stages else []
-    names = sorted(variants, key=lambda v: v != "default")
-    order += [Step(s, v) for v in names for s in KERNEL_STAGES if s in stages]
+    names = sorted(variants, key=lambda v: (v != "default", v != SWIGLU))
+    order += [Step(s, v) for v in names for s in _kernel_stages(v) if s in stages]
     order += [Step(s) for s in ("tests", "pipeline") if s in stages]
     out: list[Step] = []
     pending = dict(planted or {})
@@ -266,6 +267,10 @@ def steps(
         out.append(step)
         out += [Step(p) for p in pending.pop(step.stage, [])]
     return out
+
+
+def _kernel_stages(variant: str) -> tuple[str, ...]:
+    return gating.stages_of(SWIGLU_KEY) if variant == SWIGLU else KERNEL_STAGES
 
 
 def _no_gpu() -> str | None:
@@ -324,7 +329,8 @@ def _run_all(
     # what tests and pipeline need stays theirs, whatever the kernel stages take
     kernel_deadline = run.deadline - sum(run.limits[s] for s in ("tests", "pipeline") if s in stages)
     kernels_done = not kernel_stages
-    for step in steps(stages, names, {k: v for k, v in planted.items() if k != "env"}):
+    order = steps(stages, names, {k: v for k, v in planted.items() if k != "env"})
+    for i, step in enumerate(order):
         if step.stage == "env":
             continue
         if step.variant is not None:
@@ -334,7 +340,7 @@ def _run_all(
             _sass(run, kernel_deadline)
             kernels_done = True
         body = _planted(run, step.stage) if step.stage.startswith("planted-") else _gated(run, step.stage)
-        ok &= _stage(run, step, body)
+        ok &= _stage(run, step, body, limit=_dry_limit(run, step, order[i + 1 :]))
     if not kernels_done:
         _sass(run, kernel_deadline)
         _gate(run)  # recorded: what tests and pipeline would run on
@@ -343,6 +349,19 @@ def _run_all(
     run.record("run", status="pass" if ok else "fail", ended=_now())
     _summarize(run, force=True)
     return 0 if ok else 1
+
+
+def _dry_limit(run: Run, step: Step, later: Sequence[Step]) -> float | None:
+    """The dry run's limit of its tests or pipeline stage: its own, or what the run has left but the
+    later steps' limits, whichever is more (None: the step's own). On the CPU these stages' time is
+    mostly the start-up of a dozen processes (torch, Hydra, pyarrow imports), which grows with the
+    host's load, and the time the kernel stages did not use would otherwise go unused; the run still
+    ends within its total, and a hang still ends there. The device run keeps its own limits, where
+    the time left is the window's, for the rerun."""
+    if not run.dry_run or step.stage not in ("tests", "pipeline"):
+        return None
+    reserved = sum(run.limits.get(s.stage, LIMITS_S["env"]) for s in later)
+    return max(run.limits[step.stage], run.left() - reserved)
 
 
 def _rerun_args(run: Run) -> list[str]:
@@ -361,8 +380,10 @@ def _rerun_args(run: Run) -> list[str]:
 
 
 def _variants_of(run: Run, plan: list[dict[str, Any]], wanted: tuple[str, ...] | None) -> list[str]:
-    """The plan's variants, those ``wanted`` only; a wanted name the arch lacks is recorded."""
+    """The plan's variants with ``swiglu`` (the SwiGLU backward kernel's steps) after the default, those
+    ``wanted`` only; a wanted name the arch lacks is recorded."""
     known = list(dict.fromkeys(r["variant"] for r in plan if r.get("name") == "op variant"))
+    known = [*known[:1], SWIGLU, *known[1:]] if known else []
     if wanted is None:
         return known
     for name in wanted:
@@ -374,11 +395,16 @@ def _variants_of(run: Run, plan: list[dict[str, Any]], wanted: tuple[str, ...] |
 
 
 def _stage(
-    run: Run, step: Step, body: Callable[[float], tuple[int | None, str]], deadline: float | None = None
+    run: Run,
+    step: Step,
+    body: Callable[[float], tuple[int | None, str]],
+    deadline: float | None = None,
+    limit: float | None = None,
 ) -> bool:
-    """Run ``body`` under the step's limit (never past ``deadline``, by default the run's), then its
-    stage record."""
-    limit = min(run.limits.get(step.stage, LIMITS_S["env"]), run.left(deadline))
+    """Run ``body`` under ``limit`` (by default the step's own; never past ``deadline``, by default the
+    run's), then its stage record."""
+    own = run.limits.get(step.stage, LIMITS_S["env"]) if limit is None else limit
+    limit = min(own, run.left(deadline))
     if limit <= 1:
         run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         return False
@@ -427,6 +453,8 @@ def _plan_child(
 def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: float) -> bool:
     """One kernel stage for one variant; its verdicts are in results.jsonl when it returns."""
     bodies = {"smoke": _smoke, "correctness": _correctness, "timing": _timing}
+    if step.variant == SWIGLU:
+        bodies = {s: functools.partial(_swiglu, stage=s) for s in ("correctness", "timing")}
     start = time.monotonic()
     if run.left(deadline) <= 1:
         run.record(
@@ -542,9 +570,36 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
         _parallel(run, [job])
 
 
-def _verdict(run: Run, stage: str, k: str, status: str, **why: str) -> None:
-    op, out_dtype, variant = gating.split(k)
-    fields = {"op": op, "out_dtype": out_dtype, "variant": variant, "status": status}
+def _swiglu(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float, stage: str) -> None:
+    """The SwiGLU backward kernel's ``stage``: one child, gated like the GEMMs (timing only after a
+    passed correctness). Its verdict: correctness passes where every case did; timing where every
+    shape was timed (a shape short of the bandwidth goal is a failed record of its own, not a hang)."""
+    if refused := gating.refusal(run.arch, gating.verdicts(read(run.results)), stage, SWIGLU_KEY):
+        _verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=refused)
+        return
+    limit = min(run.limits["swiglu-kernel"], run.left(deadline))
+    if limit <= 1:
+        _verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=SPENT)
+        return
+    mark = len(read(run.results))
+    done = run.child(run.kernels_cli(f"swiglu-{stage}"), limit)
+    found = [r for r in read(run.results)[mark:] if r.get("name") == "swiglu_backward"]
+    failed = [r for r in found if r.get("status") != "pass"]
+    timed = stage == "timing" and done.rc == 1 and bool(found) and not any(r.get("error") for r in found)
+    if done.rc == 0 or timed:
+        short = f"{len(failed)} of {len(found)} shape(s) short of the bandwidth goal"
+        _verdict(run, stage, SWIGLU_KEY, "pass", variant=SWIGLU, **({"note": short} if timed else {}))
+    elif done.rc == 1 and found:
+        why = f"{len(failed)} of {len(found)} case(s) failed"
+        _verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=why)
+    else:
+        _verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=done.why(limit))
+
+
+def _verdict(run: Run, stage: str, k: str, status: str, variant: str | None = None, **why: str) -> None:
+    """``k``'s verdict in ``stage``, recorded under the step's ``variant`` (by default the key's)."""
+    op, out_dtype, own = gating.split(k)
+    fields = {"op": op, "out_dtype": out_dtype, "variant": variant or own, "status": status}
     run.record(stage, name="verdict", verdict=True, key=k, **fields, **why)
 
 
@@ -690,6 +745,8 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
                 run.record(
                     "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED}
                 )
+    if rc == 0:  # pipeline.run exits 0 only when every execution is done: nothing to tell apart
+        return agg, ""
     status = run_isolated(
         run.python("-m", "pipeline.status", str(dataset), "--json"), max(left - 5, 5), env=env, cwd=ROOT
     )
@@ -702,7 +759,7 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
         if e["state"] != "done":
             detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
             run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
-    return (rc if rc != 0 else agg), ""
+    return rc, ""
 
 
 def _planted(run: Run, name: str) -> Callable[[float], tuple[int | None, str]]:
