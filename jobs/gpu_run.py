@@ -64,6 +64,7 @@ LIMITS_S = {
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
 PARALLEL = 8  # smoke and correctness children at once (each one GPU context of ~0.5-5 GB)
+MAX_SCALE = 4.0  # the most the dry run stretches its times on a loaded host (see contention())
 PLANTED_LIMIT_S = 5
 UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
 AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
@@ -113,6 +114,7 @@ class Run:
     run_id: str
     limits: dict[str, float]
     plants: tuple[str, ...] = ()  # kernel faults for the dry run's children
+    scale: float = 1.0  # the dry run's factor on every time (contention()); 1 on the GPU
     env: dict[str, str] = field(default_factory=dict)
     arch: str = "sm_90a"
     log_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -136,6 +138,11 @@ class Run:
 
     def left(self, deadline: float | None = None) -> float:
         return (self.deadline if deadline is None else deadline) - time.monotonic()
+
+    def cut(self, done: Isolated, limit: float, name: str) -> bool:
+        """Whether ``done`` was killed at a limit the stage's deadline cut below ``name``'s own: cut
+        for time (rerun it), not a hang."""
+        return done.rc is None and limit < self.limits[name] - 0.5
 
     def child(self, argv: list[str], limit: float, env: dict[str, str] | None = None) -> Isolated:
         """``argv`` isolated under ``limit``, its output captured and then written to the log."""
@@ -185,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and (problem := _no_gpu()):
         print(f"gpu-run: no GPU here ({problem}); on a CPU machine use --dry-run", file=sys.stderr)
         return 2
+    scale = contention() if args.dry_run else 1.0
     args.out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-run-"))
     try:
@@ -193,15 +201,25 @@ def main(argv: list[str] | None = None) -> int:
                 args.out_dir,
                 work,
                 args.dry_run,
-                time.monotonic() + args.total,
+                time.monotonic() + args.total * scale,
                 log,
                 f"{time.time_ns() // 10**6}",
-                limits,
+                {name: seconds * scale for name, seconds in limits.items()},
                 plants,
+                scale=scale,
             )
             return _run_all(run, args, stages, variants, planted)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # unpacked wheels, compile cache, cubins, dataset
+
+
+def contention() -> float:
+    """The dry run's factor on every limit and on its total: the load average of the last minute
+    per CPU, at least 1 (an idle host: the device run's times), at most MAX_SCALE. On a CPU host
+    shared with other work the children's time is mostly start-up (imports of torch, the DSL,
+    Hydra, pyarrow) that stretches with the load, while a planted hang ends only at its limit: so
+    every time stretches alike, and the run keeps its proportions and every result."""
+    return min(MAX_SCALE, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
 
 
 def _plan(
@@ -313,7 +331,14 @@ def _run_all(
 ) -> int:
     run.env = _environment(run)
     run.record(
-        "run", status="info", argv=sys.argv[1:], started=_now(), dry_run=run.dry_run, work=str(run.work)
+        "run",
+        status="info",
+        argv=sys.argv[1:],
+        started=_now(),
+        dry_run=run.dry_run,
+        work=str(run.work),
+        scale=round(run.scale, 2),
+        total_s=round(run.left()),
     )
     _unpack(run, args.whl)
     ok = True
@@ -360,7 +385,7 @@ def _dry_limit(run: Run, step: Step, later: Sequence[Step]) -> float | None:
     the time left is the window's, for the rerun."""
     if not run.dry_run or step.stage not in ("tests", "pipeline"):
         return None
-    reserved = sum(run.limits.get(s.stage, LIMITS_S["env"]) for s in later)
+    reserved = sum(run.limits.get(s.stage, run.limits["env"]) for s in later)
     return max(run.limits[step.stage], run.left() - reserved)
 
 
@@ -403,7 +428,7 @@ def _stage(
 ) -> bool:
     """Run ``body`` under ``limit`` (by default the step's own; never past ``deadline``, by default the
     run's), then its stage record."""
-    own = run.limits.get(step.stage, LIMITS_S["env"]) if limit is None else limit
+    own = run.limits.get(step.stage, run.limits["env"]) if limit is None else limit
     limit = min(own, run.left(deadline))
     if limit <= 1:
         run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
@@ -477,9 +502,10 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
 
 
 def _parallel(run: Run, jobs: Sequence[Callable[[], None]]) -> None:
-    """Run ``jobs`` on PARALLEL threads, or as many as the CPUs where fewer (but 4: a hung child holds
-    its thread without using its CPU), refreshing the summary while they run."""
-    workers = max(1, min(len(jobs), PARALLEL, max(4, os.cpu_count() or 1)))
+    """Run ``jobs`` on up to PARALLEL threads, whatever the CPUs (a hung child holds its thread
+    without using a CPU, and the dry run's hangs must start together, as a GPU's would), refreshing
+    the summary while they run."""
+    workers = max(1, min(len(jobs), PARALLEL))
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         pending = {pool.submit(job) for job in jobs}
         while pending:
@@ -502,6 +528,8 @@ def _smoke(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float) 
         found = [line for line in done.output.splitlines() if line.startswith("{")]
         if done.rc == 0 and found:
             rec |= json.loads(found[-1])
+        elif run.cut(done, limit, "smoke-kernel"):
+            rec |= {"status": "skip", "reason": SPENT}
         else:
             rec |= {"status": "fail", "error": done.why(limit)}
         run.record("smoke", **rec, seconds=round(done.seconds, 2))
@@ -531,7 +559,11 @@ def _correctness(run: Run, variant: str, plan: list[dict[str, Any]], deadline: f
         done = run.child(run.kernels_cli("correctness-op", "--op", op, "--variant", variant), limit)
         judged = {r["key"] for r in read(run.results)[mark:] if r.get("verdict") is True}
         for k in keys:
-            if k not in judged:
+            if k in judged:
+                continue
+            if run.cut(done, limit, "correctness-kernel"):
+                _verdict(run, "correctness", k, "skip", reason=SPENT)
+            else:
                 _verdict(run, "correctness", k, "fail", error=done.why(limit))
 
     ops = [r["op"] for r in plan if r.get("name") == "op variant" and r["variant"] == variant]
@@ -551,11 +583,13 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
         if limit <= 1:
             _verdict(run, "timing", k, "skip", reason=SPENT)
             return
-        budget = max(limit - TIMING_MARGIN_S, limit / 2)
+        budget = max(limit - TIMING_MARGIN_S * run.scale, limit / 2)
         argv = run.kernels_cli("timing-op", "--op", op, "--variant", variant, "--budget", f"{budget:.0f}")
         done = run.child(argv, limit)
         if done.rc == 0:
             _verdict(run, "timing", k, "pass")
+        elif run.cut(done, limit, "timing-kernel"):
+            _verdict(run, "timing", k, "skip", reason=SPENT)
         else:
             _verdict(run, "timing", k, "fail", error=done.why(limit))
 
@@ -592,6 +626,8 @@ def _swiglu(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float,
     elif done.rc == 1 and found:
         why = f"{len(failed)} of {len(found)} case(s) failed"
         _verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=why)
+    elif run.cut(done, limit, "swiglu-kernel"):
+        _verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=SPENT)
     else:
         _verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=done.why(limit))
 
@@ -650,7 +686,7 @@ def _unpack(run: Run, whl: Path) -> None:
     paths = []
     if archive.exists():
         site.mkdir(parents=True, exist_ok=True)
-        done = run_isolated(["tar", "xJf", str(archive), "-C", str(site)], UNPACK_S)
+        done = run_isolated(["tar", "xJf", str(archive), "-C", str(site)], UNPACK_S * run.scale)
         needed = importlib.util.find_spec("cutlass") is None
         run.record(
             "env",
@@ -659,7 +695,7 @@ def _unpack(run: Run, whl: Path) -> None:
             seconds=round(done.seconds, 2),
             bytes=archive.stat().st_size,
             on_pythonpath=needed,
-            error=done.why(UNPACK_S) if done.rc else None,
+            error=done.why(UNPACK_S * run.scale) if done.rc else None,
         )
         if needed:
             paths += [str(site), str(site / "nvidia_cutlass_dsl" / "dsl_packages")]
@@ -668,7 +704,7 @@ def _unpack(run: Run, whl: Path) -> None:
     if wheels:
         target = run.work / "py"
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        done = run_isolated([*pip, "--target", str(target), *map(str, wheels)], UNPACK_S)
+        done = run_isolated([*pip, "--target", str(target), *map(str, wheels)], UNPACK_S * run.scale)
         missing = [p for p in PY_PACKAGES if importlib.util.find_spec(p) is None]
         run.record(
             "env",
@@ -678,7 +714,7 @@ def _unpack(run: Run, whl: Path) -> None:
             wheels=[w.name for w in wheels],
             on_pythonpath=bool(missing),
             missing_before=missing,
-            error=done.why(UNPACK_S) if done.rc else None,
+            error=done.why(UNPACK_S * run.scale) if done.rc else None,
         )
         if missing:
             paths.append(str(target))
@@ -721,7 +757,7 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
     scale = "ci" if run.dry_run else "full"
     workloads, variants = (DRY_WORKLOADS, DRY_VARIANTS) if run.dry_run else (WORKLOADS, VARIANTS)
     sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={variants}"]
-    sweep_limit = limit - AGGREGATE_S
+    sweep_limit = limit - AGGREGATE_S * run.scale
     multirun = run.session(
         run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), sweep_limit, env
     )
@@ -809,6 +845,8 @@ def write_summary(out: Path) -> None:
     if starts:
         last = starts[-1]
         lines += [f"Run {last['run']}: started {last['started']}, arguments `{' '.join(last['argv'])}`", ""]
+        if last.get("scale", 1) > 1:
+            lines += [f"Dry run on a loaded host: every limit and the total x{last['scale']}", ""]
     env = next(
         (r for r in reversed(records) if r.get("stage") == "env" and r.get("name") == "versions"), None
     )
