@@ -2,14 +2,16 @@
 check a lent GPU runs, so that no minute goes to a kernel already known to be bad.
 
 The order gives the most truth per minute: env (with the plan: the arch's kernels and op x variants),
-then the default kernels' smoke, correctness and timing, then each other variant's smoke, correctness
-and timing in turn (variant-major), the SASS check, then tests and pipeline, whose time is kept back
-from the start. Every check is a child process of its own, isolated (:mod:`cutlass_kernels.isolation`:
+then the default kernels' smoke, correctness and timing, then the SwiGLU backward kernel's correctness
+and timing (the steps named ``swiglu``), then each other variant's smoke, correctness and timing in
+turn (variant-major), the SASS check, then tests and pipeline, whose time is kept back from the
+start. Every check is a child process of its own, isolated (:mod:`cutlass_kernels.isolation`:
 its own session, a time limit, everything it started killed at it), and a kernel key runs in a stage
 only where every earlier stage passed it (:mod:`cutlass_kernels.gating`), so a kernel that hangs or is
 wrong costs its own limit once. Smoke runs up to 8 kernels at once, correctness up to 8 op x variants,
 timing one at a time (the GPU's time is what it measures). The tests and pipeline stages run on the
-CuTe kernels only where the three default BF16 kernels passed, else on the torch backend, and say so.
+CuTe kernels only where the three default BF16 kernels and the SwiGLU backward passed, else on the
+torch backend, and say so. The dry run stretches every time by the host's load (:func:`contention`).
 
 Every result is a JSON line appended to ``OUT_DIR/results.jsonl`` the moment it exists (flushed and
 fsynced), and ``OUT_DIR/summary.md`` is rewritten whenever results.jsonl has grown, every few seconds
@@ -649,7 +651,7 @@ def _sass(run: Run, deadline: float) -> None:
 
 def _gate(run: Run) -> dict[str, str]:
     """The environment of the tests and pipeline stages: the run's, with ``auto`` pinned to the torch
-    backend unless the default BF16 kernels passed (:func:`cutlass_kernels.gating.gate`)."""
+    backend unless the default kernels passed (:func:`cutlass_kernels.gating.gate`)."""
     shut = gating.gate(gating.verdicts(read(run.results)))
     backend = "torch" if shut else "cute kernels"
     run.record(
