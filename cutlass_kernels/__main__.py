@@ -1,9 +1,12 @@
 """``python -m cutlass_kernels compile --arch sm_90a|sm_100a --out DIR`` compiles every CuTe kernel of an
-arch without a GPU and writes its PTX and cubin. The other commands are the children that
-``jobs/gpu-run.sh`` runs, each isolated under its own time limit, appending its records to
-``--results FILE``: ``env`` (versions, and the plan: which kernels and op x variants to check),
-``plan`` (the plan alone), ``smoke-one`` (one kernel), ``correctness-op`` and ``timing-op`` (one op
-x variant) and ``sass``; ``--dry-run`` runs them on the CPU through the torch backend."""
+arch without a GPU (the grouped GEMMs and the fused SwiGLU backward) and writes its PTX and cubin.
+The other commands are the children that ``jobs/gpu-run.sh`` runs, each isolated under its own time
+limit, appending its records to ``--results FILE``: ``env`` (versions, and the plan: which kernels
+and op x variants to check), ``plan`` (the plan alone), ``smoke-one`` (one kernel),
+``correctness-op`` and ``timing-op`` (one op x variant), ``swiglu-correctness`` and ``swiglu-timing``
+(the SwiGLU backward kernel against the layers' unfused form) and ``sass``; ``--dry-run`` runs them
+on the CPU through the torch backend (the SwiGLU checks on the layers' fused CPU form, small shapes).
+As an entry point this module may import the layers (the SwiGLU checks' torch form)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
 
@@ -22,9 +26,10 @@ def _compile(arch: str, out: Path) -> int:
             f"the CUTLASS DSL was already imported for arch {current!r}; cannot compile {arch!r}"
         )
     os.environ["CUTE_DSL_ARCH"] = arch  # read by the DSL when it is first imported, just below
+    from cutlass_kernels import swiglu_kernel
     from cutlass_kernels.registry import compile_all
 
-    for path in compile_all(arch, out):
+    for path in [*compile_all(arch, out), *swiglu_kernel.compile_all(arch, out)]:
         print(path)
     return 0
 
@@ -55,7 +60,34 @@ def _child(args: argparse.Namespace) -> int:
         return check.correctness_op(t, args.op, args.variant, args.results)
     if args.command == "timing-op":
         return bench.timing_op(t, args.op, args.variant, args.results, args.budget)
+    if args.command.startswith("swiglu-"):
+        return _swiglu(t, args.command.removeprefix("swiglu-"), args.results)
     return 0 if check.sass(t, args.results, args.work) else 1
+
+
+def _swiglu(t: Any, stage: str, results: Path) -> int:
+    """The SwiGLU backward kernel's ``correctness`` or ``timing`` against the layers' unfused form; in
+    the dry run, the layers' fused CPU form in its place on small shapes, with no bandwidth goal (a
+    CPU form has none), and the planted faults of key ``swiglu/bfloat16/default``."""
+    import time
+
+    from cutlass_kernels import gating, swiglu_check, swiglu_kernel
+    from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+
+    planted = t.planted(stage, gating.SWIGLU_KEY)
+    if planted == "hang":
+        time.sleep(3600)  # until the runner kills the child at its limit
+    impl = swiglu_check.writer(swiglu_backward_fused) if t.dry_run else swiglu_kernel.launch
+    if planted == "wrong":
+        impl = swiglu_check.doubled(impl)
+    if stage == "correctness":
+        cases = swiglu_check.DRY_CASES if t.dry_run else swiglu_check.CASES
+        return swiglu_check.correctness(results, swiglu_backward, t.device, impl, cases)
+    if t.dry_run:
+        shapes, iters, goal = swiglu_check.DRY_TIMING_SHAPES, 2, 0.0
+    else:
+        shapes, iters, goal = swiglu_check.TIMING_SHAPES, swiglu_check.ITERS, swiglu_check.BANDWIDTH_GOAL
+    return swiglu_check.timing(results, swiglu_backward, t.device, impl, shapes, iters, goal)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         "smoke-one": "one kernel once on the smoke problem (two persistent walkers)",
         "correctness-op": "one op x variant, each output dtype, against an FP32 reference",
         "timing-op": "graph-replay and dispatch timings of one op x variant on every shape",
+        "swiglu-correctness": "the fused SwiGLU backward kernel against a float64 reference",
+        "swiglu-timing": "the fused SwiGLU backward kernel against the unfused form and the HBM bandwidth",
         "sass": "tensor-core MMAs and no spills in the MMA loop of each compiled cubin",
     }
     for name, text in helps.items():

@@ -54,6 +54,8 @@ SPILL_INSTRUCTION = re.compile(r"\b(LDL|STL)\b")  # local-memory loads / stores
 # the smoke problem: 20+ output tiles for 2 walkers, a 600-row group (10 wgrad chunks), K of 8 tiles
 SMOKE_SIZES, SMOKE_TAIL, SMOKE_WALKERS = [3, 0, 70, 600, 130, 1], 5, 2
 SMOKE_N, SMOKE_K, SMOKE_MX_K = 512, 512, 1024  # MX: K tiles of 128, multiples of 128 for sm100
+# correctness's CUDA-graph replay (every op, MX included): routings of 3000 rows over 16 groups
+GRAPH_GROUPS, GRAPH_ROWS, GRAPH_N, GRAPH_K = 16, 3000, 512, 256
 # rows past offs[-1] cycle through these: a kernel reading them into a product shows as NaN
 TAIL_VALUES = (float("nan"), float("inf"), float("-inf"))
 # NaN with a payload no arithmetic makes: an output element still holding it was never written
@@ -608,8 +610,8 @@ def _check_graph(t: Target, op: str, variant: str, gen: torch.Generator) -> dict
     was not captured, keeps the old routing and fails."""
     if t.device.type != "cuda":
         return {"status": "skip", "reason": "no CUDA graphs on cpu"}
-    groups, rows = 16, 3000
-    prob = make_case(op, random_sizes(groups, rows, gen, empty=2), 512, 256, 0, t.device)
+    groups, rows = GRAPH_GROUPS, GRAPH_ROWS
+    prob = make_case(op, random_sizes(groups, rows, gen, empty=2), GRAPH_N, GRAPH_K, 0, t.device)
     prob.call(t, "correctness", torch.bfloat16, variant)  # compile and load outside the capture
     torch.cuda.synchronize(t.device)
     graph = torch.cuda.CUDAGraph()

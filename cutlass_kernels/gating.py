@@ -5,12 +5,15 @@ kernel it ran, in a *verdict* record of the results file (``verdict: true``; its
 fail), keyed by ``op/out_dtype/variant``. A key may run in a stage only where every earlier stage
 passed it, and also passed the kernel that serves it: the MX op on an arch without block-scaled MMA
 runs the BF16 fprop kernel (``mx/bfloat16/v`` is served by ``fprop/bfloat16/v``), whose smoke test
-is the MX op's. A key with no verdict from an earlier stage (never run, cut by the time limit) has
-not passed it. The latest verdict counts, so a rerun into the same results file replaces one.
+is the MX op's. The fused SwiGLU backward kernel (key ``swiglu/bfloat16/default``) has correctness
+and timing only (:func:`stages_of`): its first correctness case is its canary. A key with no verdict
+from an earlier stage (never run, cut by the time limit) has not passed it. The latest verdict
+counts, so a rerun into the same results file replaces one.
 
-The tests and pipeline stages run on the CuTe kernels only where the three default BF16 kernels
-passed smoke and correctness and did not fail timing (:func:`gate`); elsewhere they run on the torch
-backend. Torch-free, for the runner as for the checks.
+The tests and pipeline stages run on the CuTe kernels only where the kernels the layers run by
+default (the three default BF16 GEMMs and the SwiGLU backward) passed every check stage of theirs
+before timing and did not fail timing (:func:`gate`); elsewhere they run on the torch backend.
+Torch-free, for the runner as for the checks.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any
 from cutlass_kernels.vocabulary import BF16_OPS, kernel_op
 
 KERNEL_STAGES = ("smoke", "correctness", "timing")
-GATE_KEYS = tuple(f"{op}/bfloat16/default" for op in BF16_OPS)
+SWIGLU = "swiglu"  # the fused SwiGLU backward kernel: the op of its key, the name of its steps
+SWIGLU_KEY = f"{SWIGLU}/bfloat16/default"
+GATE_KEYS = (*(f"{op}/bfloat16/default" for op in BF16_OPS), SWIGLU_KEY)
 # pins what backend="auto" resolves to (cutlass_kernels.api); the runner sets it when the gate is shut
 BACKEND_ENV = "CUTLASS_KERNELS_BACKEND"
 
@@ -39,7 +44,12 @@ def split(k: str) -> tuple[str, str, str]:
 def kernel_key(arch: str, k: str) -> str:
     """The key of the kernel that serves ``k`` on ``arch`` (itself but for MX without block scaling)."""
     op, out_dtype, variant = split(k)
-    return key(kernel_op(arch, op), out_dtype, variant)
+    return k if op == SWIGLU else key(kernel_op(arch, op), out_dtype, variant)
+
+
+def stages_of(k: str) -> tuple[str, ...]:
+    """The kernel stages key ``k`` goes through: all of them, but smoke for the SwiGLU kernel."""
+    return KERNEL_STAGES[1:] if split(k)[0] == SWIGLU else KERNEL_STAGES
 
 
 def verdicts(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -52,8 +62,10 @@ def refusal(arch: str, found: dict[tuple[str, str], dict[str, Any]], stage: str,
     it or its kernel."""
     if stage not in KERNEL_STAGES:
         raise ValueError(f"stage {stage!r} is not allowed; allowed: {', '.join(KERNEL_STAGES)}")
-    served_by = kernel_key(arch, k)
-    for earlier in KERNEL_STAGES[: KERNEL_STAGES.index(stage)]:
+    served_by, own = kernel_key(arch, k), stages_of(k)
+    if stage not in own:
+        return f"{k} has no {stage} stage"
+    for earlier in own[: own.index(stage)]:
         # the smoke test is the kernel's; the later checks are of the op, and of its kernel
         needed = [served_by] if earlier == "smoke" else list(dict.fromkeys([k, served_by]))
         for need in needed:
@@ -68,9 +80,9 @@ def refusal(arch: str, found: dict[tuple[str, str], dict[str, Any]], stage: str,
 
 def gate(found: dict[tuple[str, str], dict[str, Any]]) -> str:
     """Why the tests and pipeline stages must not run on the CuTe kernels (``""``: they may): one of
-    the default BF16 kernels did not pass smoke or correctness, or failed timing."""
+    the kernels of :data:`GATE_KEYS` did not pass a stage of its before timing, or failed timing."""
     for k in GATE_KEYS:
-        for stage in ("smoke", "correctness"):
+        for stage in stages_of(k)[:-1]:
             got = found.get((stage, k))
             if got is None or got.get("status") != "pass":
                 return f"{k} did not pass {stage}" + (

@@ -1,9 +1,10 @@
-"""``jobs/gpu-run.sh``: its answers to bad input and to a machine without a GPU, and its dry run end to
-end on this CPU with planted faults: a failing and a hanging stage (whose grandchild must die with it),
-a kernel that hangs in smoke, one that hangs only in correctness, one wrong only in the MX op, a 0 x Inf
-in wgrad and a hanging default kernel. No later stage runs a bad kernel, the tests and pipeline stages
-run on the torch backend where a default kernel failed, the run ends within its 360 s, and every other
-result lands in results.jsonl and summary.md."""
+"""``jobs/gpu-run.sh``: its answers to bad input and to a machine without a GPU, and two dry runs end to
+end on this CPU. The plain one (what CI runs) passes every step. The other has planted faults, all in
+one run: a failing and a hanging stage (whose grandchild must die with it), a kernel that hangs in
+smoke, one that hangs only in correctness, one wrong only in the MX op, a 0 x Inf in wgrad's tail rows,
+a wrong SwiGLU backward kernel and a hanging default kernel. No later stage runs a bad kernel, the
+tests and pipeline stages run on the torch backend (a default kernel failed), the run ends within its
+360 s, and every other result lands in results.jsonl and summary.md."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from jobs.gpu_run import MAX_SCALE, RUN_SPENT, SPENT, TOTAL_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "jobs" / "gpu-run.sh"
@@ -86,18 +89,22 @@ CHILD_LIMITS = [
     "--limit",
     "smoke-kernel=40",
     "--limit",
-    "correctness-kernel=60",
+    "correctness-kernel=45",
     "--limit",
-    "timing-kernel=60",
+    "timing-kernel=45",
 ]
 # planted kernel faults: one hangs in smoke, one only in correctness (after its other dtype passed),
-# the MX op alone is wrong (on sm90, the dry run's arch, it runs the fprop kernel, which is right)
+# the MX op alone is wrong (on sm90, the dry run's arch, it runs the fprop kernel, which is right), a
+# 0 x Inf in wgrad with FP32 out (the sm90 in-place kernel's, before its fix), the SwiGLU backward
+# kernel wrong, and a default BF16 kernel that hangs in smoke
 FAULTS = [
     "hang:smoke:fprop/float32/default",
     "hang:correctness:dgrad/float32/default",
     "wrong:*:mx/bfloat16/default",
+    "zero-times-inf:correctness:wgrad/float32/default",
+    "wrong:correctness:swiglu/bfloat16/default",
+    "hang:smoke:wgrad/bfloat16/default",
 ]
-HANGING_DEFAULT = "hang:smoke:wgrad/bfloat16/default"
 
 
 def plants(*faults: str) -> list[str]:
@@ -113,41 +120,37 @@ def ran(found: list[dict], stage: str, k: str) -> list[dict]:
     return [r for r in found if r["stage"] == stage and r.get("key") == k and r["status"] != "skip"]
 
 
-def run_seconds(found: list[dict]) -> float:
-    (start,) = [r["started"] for r in found if r["stage"] == "run" and r.get("started")]
+def assert_within_its_total(found: list[dict]) -> None:
+    """The run ended within its 360 s (times the dry run's factor for a loaded host, 1 when idle)."""
+    (start,) = [r for r in found if r["stage"] == "run" and r.get("started")]
     (end,) = [r["ended"] for r in found if r["stage"] == "run" and r.get("ended")]
-    return (datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start)).total_seconds()
+    took = datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start["started"])
+    assert 1 <= start["scale"] <= MAX_SCALE and abs(start["total_s"] - TOTAL_S * start["scale"]) < 2
+    assert took.total_seconds() < TOTAL_S * start["scale"]
 
 
-def assert_faulty_kernels_left_out(found: list[dict]) -> None:
-    """What every planted fault must leave in the records: the bad kernel stopped where it failed and
-    never run again, every other kernel checked and timed."""
-    smoke, correctness, timing = (verdicts(found, s) for s in ("smoke", "correctness", "timing"))
-    # hangs in smoke: killed at its limit, never checked or timed; nor the MX op its kernel serves
-    assert smoke["fprop/float32/default"] == "fail" and "timed out" in next(
-        r["error"] for r in found if r["stage"] == "smoke" and r.get("key") == "fprop/float32/default"
-    )
-    for k in ("fprop/float32/default", "mx/float32/default"):
-        assert correctness[k] == "skip" and not ran(found, "correctness", k)
-    # hangs only in correctness: its BF16 output, checked in full before the hang, keeps its pass
-    assert smoke["dgrad/float32/default"] == "pass" and correctness["dgrad/float32/default"] == "fail"
-    assert correctness["dgrad/bfloat16/default"] == "pass" and timing["dgrad/bfloat16/default"] == "pass"
-    # wrong only in the MX op: not timed; the fprop kernel it runs on is timed
-    assert correctness["mx/bfloat16/default"] == "fail" and timing["mx/bfloat16/default"] == "skip"
-    assert not ran(found, "timing", "mx/bfloat16/default")
-    assert correctness["fprop/bfloat16/default"] == timing["fprop/bfloat16/default"] == "pass"
-    assert {r["shape"] for r in ran(found, "timing", "fprop/bfloat16/default") if r.get("shape")} == {
-        "tiny-up",
-        "tiny-down",
+# the dry run's own limit stretches with the host's load (jobs.gpu_run.contention), so may this one
+DRY_RUN_TIMEOUT = 1.5 * TOTAL_S * MAX_SCALE
+
+
+def step_records(found: list[dict]) -> dict[str, dict]:
+    """Each step's stage record by its label (``stage`` or ``stage variant``), in the run's order."""
+    return {
+        " ".join(filter(None, (r["stage"], r.get("variant")))): r for r in found if r.get("name") == "stage"
     }
-    assert run_seconds(found) < 360
+
+
+def children(out: Path, command: str) -> list[str]:
+    """The command lines of the children the run started for ``command`` (from log.txt)."""
+    return [line for line in (out / "log.txt").read_text().splitlines() if f" {command} " in line]
 
 
 @pytest.mark.slow
-def test_dry_run_with_planted_faults_and_a_hanging_default(tmp_path):
+def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_stage(tmp_path):
     """Every stage, with a failing and a hanging planted stage (whose grandchild must die with it) and
-    the kernel faults, one of them in a default BF16 kernel: the gate sends tests and pipeline to the
-    torch backend, and every other result is kept."""
+    every kernel fault of FAULTS at once, in one run: each bad kernel stops where it failed and never
+    runs again, every other kernel is checked and timed, the tests and pipeline stages run on the
+    torch backend (a default kernel hung), and every other result is kept, within the run's 360 s."""
     out, whl = tmp_path / "out", packed_wheels(tmp_path / "whl")
     args = [
         "--plant",
@@ -158,7 +161,7 @@ def test_dry_run_with_planted_faults_and_a_hanging_default(tmp_path):
         "planted-hang=3",
         *CHILD_LIMITS,
     ]
-    done = gpu_run(str(out), "--dry-run", "--whl", str(whl), *args, *plants(*FAULTS, HANGING_DEFAULT))
+    done = gpu_run(str(out), "--dry-run", "--whl", str(whl), *args, *plants(*FAULTS), timeout=DRY_RUN_TIMEOUT)
     assert done.returncode == 1, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
         "log.txt",
@@ -168,12 +171,23 @@ def test_dry_run_with_planted_faults_and_a_hanging_default(tmp_path):
     ]
 
     found = records(out)
-    stage = {(r["stage"], r.get("variant")): r for r in found if r.get("name") == "stage"}
-    order = ["env", "smoke", "planted-fail", "correctness", "planted-hang", "timing", "tests", "pipeline"]
-    assert [s for s, _ in stage] == order
-    assert stage[("env", None)]["status"] == "pass"
-    assert (stage[("planted-fail", None)]["status"], stage[("planted-fail", None)]["rc"]) == ("fail", 3)
-    assert (stage[("planted-hang", None)]["status"], stage[("planted-hang", None)]["rc"]) == ("timeout", None)
+    stage = step_records(found)
+    order = [
+        "env",
+        "smoke default",
+        "planted-fail",
+        "correctness default",
+        "planted-hang",
+        "timing default",
+        "correctness swiglu",
+        "timing swiglu",
+        "tests",
+        "pipeline",
+    ]
+    assert list(stage) == order
+    assert stage["env"]["status"] == "pass"
+    assert (stage["planted-fail"]["status"], stage["planted-fail"]["rc"]) == ("fail", 3)
+    assert (stage["planted-hang"]["status"], stage["planted-hang"]["rc"]) == ("timeout", None)
     # what the planted stages recorded before failing / hanging is kept; the hang's grandchild is dead
     (hang,) = [r for r in found if r["stage"] == "planted-hang" and r.get("name") == "started"]
     assert [r for r in found if r["stage"] == "planted-fail" and r.get("name") == "started"]
@@ -188,69 +202,100 @@ def test_dry_run_with_planted_faults_and_a_hanging_default(tmp_path):
     assert unpack["unpack cutlass-dsl"]["status"] == unpack["install py wheels"]["status"] == "pass"
     assert unpack["install py wheels"]["wheels"] == ["gpu_run_probe_wheel-1.0-py3-none-any.whl"]
 
-    assert_faulty_kernels_left_out(found)
-    # the hanging default: no later stage runs it, and tests and pipeline run on the torch backend
-    assert verdicts(found, "smoke")["wgrad/bfloat16/default"] == "fail"
-    assert verdicts(found, "correctness")["wgrad/bfloat16/default"] == "skip"
-    assert verdicts(found, "timing")["wgrad/bfloat16/default"] == "skip"
-    assert verdicts(found, "correctness")["wgrad/float32/default"] == "pass"  # its other kernel checked
-    (gate,) = {r["reason"]: r for r in found if r["stage"] == "gate"}.values()
-    assert gate["backend"] == "torch" and gate["reason"].startswith(
-        "wgrad/bfloat16/default did not pass smoke"
+    smoke, correctness, timing = (verdicts(found, s) for s in ("smoke", "correctness", "timing"))
+    # hangs in smoke: killed at its limit, never checked or timed; nor the MX op its kernel serves
+    assert smoke["fprop/float32/default"] == "fail" and "timed out" in next(
+        r["error"] for r in found if r["stage"] == "smoke" and r.get("key") == "fprop/float32/default"
     )
+    for k in ("fprop/float32/default", "mx/float32/default"):
+        assert correctness[k] == "skip" and not ran(found, "correctness", k)
+    # hangs only in correctness: its BF16 output, checked in full before the hang, keeps its pass
+    assert smoke["dgrad/float32/default"] == "pass" and correctness["dgrad/float32/default"] == "fail"
+    assert correctness["dgrad/bfloat16/default"] == "pass" and timing["dgrad/bfloat16/default"] == "pass"
+    # wrong only in the MX op: not timed; the fprop kernel it runs on is timed, on every shape
+    assert correctness["mx/bfloat16/default"] == "fail" and timing["mx/bfloat16/default"] == "skip"
+    assert not ran(found, "timing", "mx/bfloat16/default")
+    assert correctness["fprop/bfloat16/default"] == timing["fprop/bfloat16/default"] == "pass"
+    assert {r["shape"] for r in ran(found, "timing", "fprop/bfloat16/default") if r.get("shape")} == {
+        "tiny-up",
+        "tiny-down",
+    }
+    # the planted 0 x Inf in wgrad's tail rows: every case of it infinitely wrong (the NaN / Inf tails)
+    caught = [r for r in ran(found, "correctness", "wgrad/float32/default") if r.get("case")]
+    assert len(caught) == 2 and all(r["status"] == "fail" and r["max_rel_err"] == "inf" for r in caught)
+    assert correctness["wgrad/float32/default"] == "fail"
+    # the hanging default: no later stage runs it
+    assert smoke["wgrad/bfloat16/default"] == "fail"
+    assert correctness["wgrad/bfloat16/default"] == timing["wgrad/bfloat16/default"] == "skip"
+    assert not ran(found, "correctness", "wgrad/bfloat16/default")
+    # the SwiGLU kernel wrong: its cases fail, and its timing child never starts
+    swiglu = "swiglu/bfloat16/default"
+    assert correctness[swiglu] == "fail" and timing[swiglu] == "skip"
+    assert len(children(out, "swiglu-correctness")) == 1 and not children(out, "swiglu-timing")
+    # the gate: shut by the hanging default, the first of the gate's kernels it names (so the faults
+    # in fprop's and dgrad's FP32 kernels and in the MX op left their BF16 defaults passing)
+    gates = [r for r in found if r["stage"] == "gate"]  # one for each of the tests and pipeline stages
+    assert len(gates) == 2 and gates[0]["reason"] == gates[1]["reason"]
+    gate = gates[0]
+    assert gate["backend"] == "torch"
+    assert gate["reason"].startswith("wgrad/bfloat16/default did not pass smoke: timed out")
     for name in ("tests", "pipeline"):
-        assert stage[(name, None)]["status"] == "pass", stage[(name, None)]
-        assert "on the torch backend" in stage[(name, None)]["note"]
+        assert stage[name]["status"] == "pass", stage[name]
+        assert "on the torch backend" in stage[name]["note"]
     executions = [r for r in found if r["stage"] == "pipeline" and r.get("sanityPassed") == "true"]
     assert len(executions) == 1
     assert len((out / "mok-comparison.csv").read_text().splitlines()) == 2
+    assert_within_its_total(found)
+    assert not [r for r in found if r.get("reason") in (SPENT, RUN_SPENT)]  # nothing cut for time
 
     summary = (out / "summary.md").read_text()
     for name in order:
-        assert f"| {name} |" in summary
+        stage_name, _, variant = name.partition(" ")
+        assert f"| {stage_name} | {variant} |" in summary
     assert "| planted-hang |  | timeout |" in summary and "planted-fail stage: planted fail" in summary
     assert "Tests and pipeline ran on: torch (wgrad/bfloat16/default did not pass smoke" in summary
     assert "- smoke grouped_fprop_bfloat16-float32_128x256_sm_90a fprop/float32/default: timed out" in summary
+    assert "- correctness verdict swiglu/bfloat16/default: 4 of 5 case(s) failed" in summary
     assert "## Timing" in summary and "## Pipeline executions" in summary
 
 
 @pytest.mark.slow
-def test_dry_run_of_the_kernel_stages_keeps_the_gate_open_and_catches_zero_times_inf(tmp_path):
-    """Kernel faults outside the default BF16 kernels leave the gate open: the MX op wrong, and a
-    planted 0 x Inf in wgrad with FP32 out (the sm90 in-place kernel's, before its fix), which the
-    correctness inputs' NaN / Inf tails catch in every case. (The hangs are the test above's.)"""
+def test_the_plain_dry_run_passes_every_step_within_its_time(tmp_path):
+    """``jobs/gpu-run.sh OUT --dry-run`` as CI runs it: every step passes, the SwiGLU kernel's after
+    the GEMM defaults, and the tests and pipeline stages run with the gate open."""
     out = tmp_path / "out"
-    faults = ["wrong:*:mx/bfloat16/default", "zero-times-inf:correctness:wgrad/float32/default"]
-    done = gpu_run(
-        str(out), "--dry-run", "--only", "smoke,correctness,timing", *CHILD_LIMITS, *plants(*faults)
-    )
-    assert done.returncode == 1, done.stderr[-3000:]
+    done = gpu_run(str(out), "--dry-run", timeout=DRY_RUN_TIMEOUT)
+    assert done.returncode == 0, (out / "summary.md").read_text()[-3000:]
     found = records(out)
-    assert [r["stage"] for r in found if r.get("name") == "stage"] == [
-        "plan",
-        "smoke",
-        "correctness",
-        "timing",
+    stage = step_records(found)
+    assert list(stage) == [
+        "env",
+        "smoke default",
+        "correctness default",
+        "timing default",
+        "correctness swiglu",
+        "timing swiglu",
+        "tests",
+        "pipeline",
     ]
-    correctness, timing = verdicts(found, "correctness"), verdicts(found, "timing")
-    assert correctness["mx/bfloat16/default"] == "fail" and timing["mx/bfloat16/default"] == "skip"
-    caught = [
-        r
-        for r in found
-        if r["stage"] == "correctness" and r.get("key") == "wgrad/float32/default" and r.get("case")
-    ]
-    assert len(caught) == 2 and all(r["status"] == "fail" and r["max_rel_err"] == "inf" for r in caught)
-    assert correctness["wgrad/float32/default"] == "fail"
-    assert correctness["wgrad/bfloat16/default"] == timing["wgrad/bfloat16/default"] == "pass"
-    assert correctness["fprop/bfloat16/default"] == timing["fprop/bfloat16/default"] == "pass"
-    (gate,) = [r for r in found if r["stage"] == "gate"]
-    assert (gate["status"], gate["backend"], gate.get("reason")) == ("pass", "cute kernels", None)
-    assert "Tests and pipeline ran on: cute kernels" in (out / "summary.md").read_text()
-    assert run_seconds(found) < 360
+    assert {r["status"] for r in stage.values()} == {"pass"}
+    every = {s: verdicts(found, s) for s in ("smoke", "correctness", "timing")}
+    assert set(every["smoke"].values()) == set(every["correctness"].values()) == {"pass"}
+    assert len(every["smoke"]) == 6 and len(every["correctness"]) == 9 and len(every["timing"]) == 5
+    gates = [r for r in found if r["stage"] == "gate"]  # one for each of the tests and pipeline stages
+    assert [(r["status"], r["backend"], r.get("reason")) for r in gates] == [
+        ("pass", "cute kernels", None)
+    ] * 2
+    assert (
+        "on the CuTe kernels" in stage["tests"]["note"] and "on the CuTe kernels" in stage["pipeline"]["note"]
+    )
+    assert_within_its_total(found)
+    summary = (out / "summary.md").read_text()
+    assert "Tests and pipeline ran on: cute kernels" in summary and "To finish" not in summary
 
 
 def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
-    from jobs.gpu_run import RUN_SPENT, SPENT, Run, _rerun_args, write_summary
+    from jobs.gpu_run import Run, _rerun_args, write_summary
 
     run = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "7", {})
     other = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "6", {})

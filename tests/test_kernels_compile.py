@@ -1,5 +1,6 @@
-"""Every CuTe kernel compiles without a GPU (fake tensors) and its PTX holds the arch's tensor-core MMA;
-the CuTe backend refuses, with a reason, what its kernels do not cover. About 20 s in all."""
+"""Every CuTe kernel compiles without a GPU (fake tensors) and each GEMM's PTX holds the arch's
+tensor-core MMA; the CuTe backend refuses, with a reason, what its kernels do not cover. About 20 s in
+all."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ VARIANT_KERNELS = {
 }
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
 KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items()}
+SWIGLU_KERNEL = "swiglu_backward_bfloat16"
 
 
 @pytest.mark.parametrize("arch", sorted(MMA))
@@ -52,8 +54,9 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels
         if "_mx_" in name:
             assert "kind::mxf8f6f4.block_scale.block32" in ptx
         assert (out / f"{name}_{arch}.cubin").stat().st_size > 0
+    # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{name}_{arch}.{ext}" for name in KERNELS[arch] for ext in ("ptx", "cubin")
+        f"{name}_{arch}.{ext}" for name in [*KERNELS[arch], SWIGLU_KERNEL] for ext in ("ptx", "cubin")
     )
 
 

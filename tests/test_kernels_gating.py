@@ -60,10 +60,27 @@ def test_hopper_mx_is_keyed_to_its_fprop_kernel_and_blackwell_mx_to_its_own():
     assert refusal("sm_100a", [*failed_fprop, verdict("smoke", mx)], "correctness", mx) == ""
 
 
-def test_the_gate_needs_the_three_default_bf16_kernels():
-    good = [r for k in gating.GATE_KEYS for r in passed_all(k)]
+def test_the_swiglu_kernel_has_no_smoke_stage_and_is_timed_after_its_correctness():
+    k = gating.SWIGLU_KEY
+    assert gating.stages_of(k) == ("correctness", "timing") and gating.kernel_key("sm_90a", k) == k
+    assert refusal("sm_100a", [], "correctness", k) == ""
+    assert refusal("sm_90a", [], "smoke", k) == f"{k} has no smoke stage"
+    assert "no correctness verdict" in refusal("sm_90a", [], "timing", k)
+    assert refusal("sm_90a", [verdict("correctness", k)], "timing", k) == ""
+    wrong = [verdict("correctness", k, "fail", error="3 of 5 case(s) failed")]
+    assert refusal("sm_90a", wrong, "timing", k) == f"{k} failed correctness: 3 of 5 case(s) failed"
+
+
+def test_the_gate_needs_the_three_default_bf16_kernels_and_the_swiglu_kernel():
+    assert gating.GATE_KEYS == (
+        "fprop/bfloat16/default",
+        "dgrad/bfloat16/default",
+        "wgrad/bfloat16/default",
+        gating.SWIGLU_KEY,
+    )
+    good = [r for k in gating.GATE_KEYS for r in passed_all(k, gating.stages_of(k))]
     assert gating.gate(gating.verdicts(good)) == ""
-    no_timing = [r for k in gating.GATE_KEYS for r in passed_all(k, ("smoke", "correctness"))]
+    no_timing = [r for k in gating.GATE_KEYS for r in passed_all(k, gating.stages_of(k)[:-1])]
     assert gating.gate(gating.verdicts(no_timing)) == ""  # timing not run: the checks passed
     others = [
         verdict("smoke", "fprop/float32/default", "fail"),
@@ -79,6 +96,8 @@ def test_the_gate_needs_the_three_default_bf16_kernels():
     assert gating.gate(gating.verdicts(cut)) == "dgrad/bfloat16/default did not pass correctness"
     slow = [*good, verdict("timing", "fprop/bfloat16/default", "fail", error="timed out")]
     assert gating.gate(gating.verdicts(slow)) == "fprop/bfloat16/default failed timing: timed out"
+    swiglu = [r for r in good if r["key"] != gating.SWIGLU_KEY]
+    assert gating.gate(gating.verdicts(swiglu)) == f"{gating.SWIGLU_KEY} did not pass correctness"
 
 
 def test_unknown_stage_is_refused():
@@ -88,11 +107,15 @@ def test_unknown_stage_is_refused():
 
 def test_steps_run_the_defaults_first_then_each_variant_in_turn_then_tests_and_pipeline():
     order = steps(
-        ["env", "smoke", "correctness", "timing", "tests", "pipeline"], ["tail64", "default", "inplace"]
+        ["env", "smoke", "correctness", "timing", "tests", "pipeline"],
+        ["tail64", "default", "swiglu", "inplace"],
     )
     assert [s.label for s in order] == [
         "env",
-        *(f"{s} {v}" for v in ("default", "tail64", "inplace") for s in gating.KERNEL_STAGES),
+        *(f"{s} default" for s in gating.KERNEL_STAGES),
+        "correctness swiglu",  # the SwiGLU backward kernel: no smoke stage
+        "timing swiglu",
+        *(f"{s} {v}" for v in ("tail64", "inplace") for s in gating.KERNEL_STAGES),
         "tests",
         "pipeline",
     ]

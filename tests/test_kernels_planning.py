@@ -1,8 +1,8 @@
 """``planned_launches``: under fake CUDA tensors and no GPU, every api entry point goes through the CuTe
 wrapper of the planned arch, which allocates and copies as on a GPU and records each launch it would
 make instead of compiling and launching; nothing syncs the host, nothing compiles, nothing changes
-outside the context. Also: the device run's MX smoke and correctness shapes reach the sm100
-block-scaled kernel by its own shape rules."""
+outside the context. Also: the device run's MX smoke, correctness and CUDA-graph replay shapes reach
+the sm100 block-scaled kernel by its own shape rules."""
 
 from __future__ import annotations
 
@@ -112,7 +112,11 @@ def test_the_device_runs_mx_shapes_reach_the_sm100_block_scaled_kernel(out_dtype
         for c in check.cases(t, torch.Generator().manual_seed(0))
         if "mx" in c.ops
     ]
-    assert len(shapes) == 4  # the smoke problem, the edges, a random routing, the D7168 down projection
+    gen = torch.Generator().manual_seed(1)
+    graph = check.random_sizes(check.GRAPH_GROUPS, check.GRAPH_ROWS, gen, empty=2)
+    shapes.append(("cuda-graph replay", graph, check.GRAPH_N, check.GRAPH_K, 0))
+    # the smoke problem, the edges, a random routing, the D7168 down projection, the graph replay
+    assert len(shapes) == 5
     for name, sizes, n, k, tail in shapes:
         with FakeTensorMode(), planned_launches("sm_100a") as launches:
             prob = check.make_case("mx", sizes, n, k, tail, torch.device("cuda"))

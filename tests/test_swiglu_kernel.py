@@ -159,32 +159,18 @@ def test_grid_is_the_launch_bound_residency_over_the_column_tiles():
 # ------------------------------------------------------------------------ device checks' host logic
 
 
-def _writer(form: Callable) -> Callable:
-    """An implementation of the check's interface from a torch form."""
-
-    def impl(da, h, dh, a):
-        out_dh, out_a = form(da, h)
-        dh.copy_(out_dh)
-        a.copy_(out_a)
-
-    return impl
-
-
 def _records(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-SMALL_CASES = ((0, 128), (1, 8), (17, 96), (33, 136), (64, 256))
-
-
 def test_correctness_check_passes_the_blocked_fp32_form(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import correctness
+    from cutlass_kernels.swiglu_check import DRY_CASES, correctness, writer
     from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
 
     out = tmp_path / "results.jsonl"
-    assert correctness(out, swiglu_backward, CPU, _writer(swiglu_backward_fused), SMALL_CASES) == 0
+    assert correctness(out, swiglu_backward, CPU, writer(swiglu_backward_fused), DRY_CASES) == 0
     records = _records(out)
-    assert [(r["rows"], r["f"]) for r in records] == list(SMALL_CASES)
+    assert [(r["rows"], r["f"]) for r in records] == list(DRY_CASES)
     for r in records:
         assert r["status"] == "pass" and r["unwritten"] == 0 and r["guard_written"] == 0
         assert set(r["excess"]) == set(r["torch_form_excess"]) == {"dgate", "dup", "a"}
@@ -208,9 +194,10 @@ def _last_row_unwritten(da, h, dh, a):
 
 
 def _row_past_the_end(da, h, dh, a):
+    from cutlass_kernels.swiglu_check import writer
     from pipeline.moe.swiglu import swiglu_backward
 
-    _writer(swiglu_backward)(da, h, dh, a)
+    writer(swiglu_backward)(da, h, dh, a)
     past = torch.as_strided(dh, (1, dh.shape[1]), dh.stride(), dh.storage_offset() + dh.numel())
     past.copy_(dh[-1:])
 
@@ -234,13 +221,13 @@ def test_correctness_check_fails_planted_faults(fault: Callable, shows: str, tmp
 
 
 def test_a_case_that_raises_is_recorded_and_the_rest_run(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import correctness
+    from cutlass_kernels.swiglu_check import correctness, writer
     from pipeline.moe.swiglu import swiglu_backward
 
     def refuses_wide(da, h, dh, a):
         if da.shape[1] > 100:
             raise ValueError("too wide")
-        _writer(swiglu_backward)(da, h, dh, a)
+        writer(swiglu_backward)(da, h, dh, a)
 
     out = tmp_path / "results.jsonl"
     assert correctness(out, swiglu_backward, CPU, refuses_wide, ((3, 128), (3, 64))) == 1
@@ -273,7 +260,7 @@ def test_inputs_hold_saturated_zero_and_negative_gates():
 
 
 def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import bandwidth_record, timing
+    from cutlass_kernels.swiglu_check import bandwidth_record, timing, writer
     from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
 
     ms = {"kernel": [2.0, 2.2, 9.0], "torch_form": [8.0, 8.0], "copy": [1.8, 1.7, 1.9], "add": [2.0]}
@@ -289,7 +276,7 @@ def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: 
     assert slow["frac_of_hbm"] == pytest.approx(0.6) and slow["status"] == "fail"  # the add is faster
 
     out = tmp_path / "results.jsonl"
-    timing(out, swiglu_backward, CPU, _writer(swiglu_backward_fused), shapes=((40, 64),), iters=2)
+    timing(out, swiglu_backward, CPU, writer(swiglu_backward_fused), shapes=((40, 64),), iters=2)
     (r,) = _records(out)
     assert (r["stage"], r["rows"], r["f"], r["bytes"]) == ("timing", 40, 64, 2 * 40 * 6 * 64)
     assert set(r["ms"]) == set(r["timer"]) == {"kernel", "torch_form", "copy", "add"}
