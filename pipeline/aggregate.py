@@ -34,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="where to write the files (default: dataset)")
     parser.add_argument("--no-figures", action="store_true", help="write only the CSV and JSON files")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
+    parser.add_argument(
+        "--estimate",
+        action="store_true",
+        help="compute the full-scale estimates not yet kept (seconds of CPU each); without it their "
+        "columns are empty",
+    )
     args = parser.parse_args(argv)
     problem = _problem(args.dataset, args.out, args.workers)
     if problem is not None:
@@ -43,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pipeline.aggregate: {args.dataset} holds no shards: nothing to publish", file=sys.stderr)
         return 1
     try:
-        result = aggregate(args.dataset, args.out, figures=not args.no_figures, workers=args.workers)
+        result = aggregate(
+            args.dataset, args.out, figures=not args.no_figures, workers=args.workers, estimate=args.estimate
+        )
     except ValueError as exc:
         print(f"pipeline.aggregate: {exc}", file=sys.stderr)
         return 2

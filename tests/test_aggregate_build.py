@@ -433,6 +433,33 @@ def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> No
     assert e.execution_id in result.missing and result.document.executions == ()
 
 
+def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unasked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Aggregation publishes the kept full-scale estimates and leaves the others empty: computing one
+    costs seconds of CPU, so only ``--estimate`` (or ``pipeline.estimate``) does."""
+    from pipeline.estimate import table
+    from pipeline.estimate.jobs import Job
+    from pipeline.estimate.presets import Preset
+
+    monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path / "cache"))
+    kept, unkept = SUBSET[0], SUBSET[1]
+    rng = np.random.default_rng()
+    for e in (kept, unkept):
+        write_table(tmp_path / "d", shard_table(e, 1, rng, ranks=4))
+    table.keep([Job(kept.execution_id, Preset.named("gb300"))], [{"timed_peak_gib": 12.5, "device_ops": 321}])
+    rows = {r["execution_id"]: r for r in aggregate(tmp_path / "d", figures=False).document.executions}
+    assert (rows[kept.execution_id]["estimatedPeakGiB"], rows[kept.execution_id]["opsPerIteration"]) == (
+        12.5,
+        321,
+    )
+    assert rows[unkept.execution_id]["estimatedPeakGiB"] is None
+    assert rows[unkept.execution_id]["opsPerIteration"] is None
+    kept_table = json.loads((tmp_path / "cache" / f"estimates-{table.fingerprint()}.json").read_text())
+    assert list(kept_table) == [f"{kept.execution_id}|gb300"]  # nothing computed, nothing added
+    assert not list((tmp_path / "cache").glob("fake_cuda-*"))  # the shim was never built
+
+
 def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "pipeline.aggregate", str(tmp_path / "absent")], capture_output=True, text=True

@@ -1,9 +1,9 @@
 """The full-scale estimate (pipeline.estimate): its fake device counts what a GPU would do, its host
 planning is what a real group exchanges, a planted host synchronization or full-weights draw shows,
 a packing execution's weights are exactly its local experts', and what makes the command fail. The
-whole matrix on each preset (no host sync in a timed iteration, every execution fits) is CI's own
-step, ``python -m pipeline.estimate cluster=gb300,h200`` in ``.ci/run``, before the tests, whose kept
-table these tests then read."""
+whole matrix on the report's hardware (no host sync in a timed iteration, every execution fits) is
+CI's own step, ``python -m pipeline.estimate cluster=gb300`` in ``.ci/run``, before the tests, whose
+kept table these tests then read (an h200 estimate it lacks is computed here)."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ PLANTED = "inference-ep16-f1536-bf16-mok-native"
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """One inference execution estimated plain (the kept table's: CI's run of the matrix made it) and
+    """One inference execution estimated plain (from the kept table where it is there) and
     with both plants (one worker: a host sync in every combine, a full-weights draw in the build)."""
     folder = tmp_path_factory.mktemp("plants")
     (folder / "sitecustomize.py").write_text(PLANTS)

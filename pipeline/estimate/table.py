@@ -1,10 +1,11 @@
 """The published estimate columns, computed once per (code, execution, preset) and kept.
 
-Publishing a dataset needs the estimate of each of its executions on its cluster preset; running them
-takes seconds each, so results are kept in the cache folder (:func:`pipeline.estimate.fake_cuda.
+Publishing a dataset shows the estimate of each of its executions on its cluster preset; running them
+takes seconds of CPU each, so results are kept in the cache folder (:func:`pipeline.estimate.fake_cuda.
 cache_dir`) under a fingerprint of everything they depend on: the sources of the code path (layers,
 kernels' dispatch, execution, matrix, estimate), the scale and cluster presets, and torch's version.
-Changing any of them computes afresh; aggregating the same dataset again reads the table. Nothing here
+Changing any of them computes afresh. Aggregation reads the table and computes nothing unless asked
+(``pipeline.aggregate --estimate``); ``python -m pipeline.estimate`` fills it too. Nothing here
 imports torch: only the workers do, when something is missing.
 """
 
@@ -46,12 +47,17 @@ def columns(estimate: dict[str, Any] | None) -> dict[str, Any]:
     return {"estimatedPeakGiB": estimate["timed_peak_gib"], "opsPerIteration": estimate["device_ops"]}
 
 
-def estimates(keys: Iterable[tuple[str, str]], workers: int | None = None) -> dict[tuple[str, str], dict]:
+def estimates(
+    keys: Iterable[tuple[str, str]], workers: int | None = None, *, compute: bool = True
+) -> dict[tuple[str, str], dict | None]:
     """The estimate of every (execution id, preset name) in ``keys``, from the kept table, computing
-    (and keeping) the missing ones."""
+    (and keeping) the missing ones; with ``compute=False`` a missing one is None (aggregation reads
+    the table only, so publishing never costs the estimates' CPU minutes unless asked)."""
     wanted = sorted(set(keys))
     table = _read(_path())
     missing = [k for k in wanted if "|".join(k) not in table]
+    if missing and not compute:
+        return {k: table.get("|".join(k)) for k in wanted}
     if missing:
         from pipeline.estimate.pool import run_jobs  # spawns workers; only when something is missing
 

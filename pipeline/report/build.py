@@ -35,8 +35,11 @@ class Aggregate:
     document: Document
 
 
-def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8) -> Aggregate:
-    """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset)."""
+def aggregate(
+    dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8, estimate: bool = False
+) -> Aggregate:
+    """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset);
+    ``estimate`` computes the full-scale estimates the kept table lacks (else their cells are empty)."""
     folder = Dataset.existing(dataset)
     out = folder.root if out is None else Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -44,7 +47,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = list(scan.skipped)
     rows: list[Row] = []
     states: list[PackingEvidence] = []
-    estimated = executions.estimated_columns(scan.newest.values())
+    estimated = executions.estimated_columns(scan.newest.values(), compute=estimate)
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)

@@ -186,9 +186,10 @@ def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
 
 
-def estimated_columns(shards: Iterable[Shard]) -> dict[str, Row]:
+def estimated_columns(shards: Iterable[Shard], compute: bool = False) -> dict[str, Row]:
     """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
-    shard's cluster preset, or the report's hardware where the dataset ran on none."""
+    shard's cluster preset, or the report's hardware where the dataset ran on none; empty where the
+    kept table lacks it and ``compute`` is off."""
     preset = {s.execution_id: table.preset_of(s.meta.provenance.cluster) for s in shards}
-    found = table.estimates(preset.items())
+    found = table.estimates(preset.items(), compute=compute)
     return {e: table.columns(found[(e, p)]) for e, p in preset.items()}
