@@ -1,10 +1,15 @@
-"""``moe-bench COMMAND [ARGS]``: every stage's command line behind one console script, so that shell
-completion finds them (``python -m pipeline.<stage>`` works the same)."""
+"""``moe-bench COMMAND [ARGS]``: every stage's command line behind one console script, with shell
+completion for the commands, their options and the Hydra overrides of ``run`` and ``list``
+(``python -m pipeline.<stage>`` works the same). Every command ends with a status of one table
+(:mod:`pipeline.exits`), which ``moe-bench --help`` prints.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+
+from pipeline.exits import BAD_INPUT, OK, TABLE, run_command
 
 COMMANDS = {
     "run": "run executions of the matrix (Hydra overrides; --multirun sweeps)",
@@ -15,18 +20,17 @@ COMMANDS = {
     "compare": "what got faster or slower between two datasets (exit 1 if anything is slower)",
     "model": "the reduced-order layer model",
 }
+COMPLETION = "--completion"  # moe-bench --completion bash: the shell function to eval
+COMPLETE = "--complete"  # what that function asks: moe-bench --complete LINE WORD
+OPTIONS = ("--help", COMPLETION)
 
 
-def _command(name: str) -> Callable[[list[str]], int | None]:
+def entry(name: str) -> Callable[[list[str]], int | None]:
     """The command's main, imported only when it is called (each pulls in its own stack)."""
     if name == "run":
-        from pipeline import run
+        from pipeline.run import cli as run
 
-        def hydra_main(arguments: list[str]) -> None:
-            sys.argv = ["moe-bench run", *arguments]  # Hydra reads its command line from sys.argv
-            run.cli()
-
-        return hydra_main
+        return run
     if name == "list":
         from pipeline.compose.matrix_cli import main as matrix
 
@@ -55,19 +59,30 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
 def usage() -> str:
     width = max(map(len, COMMANDS))
     listing = "\n".join(f"  {name.ljust(width)}  {what}" for name, what in COMMANDS.items())
-    return f"usage: moe-bench COMMAND [ARGS] (moe-bench COMMAND --help for each)\n\ncommands:\n{listing}"
+    statuses = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in TABLE)
+    return (
+        f"usage: moe-bench COMMAND [ARGS] (moe-bench COMMAND --help for each)\n\ncommands:\n{listing}\n\n"
+        f"exit status, every command:\n{statuses}\n\n"
+        f'tab completion in bash: eval "$(moe-bench {COMPLETION} bash)"'
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if not arguments or arguments[0] in ("-h", "--help"):
         print(usage())
-        return 0 if arguments else 2
+        return OK if arguments else BAD_INPUT
+    if arguments[0] in (COMPLETION, COMPLETE):
+        from pipeline import completion
+
+        return completion.main(arguments)
     name, rest = arguments[0], arguments[1:]
     if name not in COMMANDS:
         print(f"moe-bench: unknown command {name!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
-    return _command(name)(rest) or 0
+        return BAD_INPUT
+    sys.argv = [f"moe-bench {name}", *rest]  # how each command names itself (its --help, Hydra's)
+    command = entry(name)
+    return run_command(f"moe-bench {name}", lambda: command(rest))
 
 
 if __name__ == "__main__":

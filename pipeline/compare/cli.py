@@ -16,6 +16,7 @@ from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.compare.comparison import any_slower, compare
 from pipeline.compare.page import write_page
 from pipeline.compare.side import load
+from pipeline.folders import check_writable
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.compare"
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_threshold(args.threshold)  # before reading two datasets
+        if args.out is not None:
+            _check_out(args.out)
         document = compare(load(args.base, args.workers), load(args.new, args.workers), args.threshold)
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
@@ -58,6 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     if page is not None:
         print(f"wrote {page}", file=sys.stderr)
     return 1 if any_slower(document) else 0
+
+
+def _check_out(out: Path) -> None:
+    try:
+        check_writable(out)
+    except ValueError as err:
+        raise ValueError(f"--out {err}") from None
 
 
 def text(document: dict[str, Any]) -> str:

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.exits import ArgumentParser, prog
+from pipeline.folders import check_writable
 from pipeline.model.reduced_order import run
 
 PUBLISHED_INPUTS = Path(__file__).with_name("published-inputs.json")
@@ -68,6 +70,8 @@ def load_inputs(path: Path) -> dict[str, object]:
         raise ValueError(f"inputs file {str(path)!r} is not JSON: {err}") from None
     if not isinstance(values, dict):
         raise ValueError(f"inputs file {str(path)!r} must hold a JSON object, got {type(values).__name__}")
+    if isinstance(values.get("inputs"), dict) and "outputs" in values:  # a published run ({inputs, outputs})
+        return values["inputs"]
     return values
 
 
@@ -86,8 +90,8 @@ def summary(result: dict) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m pipeline.model",
+    p = ArgumentParser(
+        prog=prog("pipeline.model"),
         description="Reduced-order model of one MoE layer: capacity, drops, padding, sparsity, all-to-all.",
     )
     p.add_argument("assignments", nargs="*", metavar="key=value", help="input overrides, e.g. top_k=4")
@@ -95,16 +99,25 @@ def parser() -> argparse.ArgumentParser:
         "--inputs",
         type=Path,
         metavar="FILE",
-        help="JSON object of inputs (default: the published run's inputs)",
+        help="JSON object of inputs, or a published run's {inputs, outputs} (default: the published inputs)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object {inputs, outputs, profile}")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the profile curves as PNG files to DIR")
     return p
 
 
+def _check_plot(folder: Path) -> None:
+    try:
+        check_writable(folder)
+    except ValueError as err:
+        raise ValueError(f"--plot {err}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.plot is not None:
+            _check_plot(args.plot)
         values = load_inputs(args.inputs or PUBLISHED_INPUTS) | parse_assignments(args.assignments)
         result = run(values)
     except ValueError as err:

@@ -7,11 +7,12 @@ Exits 1 while anything is failed or missing (so scripts can wait on it), 2 on ba
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from argparse import RawDescriptionHelpFormatter
 from collections import Counter
 
+from pipeline.exits import ArgumentParser, help_text, prog, run_command
 from pipeline.launch.jobs import FAILED
 from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_status
 
@@ -48,10 +49,10 @@ def as_json(s: ExecutionStatus) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.status",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = ArgumentParser(
+        prog=prog("pipeline.status"),
+        description=help_text(__doc__ or ""),
+        formatter_class=RawDescriptionHelpFormatter,
     )
     parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
     parser.add_argument("--state", choices=STATES, action="append", help="show only executions in STATE")
@@ -75,4 +76,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("pipeline.status", main))
