@@ -20,8 +20,14 @@ def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndar
 def slowest_rank_samples(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Sorted per-iteration window times of the rank whose median ``slowest_rank_ms`` reports (the
     lowest such rank on ties): the samples behind the published number, for its uncertainty."""
+    return np.sort(slowest_rank_windows(rank, window_ms, iterations))
+
+
+def slowest_rank_windows(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+    """The same rank's per-iteration window times in the order of the rows (a shard's rows list each
+    rank's windows in the order they were timed), for how consecutive windows depend on each other."""
     ranks, medians, rank, per_iteration = _rank_medians(rank, window_ms, iterations)
-    return np.sort(per_iteration[rank == ranks[int(np.argmax(medians))]])
+    return per_iteration[rank == ranks[int(np.argmax(medians))]]
 
 
 def slowest_rank_spread(

@@ -1,32 +1,32 @@
 """The comparison's statistics against independent references: brute-force enumeration of rank orders,
-scipy's exact Mann-Whitney test (inverted numerically), coverage on fresh random samples, and the
-slowest rank's samples against a naive per-rank median."""
+scipy's exact Mann-Whitney test (inverted numerically), coverage on fresh random samples, the slowest
+rank's samples against a naive per-rank median, and the tests of a ratio against scipy's t."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import statistics
-from statistics import NormalDist
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from pipeline.compare.classify import (
-    bound,
+    bounds,
     direction,
-    run_to_run_sigma,
+    noise_intervals,
+    p_values,
     speedup_change,
     time_change,
 )
 from pipeline.compare.statistics import (
     critical_count,
-    rank_sum_counts,
+    rank_sum_distribution,
     ratio_interval,
     ratio_of_ratios_interval,
 )
-from pipeline.metrics import slowest_rank_ms, slowest_rank_samples
+from pipeline.metrics import slowest_rank_ms, slowest_rank_samples, slowest_rank_windows
 
 
 def _brute_force_counts(n: int, m: int) -> list[int]:
@@ -39,8 +39,34 @@ def _brute_force_counts(n: int, m: int) -> list[int]:
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (1, 4), (2, 3), (3, 2), (4, 5), (5, 5), (3, 7), (6, 6)])
-def test_rank_sum_counts_match_enumeration(n: int, m: int) -> None:
-    assert list(rank_sum_counts(n, m)) == _brute_force_counts(n, m)
+def test_rank_sum_distribution_matches_enumeration(n: int, m: int) -> None:
+    counts = rank_sum_distribution(n, m) * math.comb(n + m, n)
+    assert counts.tolist() == pytest.approx(_brute_force_counts(n, m), rel=1e-13, abs=1e-9)
+
+
+@pytest.mark.parametrize("n,m", [(9, 9), (20, 20), (5, 30), (23, 41), (60, 60)])
+def test_rank_sum_distribution_matches_scipys_exact_test(n: int, m: int) -> None:
+    """P(U <= u) against scipy's exact two-sided p-value (2 P(U <= u) below the mean) at counts
+    across the lower half, the 2.5% tail included; samples built to have exactly that count."""
+    below = np.cumsum(rank_sum_distribution(n, m))
+    rng = np.random.default_rng()
+    for u in sorted({*rng.integers(0, n * m // 2, 6).tolist(), critical_count(n, m, 0.95)}):
+        first, second = _samples_with_count(n, m, u)
+        p = stats.mannwhitneyu(second, first, alternative="two-sided", method="exact").pvalue
+        assert 2 * below[u] == pytest.approx(p, rel=1e-9, abs=1e-300)
+
+
+def _samples_with_count(n: int, m: int, u: int) -> tuple[np.ndarray, np.ndarray]:
+    """First sample 0 .. n-1 shifted so that exactly u (second, first) pairs have second > first."""
+    first = np.arange(n, dtype=float) * (m + 1)
+    second = np.empty(m)
+    remaining = u
+    for j in range(m):  # each second-sample value beats k first-sample values, k <= n
+        k = min(n, remaining)
+        second[j] = first[k - 1] + 0.5 if k > 0 else -1.0
+        remaining -= k
+    assert remaining == 0
+    return first, second
 
 
 def test_critical_counts_match_published_tables() -> None:
@@ -59,8 +85,7 @@ def test_interval_inverts_scipys_exact_test() -> None:
         base, new = rng.lognormal(0, 0.3, n), rng.lognormal(0.2, 0.3, m)
         low, high = ratio_interval(base, new)
         k = critical_count(n, m, 0.95)
-        counts = rank_sum_counts(n, m)
-        level = 2 * sum(counts[:k]) / sum(counts)  # the exact size of the test the interval inverts
+        level = 2 * float(np.sum(rank_sum_distribution(n, m)[:k]))  # the exact size of the test inverted
 
         for end in (low, high):
             inside, outside = (end * 1.0001, end / 1.0001) if end == low else (end / 1.0001, end * 1.0001)
@@ -81,8 +106,9 @@ def test_interval_covers_the_true_ratio(windows: int) -> None:
         new = ratio * rng.lognormal(1.0, sigma, windows)
         low, high = ratio_interval(base, new)
         covered += low <= ratio <= high
-    counts = rank_sum_counts(windows, windows)
-    exact = 1 - 2 * sum(counts[: critical_count(windows, windows, 0.95)]) / sum(counts)
+    exact = 1 - 2 * float(
+        np.sum(rank_sum_distribution(windows, windows)[: critical_count(windows, windows, 0.95)])
+    )
     assert exact >= 0.95
     assert abs(covered / trials - exact) < 4 * math.sqrt(exact * (1 - exact) / trials)
 
@@ -145,34 +171,50 @@ def test_slowest_rank_ties_go_to_the_lowest_rank() -> None:
     assert slowest_rank_samples(rank, window, np.ones(6, int)).tolist() == [1.0, 2.0, 3.0]
 
 
-def test_run_to_run_sigma_is_a_robust_normal_scale() -> None:
+def test_slowest_rank_windows_keep_the_row_order() -> None:
     rng = np.random.default_rng()
-    values = rng.normal(0.1, 0.15, 4000)
-    values[:200] += 1.0  # 5% real changes move it by about 7% (the standard deviation by 70%)
-    assert run_to_run_sigma(values) == pytest.approx(0.15, rel=0.15)
-    assert run_to_run_sigma(values[200:]) == pytest.approx(0.15, rel=0.06)
-    assert run_to_run_sigma(np.zeros(8)) == 0.0
-    assert run_to_run_sigma(rng.normal(0, 1, 7)) is None
+    rank = np.repeat([0, 1, 2], 7)
+    window_ms = rng.lognormal(2.0, 0.3, rank.size)
+    window_ms[rank == 1] *= 3  # rank 1 is the slowest
+    windows = slowest_rank_windows(rank, window_ms, np.full(rank.size, 4))
+    assert windows.tolist() == (window_ms[7:14] / 4).tolist()  # as listed, not sorted
+    assert sorted(windows.tolist()) == slowest_rank_samples(rank, window_ms, np.full(rank.size, 4)).tolist()
 
 
-def test_bound_is_the_threshold_or_the_bonferroni_scatter() -> None:
-    assert bound(0.05, None, 300) == 1.05 and bound(0.05, 0.0, 300) == 1.05
-    assert bound(0.05, 0.1, 1) == pytest.approx(math.exp(1.959964 * 0.1), rel=1e-6)
-    assert bound(0.05, 0.1, 25) == pytest.approx(math.exp(3.090232 * 0.1), rel=1e-6)  # 0.1% per tail
-    z = NormalDist().inv_cdf(1 - 0.05 / 660)
-    assert bound(0.05, 0.1, 330, math.sqrt(2)) == pytest.approx(math.exp(z * 0.1 * math.sqrt(2)))
-    assert bound(0.5, 0.01, 330) == 1.5
+def test_p_values_and_intervals_are_scipys_t() -> None:
+    rng = np.random.default_rng()
+    d = rng.normal(0, 0.2, 200)
+    var = rng.uniform(1e-4, 0.05, 200)
+    df = np.exp(rng.uniform(0, np.log(1000), 200))
+    t = np.abs(d) / np.sqrt(var)
+    assert p_values(d, var, df) == pytest.approx(2 * stats.t.sf(t, df), rel=1e-9, abs=1e-300)
+    intervals = noise_intervals(d, var, df, 0.95)
+    half = stats.t.isf(0.025, df) * np.sqrt(var)
+    assert [i[0] for i in intervals] == pytest.approx(np.exp(d - half), rel=1e-9)
+    assert [i[1] for i in intervals] == pytest.approx(np.exp(d + half), rel=1e-9)
+    assert p_values([0.0, 0.1], [0.0, 0.0], [5, 5]) == [1.0, 0.0]  # no noise: only exactly 1 is no change
+
+
+def test_bounds_are_the_threshold_or_the_first_steps_noise() -> None:
+    var, df = [0.0, 1e-6, 0.01, 0.04], [10.0, 30.0, 12.0, 1000.0]
+    out = bounds(0.05, var, df, 290)
+    q = stats.t.isf(0.05 / 580, df)  # two-sided 5% / 290
+    assert out[0] == (1.05, "threshold") and out[1] == (1.05, "threshold")  # 1e-3 x q < log 1.05
+    assert out[2][1] == "noise" and out[2][0] == pytest.approx(math.exp(q[2] * 0.1), rel=1e-9)
+    assert out[3][0] == pytest.approx(math.exp(q[3] * 0.2), rel=1e-9)
+    assert bounds(0.5, [0.001], [12.0], 290) == [(1.5, "threshold")]
     with pytest.raises(ValueError, match="threshold must be a finite number >= 0 .* got -0.1"):
-        bound(-0.1, None, 1)
+        bounds(-0.1, [0.01], [3.0], 1)
 
 
-def test_a_change_needs_both_size_and_significance() -> None:
-    assert direction(1.3, (1.1, 1.5), 1.05) == 1 and time_change(1.3, (1.1, 1.5), 1.05) == "slower"
-    assert time_change(1.3, (0.9, 1.5), 1.05) == "unchanged"  # large, but the interval holds 1
-    assert time_change(1.03, (1.01, 1.05), 1.05) == "unchanged"  # significant, but small
-    assert time_change(1.3, (1.1, 1.5), 1.4) == "unchanged"  # inside the run-to-run bound
-    assert time_change(1 / 1.3, (0.7, 0.9), 1.05) == "faster"
-    assert time_change(0.96, (0.9, 0.99), 1.05) == "unchanged"  # 1 / 0.96 < 1.05
-    assert time_change(2.0, None, 1.05) == "unchanged"  # no interval: never a change
-    assert speedup_change(1.3, (1.1, 1.5), 1.05) == "higher"
-    assert speedup_change(0.7, (0.6, 0.8), 1.05) == "lower"
+def test_a_change_needs_size_significance_and_its_windows() -> None:
+    window = (1.1, 1.5)
+    assert direction(1.3, 0.01, window, 0.05) == 1 and time_change(1.3, 0.01, window, 0.05) == "slower"
+    assert time_change(1.3, 0.2, window, 0.05) == "unchanged"  # not significant after the family's control
+    assert time_change(1.3, 0.01, (0.9, 1.5), 0.05) == "unchanged"  # the windows alone overlap
+    assert time_change(1.03, 1e-6, (1.01, 1.05), 0.05) == "unchanged"  # significant, but small
+    assert time_change(1 / 1.3, 0.01, (0.7, 0.9), 0.05) == "faster"
+    assert time_change(0.96, 0.001, (0.9, 0.99), 0.05) == "unchanged"  # 1 / 0.96 < 1.05
+    assert time_change(2.0, None, None, 0.05) == "unchanged"  # too few windows: never a change
+    assert speedup_change(1.3, 0.01, window, 0.05) == "higher"
+    assert speedup_change(0.7, 0.01, (0.6, 0.8), 0.05) == "lower"

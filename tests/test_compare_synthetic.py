@@ -1,5 +1,6 @@
 """The comparison document against naive recomputation from raw parquet rows (synthetic shards):
-ratios, intervals, speedups, a selection flip, the run-to-run bound and determinism of the JSON."""
+ratios, window intervals, each ratio's test against scipy's t, speedups, a selection flip, the
+run-to-run component and determinism of the JSON."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from scipy import stats
 
 from pipeline.compare import compare, load
 from pipeline.compare.cli import main
+from pipeline.compare.family import adjusted
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTIONS
@@ -30,10 +33,11 @@ PHASE = {"iterationMS": "combined", "forwardMS": "forward", "backwardMS": "backw
 
 
 def _naive_samples(dataset: Path, execution_id: str, metric: str) -> list[float]:
-    """Per-iteration windows of the rank with the largest statistics.median (lowest rank on ties)."""
+    """Per-iteration windows of the rank with the largest statistics.median (lowest rank on ties),
+    in window order."""
     (path,) = sorted(Dataset(dataset).shard_dir(execution_id).glob("*.parquet"))
     per_rank: dict[int, list[float]] = defaultdict(list)
-    for row in pq.read_table(path).to_pylist():
+    for row in sorted(pq.read_table(path).to_pylist(), key=lambda r: r["window"]):
         if row["phase"] == PHASE[metric]:
             per_rank[row["rank"]].append(row["window_ms"] / row["iterations"])
     slowest = max(sorted(per_rank), key=lambda r: statistics.median(per_rank[r]))
@@ -79,13 +83,22 @@ def test_times_and_intervals_match_naive_recomputation(datasets) -> None:
         after = _naive_samples(new, t["execution_id"], t["metric"])
         assert t["base"] == pytest.approx(statistics.median(before), rel=1e-12)
         assert t["ratio"] == pytest.approx(statistics.median(after) / statistics.median(before), rel=1e-12)
-        assert (t["low"], t["high"]) == pytest.approx(_naive_interval(before, after), rel=1e-12)
-    logs = np.log([t["ratio"] for t in document["times"]])
-    sigma = 1.4826 * statistics.median(abs(x - statistics.median(logs)) for x in logs)
-    assert document["run_to_run_sigma"] == pytest.approx(sigma, rel=1e-12)
-    # independent random draws (base levels 0.5 to 20 ms) scatter by a factor of ~3: so does the bound
-    assert document["bounds"]["times"] == pytest.approx(math.exp(3.090232 * sigma), rel=1e-6)
-    assert document["bounds"]["times"] > 3
+        assert (t["window_low"], t["window_high"]) == pytest.approx(_naive_interval(before, after), rel=1e-12)
+        # the noise: windows and run-to-run parts add up; the test is Student's t on the log ratio
+        assert t["sigma"] ** 2 == pytest.approx(t["within_sigma"] ** 2 + t["between_sigma"] ** 2, rel=1e-9)
+        z = abs(math.log(t["ratio"])) / t["sigma"]
+        assert t["p"] == pytest.approx(2 * stats.t.sf(z, t["df"]), rel=1e-9, abs=1e-300)
+        half = stats.t.isf(0.025, t["df"]) * t["sigma"]
+        assert (t["low"], t["high"]) == pytest.approx(
+            (t["ratio"] * math.exp(-half), t["ratio"] * math.exp(half)), rel=1e-9
+        )
+    p = [t["p"] for t in document["times"]]
+    assert [t["p_adjusted"] for t in document["times"]] == pytest.approx(adjusted(p, "holm"), rel=1e-12)
+    # independent random draws (base levels 0.5 to 20 ms) scatter by a factor of ~3 between the two
+    # "runs": the run-to-run part dominates and no time is flagged
+    assert all(s["between_sigma"] > 0.5 for s in document["noise"])
+    assert document["counts"]["unchanged"] == len(document["times"])
+    assert document["bounds"]["times"]["low"] > 2 and document["bounds"]["times"]["noise"] == 25
 
 
 def test_speedup_ratios_and_their_intervals(datasets) -> None:
@@ -100,7 +113,12 @@ def test_speedup_ratios_and_their_intervals(datasets) -> None:
         # union bound of two 97.5% intervals: at five windows, the 2nd smallest / largest pairwise ratio
         mok = sorted(n / b for n in m[1] for b in m[0])
         dist = sorted(n / b for n in d[1] for b in d[0])
-        assert (s["low"], s["high"]) == pytest.approx((mok[1] / dist[-2], mok[-2] / dist[1]), rel=1e-12)
+        window = (s["window_low"], s["window_high"])
+        assert window == pytest.approx((mok[1] / dist[-2], mok[-2] / dist[1]), rel=1e-12)
+        # two independent executions: their noise adds
+        times = {(t["execution_id"], t["metric"]): t for t in document["times"]}
+        both = [times[s[f"{k}_execution_id"], "iterationMS"]["sigma"] for k in ("mok", "dist")]
+        assert s["sigma"] == pytest.approx(math.hypot(*both), rel=1e-9)
 
 
 def test_a_selection_flip_is_reported_and_judged(datasets) -> None:
@@ -119,7 +137,8 @@ def test_a_selection_flip_is_reported_and_judged(datasets) -> None:
     assert (entry["workload_id"], entry["base"]) == (workload["workload_id"], workload["base"])
     assert entry["new"] == rows[other]["pipeline"]
     assert entry["ratio"] == pytest.approx(0.5, rel=1e-9) and entry["significant"] is True
-    assert document["run_to_run_sigma"] == 0.0  # only the scaled execution's three times moved
+    # only the scaled execution's three times moved: no run-to-run scatter, its windows decide
+    assert all(s["between_sigma"] == 0.0 for s in document["noise"])
     assert {t["execution_id"] for t in document["times"] if t["change"] == "slower"} == {chosen}
 
 
@@ -149,7 +168,8 @@ def test_settings_that_differ_are_listed(datasets, tmp_path) -> None:
         {"setting": "cutlass_dsl", "base": ["unknown"], "new": ["9.9.9", "unknown"]}
     ]
     assert document["new"]["described"]["cutlass_dsl"] == {"9.9.9": 3, "unknown": 7}
-    assert math.isclose(document["bounds"]["times"], 1.05)
+    assert all(t["ratio"] == 1.0 and t["p"] == 1.0 for t in document["times"])
+    assert document["counts"]["unchanged"] == 25
 
 
 def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
@@ -161,6 +181,7 @@ def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
             "threshold must be a finite number >= 0 (a fraction, 0.05 = 5%), got nan",
         ),
         ([base, base, "--workers", "0"], "workers must be >= 1, got 0"),
+        ([base, base, "--multiplicity", "bonf"], "argument --multiplicity: invalid choice: 'bonf'"),
         ([base], "the following arguments are required: new"),
     ]
     for arguments, message in cases:
@@ -175,3 +196,36 @@ def compare_error(arguments: list[str]) -> str:
     )
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run
     return run.stderr
+
+
+def test_bh_flags_what_holm_flags_and_says_what_it_promises(datasets, tmp_path) -> None:
+    base, _, _ = datasets
+    shutil.copytree(base / "shards", tmp_path / "shards")
+    scaled = sorted(load(base).rows)[:4]
+    for execution_id in scaled:
+        _scale(tmp_path, execution_id, 2.0)
+    holm = compare(load(base), load(tmp_path), 0.05)
+    bh = compare(load(base), load(tmp_path), 0.05, multiplicity="bh")
+    flagged = {
+        m: {t["execution_id"] for t in d["times"] if t["change"] == "slower"}
+        for m, d in (("holm", holm), ("bh", bh))
+    }
+    assert flagged["holm"] == set(scaled) and flagged["holm"] <= flagged["bh"]
+    assert all(b["p_adjusted"] <= h["p_adjusted"] for b, h in zip(bh["times"], holm["times"], strict=True))
+    assert holm["multiplicity"]["method"] == "holm" and "family-wise" in holm["multiplicity"]["times"]
+    assert "false discovery rate" in bh["multiplicity"]["times"]
+
+
+def test_three_windows_a_side_are_never_a_change(tmp_path, capsys) -> None:
+    rng = np.random.default_rng()
+    for side, factor in (("base", 1.0), ("new", 3.0)):
+        for e in SUBSET:
+            table = shard_table(e, 1, rng, ranks=2, device="NVIDIA H200", job_id="1_1", windows=3)
+            column = table.schema.get_field_index("window_ms")
+            table = table.set_column(
+                column, table.schema.field(column), pc.multiply(table.column(column), factor)
+            )
+            write_table(tmp_path / side, table)
+    assert main([str(tmp_path / "base"), str(tmp_path / "new")]) == 0
+    out = capsys.readouterr().out
+    assert "no time has windows enough for a test" in out and "0 slower, 0 faster, 25 unchanged" in out

@@ -133,5 +133,5 @@ def test_submissions_keep_the_launch_settings(tmp_path):
     ledger.append(dataset, record)
     (back,) = ledger.read(dataset)
     assert back.settings == settings and back == record
-    with pytest.raises(ValueError, match="settings is missing"):
+    with pytest.raises(ValueError, match="ledger event 'submitted': settings is missing"):
         ledger.from_json({k: v for k, v in record.to_json().items() if k != "settings"})

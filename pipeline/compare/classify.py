@@ -1,78 +1,90 @@
-"""What counts as a change: a ratio beyond a bound whose window interval also excludes 1.
+"""What counts as a change, and the tests behind it.
 
-The bound is symmetric on a log scale: with bound b, a ratio above b or below 1 / b is large enough.
-It is the larger of two things:
+A ratio is a change (``slower`` / ``faster`` for times, ``higher`` / ``lower`` for speedups) only
+when all three hold:
 
-- ``1 + threshold``: the smallest change worth reporting (5% by default);
-- the run-to-run scatter of the comparison itself. Window intervals only see the noise inside one
-  execution; two runs of the same sweep also differ by whatever else the machine was doing while each
-  execution ran (on a shared CPU, often 15-20% per execution). That scatter is estimated from all the
-  comparison's time ratios (1.4826 x their median absolute deviation, a normal sigma robust to the few
-  real changes) and a change must exceed z x sigma, with z the two-sided normal quantile at 5% / the
-  number of ratios tested (Bonferroni: a rerun flags nothing with about 95% probability). Identical
-  runs give sigma 0, so then the threshold alone decides.
+- it is beyond ``1 + threshold`` (below ``1 / (1 + threshold)``): the smallest change worth
+  reporting, 5% by default;
+- it is significant against its own noise (``pipeline/compare/noise.py``: its windows plus its
+  stratum's run-to-run scatter, a t test with the noise's degrees of freedom), after the family's
+  multiplicity control (``pipeline/compare/family.py``);
+- its windows alone tell the two sides apart: the exact rank interval of the windows
+  (``pipeline/compare/statistics.py``) excludes 1. Exact for independent windows of any
+  distribution, it cannot see run-to-run noise, so it is a guard, not the test.
 
-Either condition alone is not a change: a large ratio whose interval holds 1 is noise within the
-execution, a significant ratio inside the bound is too small to matter or within run-to-run noise.
+The bound a ratio had to pass is the larger of ``1 + threshold`` and what its noise allows at the
+family's strictest level (Holm's and Benjamini-Hochberg's first step: ``ALPHA`` / the family size,
+two-sided), so a change beyond it with a significant window interval is always flagged.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from statistics import NormalDist
 
 import numpy as np
 
+from pipeline.compare.family import ALPHA
+from pipeline.compare.special import t_isf, t_sf
 from pipeline.compare.statistics import Interval
 
 DEFAULT_THRESHOLD = 0.05
-FAMILY_ALPHA = 0.05  # chance that a rerun flags anything, were the run-to-run scatter normal
-MIN_RATIOS = 8  # fewer ratios than this give no usable scatter estimate: the threshold alone decides
 TIME_CLASSES = ("slower", "faster", "unchanged")  # ratios of times: above 1 is worse
 SPEEDUP_CLASSES = ("higher", "lower", "unchanged")  # ratios of MoK / Dist-MoE speedups
 
 
-def run_to_run_sigma(log_ratios: Sequence[float]) -> float | None:
-    """Normal-equivalent scatter of log ratios between the two runs (1.4826 x MAD), or ``None``
-    where there are fewer than ``MIN_RATIOS`` of them."""
-    values = np.asarray(log_ratios, dtype=np.float64)
-    if values.size < MIN_RATIOS:
-        return None
-    return float(1.4826 * np.median(np.abs(values - np.median(values))))
+def p_values(log_ratios: Sequence[float], var: Sequence[float], df: Sequence[float]) -> list[float]:
+    """Two-sided p-values of log ratios against 0 (no change), given each one's noise variance and
+    degrees of freedom (a ratio without noise: 1 if it is exactly 1, else 0)."""
+    d, v, f = (np.asarray(a, np.float64) for a in (log_ratios, var, df))
+    noisy = v > 0
+    t = np.abs(d) / np.sqrt(np.where(noisy, v, 1.0))
+    p = np.where(noisy, 2 * t_sf(t, np.where(noisy, f, 1.0)), np.where(d == 0, 1.0, 0.0))
+    return np.minimum(p, 1.0).tolist()
 
 
-def bound(threshold: float, sigma: float | None, tests: int, scale: float = 1.0) -> float:
-    """Smallest ratio (>= 1) that can count among ``tests`` ratios: 1 + threshold, raised to
-    exp(z x scale x sigma) when the scatter is known. ``scale`` is the ratio's sigma in units of a
-    time ratio's (sqrt(2) for a speedup ratio, which divides two time ratios)."""
+def noise_intervals(
+    log_ratios: Sequence[float], var: Sequence[float], df: Sequence[float], confidence: float
+) -> list[Interval]:
+    """Each ratio's interval at ``confidence`` from its noise (not adjusted for multiplicity)."""
+    d, v = np.asarray(log_ratios, np.float64), np.asarray(var, np.float64)
+    half = t_isf(np.full(d.size, (1 - confidence) / 2), np.asarray(df, np.float64)) * np.sqrt(v)
+    return list(zip(np.exp(d - half).tolist(), np.exp(d + half).tolist(), strict=True))
+
+
+def bounds(
+    threshold: float, var: Sequence[float], df: Sequence[float], tests: int
+) -> list[tuple[float, str]]:
+    """Per ratio, the smallest ratio (>= 1) that can count among ``tests``, and which term set it:
+    ``threshold``, or ``noise`` (the two-sided t quantile at ALPHA / tests times its noise sigma)."""
     check_threshold(threshold)
-    if sigma is None or tests < 1:
-        return 1 + threshold
-    z = NormalDist().inv_cdf(1 - FAMILY_ALPHA / (2 * tests))
-    return max(1 + threshold, math.exp(z * scale * sigma))
+    v = np.asarray(var, np.float64)
+    q = t_isf(np.full(v.size, ALPHA / (2 * max(1, tests))), np.asarray(df, np.float64))
+    noise = q * np.sqrt(v)
+    least = math.log1p(threshold)
+    return [(math.exp(n), "noise") if n > least else (1 + threshold, "threshold") for n in noise.tolist()]
 
 
-def direction(ratio: float, interval: Interval | None, least: float) -> int:
-    """+1 (a significant increase beyond ``least``), -1 (a decrease below 1 / ``least``), 0."""
-    if interval is None:
+def direction(ratio: float, p_adjusted: float | None, window: Interval | None, threshold: float) -> int:
+    """+1 (a significant increase beyond 1 + threshold), -1 (a decrease below its inverse), 0."""
+    if p_adjusted is None or window is None or p_adjusted > ALPHA:
         return 0
-    low, high = interval
-    if ratio > least and low > 1:
+    low, high = window
+    if ratio > 1 + threshold and low > 1:
         return 1
-    if ratio < 1 / least and high < 1:
+    if ratio < 1 / (1 + threshold) and high < 1:
         return -1
     return 0
 
 
-def time_change(ratio: float, interval: Interval | None, least: float) -> str:
+def time_change(ratio: float, p_adjusted: float | None, window: Interval | None, threshold: float) -> str:
     """``slower`` / ``faster`` / ``unchanged`` for a NEW / BASE ratio of times."""
-    return _label(TIME_CLASSES, direction(ratio, interval, least))
+    return _label(TIME_CLASSES, direction(ratio, p_adjusted, window, threshold))
 
 
-def speedup_change(ratio: float, interval: Interval | None, least: float) -> str:
+def speedup_change(ratio: float, p_adjusted: float | None, window: Interval | None, threshold: float) -> str:
     """``higher`` / ``lower`` / ``unchanged`` for a NEW / BASE ratio of speedups."""
-    return _label(SPEEDUP_CLASSES, direction(ratio, interval, least))
+    return _label(SPEEDUP_CLASSES, direction(ratio, p_adjusted, window, threshold))
 
 
 def check_threshold(threshold: float) -> None:

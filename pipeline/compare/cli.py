@@ -1,7 +1,8 @@
 """``python -m pipeline.compare BASE NEW``: what got faster, what got slower, and is it real.
 
-Exit status: 1 when any time is ``slower`` (significant and beyond the threshold), 0 otherwise, 2 for
-bad input (not a dataset, no common executions, a bad option), with a one-line error.
+Exit status: 1 when any time is ``slower`` (beyond the threshold and significant against its noise
+after the multiplicity control), 0 otherwise, 2 for bad input (not a dataset, no common executions,
+a bad option), with a one-line error.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
-from pipeline.compare.comparison import any_slower, compare
+from pipeline.compare.comparison import any_slower, bounds_text, compare
+from pipeline.compare.family import MULTIPLICITY
 from pipeline.compare.page import write_page
 from pipeline.compare.side import load
 from pipeline.folders import check_writable
@@ -39,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_THRESHOLD,
         help=f"smallest relative change that counts (default {DEFAULT_THRESHOLD}, i.e. 5%%)",
     )
+    parser.add_argument(
+        "--multiplicity",
+        choices=MULTIPLICITY,
+        default=MULTIPLICITY[0],
+        help="holm: family-wise error (default); bh: Benjamini-Hochberg false discovery rate",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of text")
     parser.add_argument("--out", type=Path, default=None, help="also write comparison.html into this folder")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
@@ -47,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         check_threshold(args.threshold)  # before reading two datasets
         if args.out is not None:
             _check_out(args.out)
-        document = compare(load(args.base, args.workers), load(args.new, args.workers), args.threshold)
+        sides = load(args.base, args.workers), load(args.new, args.workers)
+        document = compare(*sides, args.threshold, multiplicity=args.multiplicity)
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"{PROG}: error: {exc}\n")
@@ -90,7 +99,7 @@ def text(document: dict[str, Any]) -> str:
     for t in sorted(changed, key=lambda t: (t["change"] != "slower", -abs(math.log(t["ratio"])))):
         lines.append(
             f"  {t['change']:9} {t['metric']:11} {t['execution_id']}  {t['base']:.4g} -> {t['new']:.4g} ms  "
-            f"x{t['ratio']:.3f} {_interval(t)}"
+            f"x{t['ratio']:.3f} {_interval(t)} {_noise(t)}"
         )
     speedups = [s for s in document["speedups"] if s["change"] != "unchanged"]
     lines.append(f"speedups (MoK / Dist-MoE time), NEW / BASE: {len(speedups)} changed")
@@ -117,17 +126,12 @@ def text(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def bounds_text(document: dict[str, Any]) -> str:
-    """What a ratio must exceed to count, and why (the threshold, or the run-to-run scatter)."""
-    bounds, sigma = document["bounds"], document["run_to_run_sigma"]
-    scatter = (
-        f"run-to-run scatter sigma {sigma:.3f} (log ratio, from {len(document['times'])} times)"
-        if sigma is not None
-        else "no run-to-run scatter estimate (too few times)"
-    )
+def _noise(entry: dict[str, Any]) -> str:
+    if entry.get("p_adjusted") is None:
+        return ""
     return (
-        f"threshold {100 * document['threshold']:g}%, {scatter}: a change counts beyond "
-        f"x{bounds['times']:.3f} for times, x{bounds['speedups']:.3f} for speedups"
+        f"p {entry['p_adjusted']:.2g} (sigma {entry['sigma']:.3f}: windows {entry['within_sigma']:.3f}, "
+        f"runs {entry['between_sigma']:.3f})"
     )
 
 

@@ -2,71 +2,90 @@
 
 Only executions present in both datasets are compared, and pairs and selections are rebuilt from
 those alone (``pipeline.report.pairs``), so an execution missing on one side cannot flip a selection.
-The result is a plain JSON-ready document, like the aggregate's.
+Every ratio gets its own noise (``noise.py``), a p-value adjusted within its family (all times, all
+speedups, all flips: ``family.py``) and a class (``classify.py``). The result is a plain JSON-ready
+document, like the aggregate's.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline.compare import family
 from pipeline.compare.classify import (
     SPEEDUP_CLASSES,
     TIME_CLASSES,
-    bound,
+    bounds,
     check_threshold,
     direction,
-    run_to_run_sigma,
+    noise_intervals,
+    p_values,
     speedup_change,
     time_change,
 )
+from pipeline.compare.noise import Noise, Part, Stratum, combined, ratio_noise, windows
 from pipeline.compare.side import METRICS, Side
 from pipeline.compare.statistics import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 from pipeline.report import pairs
 from pipeline.report.provenance import SETTINGS
 
 METHOD = (
-    "ratio of the published slowest-rank medians; interval: Hodges-Lehmann / Mann-Whitney on the log "
-    "window times of each dataset's slowest rank (speedups: MoK's and Dist-MoE's intervals combined "
-    "by the union bound); a change is significant and beyond the bound: 1 + threshold or the "
-    "run-to-run scatter of all time ratios (1.4826 MAD) x the Bonferroni normal quantile, if larger"
+    "ratio of the published slowest-rank medians; noise per ratio: its windows (median variance "
+    "from the mean absolute deviation, corrected for the windows' pooled lag-1 dependence, "
+    "moderated within the stratum) plus the run-to-run variance of its stratum (kind x metric), "
+    "with Satterthwaite degrees of freedom; a change is beyond 1 + threshold, significant in a t "
+    "test after the family's multiplicity control, and significant in the exact Mann-Whitney / "
+    "Hodges-Lehmann interval of the windows"
 )
 
 
-def compare(base: Side, new: Side, threshold: float, confidence: float = CONFIDENCE) -> dict[str, Any]:
+def compare(
+    base: Side,
+    new: Side,
+    threshold: float,
+    confidence: float = CONFIDENCE,
+    multiplicity: str = "holm",
+) -> dict[str, Any]:
     """The comparison document of NEW against BASE; ``ValueError`` if they share no execution."""
     check_threshold(threshold)
+    family.check_method(multiplicity)
     common = sorted(set(base.rows) & set(new.rows))
     if not common:
         raise ValueError(
             f"no common executions: {str(base.path)!r} has {len(base.rows)}, {str(new.path)!r} has "
             f"{len(new.rows)}, none in both"
         )
-    candidates = (_time(base, new, i, metric, confidence) for i in common for metric in METRICS)
-    times = [t for t in candidates if t is not None]
+    keys = [
+        (i, m) for i in common for m in METRICS if base.rows[i][m] is not None and new.rows[i][m] is not None
+    ]
+    noises = dict(zip(keys, _noises(base, new, keys), strict=True))
+    times = [_time(base, new, i, m, noises[i, m], confidence) for i, m in keys]
+    _judge(times, threshold, multiplicity, confidence, time_change)
     base_pairs = pairs.pair_rows([base.rows[i] for i in common])
     new_pairs = {p["dist_execution_id"]: p for p in pairs.pair_rows([new.rows[i] for i in common])}
-    speedups = [_speedup(base, new, p, new_pairs[p["dist_execution_id"]], confidence) for p in base_pairs]
-    selections = _selections(new, base_pairs, list(new_pairs.values()), confidence)
-    sigma = run_to_run_sigma([math.log(t["ratio"]) for t in times])
-    bounds = {
-        "times": bound(threshold, sigma, len(times)),
-        "speedups": bound(threshold, sigma, len(speedups), math.sqrt(2)),
-        "selections": bound(threshold, sigma, sum(s["flipped"] for s in selections)),
-    }
-    for t in times:
-        t["change"] = time_change(t["ratio"], _interval(t), bounds["times"])
-    for s in speedups:
-        s["change"] = speedup_change(s["ratio"], _interval(s), bounds["speedups"])
-    for s in selections:
-        if s["flipped"]:
-            s["significant"] = direction(s["ratio"], _interval(s), bounds["selections"]) == -1
+    speedups = [
+        _speedup(base, new, p, new_pairs[p["dist_execution_id"]], noises, confidence) for p in base_pairs
+    ]
+    _judge(speedups, threshold, multiplicity, confidence, speedup_change)
+    selections = _selections(new, base_pairs, list(new_pairs.values()), noises, confidence)
+    flips = [s for s in selections if s["flipped"]]
+    _judge(flips, threshold, multiplicity, confidence, lambda *a: direction(*a) == -1, "significant")
+    strata = {n.stratum.name: n.stratum for n in noises.values()}
     return {
         "threshold": threshold,
         "confidence": confidence,
         "method": METHOD,
-        "run_to_run_sigma": sigma,
-        "bounds": bounds,
+        "multiplicity": {
+            "method": multiplicity,
+            "alpha": family.ALPHA,
+            "times": family.promise(multiplicity, "time"),
+            "speedups": family.promise(multiplicity, "speedup"),
+        },
+        "noise": [_stratum_entry(strata[name]) for name in sorted(strata)],
+        "bounds": {"times": _bounds_summary(times), "speedups": _bounds_summary(speedups)},
         "base": _side(base),
         "new": _side(new),
         "settings_differ": [
@@ -83,7 +102,7 @@ def compare(base: Side, new: Side, threshold: float, confidence: float = CONFIDE
             **{c: sum(t["change"] == c for t in times) for c in TIME_CLASSES},
             **{f"speedup_{c}": sum(s["change"] == c for s in speedups) for c in SPEEDUP_CLASSES},
             "selections": len(selections),
-            "selections_flipped": sum(s["flipped"] for s in selections),
+            "selections_flipped": len(flips),
         },
     }
 
@@ -93,31 +112,104 @@ def any_slower(document: dict[str, Any]) -> bool:
     return document["counts"]["slower"] > 0
 
 
-def _side(dataset: Side) -> dict[str, Any]:
+def bounds_text(document: dict[str, Any]) -> str:
+    """What a time must exceed to count, and why: the threshold or its own noise, under which
+    multiplicity control, with what promise."""
+    noise = document["noise"]
+    between = [s["between_sigma"] for s in noise if s["between_sigma"] is not None]
+    names = ", ".join(s["stratum"] for s in noise)
+    strata = f"{len(noise)} {'stratum' if len(noise) == 1 else 'strata'}: {names}"
+    if not between:
+        scatter = "no run-to-run estimate (fewer than 8 times)"
+    elif min(between) == max(between):
+        scatter = f"run-to-run sigma {between[0]:.3f} ({strata})"
+    else:
+        scatter = f"run-to-run sigma {min(between):.3f} to {max(between):.3f} ({strata})"
+    b = document["bounds"]["times"]
+    if b["low"] is None:
+        counts = "no time has windows enough for a test"
+    else:
+        counts = (
+            f"a change counts beyond x{b['low']:.3f} to x{b['high']:.3f} (set by the threshold for "
+            f"{b['threshold']} times, by their noise for {b['noise']})"
+        )
+    return (
+        f"threshold {100 * document['threshold']:g}%; noise of each time: its windows + {scatter}; "
+        f"{document['multiplicity']['times']}: {counts}"
+    )
+
+
+def _noises(base: Side, new: Side, keys: list[tuple[str, str]]) -> list[Noise]:
+    """The noise of every time ratio, strata kind x metric, then metric, then all times."""
+    return ratio_noise(
+        [math.log(new.rows[i][m] / base.rows[i][m]) for i, m in keys],
+        windows([base.windows[i][m] for i, m in keys]),
+        windows([new.windows[i][m] for i, m in keys]),
+        [(f"{base.rows[i]['kind']} {m}", m, "all") for i, m in keys],
+    )
+
+
+def _judge(
+    entries: list[dict[str, Any]],
+    threshold: float,
+    multiplicity: str,
+    confidence: float,
+    classify: Callable[[float, float | None, Interval | None, float], Any],
+    key: str = "change",
+) -> None:
+    """Test a family at once: each entry's noise interval, p-value, adjusted p-value and bound, then
+    its class (``classify(ratio, p_adjusted, window interval, threshold)`` into ``entry[key]``).
+    An entry without a window interval (too few windows) is not tested."""
+    tested = [e for e in entries if e["window_low"] is not None]
+    logs = [math.log(e["ratio"]) for e in tested]
+    var, df = [e["sigma"] ** 2 for e in tested], [e["df"] for e in tested]
+    p = p_values(logs, var, df)
+    for e, (low, high), raw, adjusted, (least, by) in zip(
+        tested,
+        noise_intervals(logs, var, df, confidence),
+        p,
+        family.adjusted(p, multiplicity),
+        bounds(threshold, var, df, len(tested)),
+        strict=True,
+    ):
+        e |= {"low": low, "high": high, "p": raw, "p_adjusted": adjusted, "bound": least, "bound_by": by}
+    for e in entries:
+        window = None if e["window_low"] is None else (e["window_low"], e["window_high"])
+        e[key] = classify(e["ratio"], e["p_adjusted"], window, threshold)
+
+
+def _tested(ratio: float, noise_var: float, df: float, window: Interval | None) -> dict[str, Any]:
+    """A ratio's fields before its family is tested (``_judge`` fills the tests in)."""
+    w_low, w_high = window if window is not None else (None, None)
     return {
-        "dataset": str(dataset.path),
-        "executions": len(dataset.rows),
-        "described": dataset.described,
-        "skipped": [{"path": s.path, "reason": s.reason} for s in dataset.skipped],
+        "ratio": ratio,
+        "low": None,
+        "high": None,
+        "window_low": w_low,
+        "window_high": w_high,
+        "sigma": math.sqrt(noise_var),
+        "df": df,
+        "p": None,
+        "p_adjusted": None,
+        "bound": None,
+        "bound_by": None,
     }
 
 
-def _time(base: Side, new: Side, execution_id: str, metric: str, confidence: float) -> dict[str, Any] | None:
-    """One execution's metric in both datasets, or ``None`` where either lacks it (no backward)."""
+def _time(base: Side, new: Side, execution_id: str, metric: str, noise: Noise, confidence: float) -> dict:
+    """One execution's metric in both datasets with its noise and tests."""
     before, after = base.rows[execution_id][metric], new.rows[execution_id][metric]
-    if before is None or after is None:
-        return None
-    ratio = after / before
-    interval = ratio_interval(
-        base.samples[execution_id][metric], new.samples[execution_id][metric], confidence
-    )
+    window = ratio_interval(base.windows[execution_id][metric], new.windows[execution_id][metric], confidence)
     return {
         "execution_id": execution_id,
         "workload_id": base.rows[execution_id]["workload_id"],
         "metric": metric,
         "base": before,
         "new": after,
-        **_ratio(ratio, interval),
+        **_tested(after / before, noise.var, noise.df, window),
+        "within_sigma": noise.within_sigma,
+        "between_sigma": noise.between_sigma,
+        "stratum": noise.stratum.name,
     }
 
 
@@ -126,17 +218,18 @@ def _speedup(
     new: Side,
     before: dict[str, Any],
     after: dict[str, Any],
+    noises: dict[tuple[str, str], Noise],
     confidence: float,
 ) -> dict[str, Any]:
     """A pair's speedup (MoK / Dist-MoE) in both datasets: its ratio is MoK's time ratio over
-    Dist-MoE's, so its interval combines theirs."""
+    Dist-MoE's, so its noise is the sum of theirs (independent executions)."""
     mok, dist = before["mok_execution_id"], before["dist_execution_id"]
-    ratio = after["speedup"] / before["speedup"]
-    interval = ratio_of_ratios_interval(
-        (base.samples[mok]["iterationMS"], new.samples[mok]["iterationMS"]),
-        (base.samples[dist]["iterationMS"], new.samples[dist]["iterationMS"]),
+    window = ratio_of_ratios_interval(
+        (base.windows[mok]["iterationMS"], new.windows[mok]["iterationMS"]),
+        (base.windows[dist]["iterationMS"], new.windows[dist]["iterationMS"]),
         confidence,
     )
+    var, df = _sum(noises[mok, "iterationMS"], noises[dist, "iterationMS"])
     return {
         "dist_execution_id": dist,
         "mok_execution_id": mok,
@@ -144,16 +237,35 @@ def _speedup(
         "pipeline": before["pipeline"],
         "base": before["speedup"],
         "new": after["speedup"],
-        **_ratio(ratio, interval),
+        **_tested(after["speedup"] / before["speedup"], var, df, window),
     }
 
 
+def _sum(first: Noise, second: Noise, sides: str = "both") -> tuple[float, float]:
+    """Variance and df of the difference of two executions' log times: their window parts and two
+    run-to-run parts (one estimate, counted twice when the strata are one). ``sides="new"`` keeps
+    only NEW's window parts: two executions of one dataset."""
+    windows = [first.new, second.new] if sides == "new" else [first.base, first.new, second.base, second.new]
+    between: list[Part] = []
+    for stratum in {id(n.stratum): n.stratum for n in (first, second)}.values():
+        if stratum.between is not None:
+            twice = 2 if first.stratum is second.stratum else 1
+            p = stratum.between
+            between.append(Part(twice * p.var, p.df, twice * p.scale))
+    return combined(windows + between)
+
+
 def _selections(
-    new: Side, base_pairs: list[dict[str, Any]], new_pairs: list[dict[str, Any]], confidence: float
+    new: Side,
+    base_pairs: list[dict[str, Any]],
+    new_pairs: list[dict[str, Any]],
+    noises: dict[tuple[str, str], Noise],
+    confidence: float,
 ) -> list[dict[str, Any]]:
     """Per matched workload with more than one Dist-MoE pipeline, the selected one in each dataset.
-    A flip carries NEW's time ratio of the newly to the formerly selected pipeline and its interval:
-    ``significant`` (set by the caller) says whether NEW's order of the two is beyond noise."""
+    A flip carries NEW's time ratio of the newly to the formerly selected pipeline, its noise (NEW's
+    windows of both and two executions' run-to-run scatter) and window interval: ``significant``
+    (set by the caller) says whether NEW's order of the two is beyond noise."""
     chosen = {
         side: {p["workload_id"]: p for p in ps if p["selected"]}
         for side, ps in (("base", base_pairs), ("new", new_pairs))
@@ -173,19 +285,44 @@ def _selections(
         if entry["flipped"]:
             was, now = before["dist_execution_id"], after["dist_execution_id"]
             ratio = new.rows[now]["iterationMS"] / new.rows[was]["iterationMS"]
-            interval = ratio_interval(
-                new.samples[was]["iterationMS"], new.samples[now]["iterationMS"], confidence
+            window = ratio_interval(
+                new.windows[was]["iterationMS"], new.windows[now]["iterationMS"], confidence
             )
-            entry |= _ratio(ratio, interval)
+            var, df = _sum(noises[now, "iterationMS"], noises[was, "iterationMS"], sides="new")
+            entry |= _tested(ratio, var, df, window)
         out.append(entry)
     return out
 
 
-def _ratio(ratio: float, interval: Interval | None) -> dict[str, Any]:
-    """Ratio and interval ends (``None``: too few windows for an interval at this confidence)."""
-    low, high = interval if interval is not None else (None, None)
-    return {"ratio": ratio, "low": low, "high": high}
+def _stratum_entry(stratum: Stratum) -> dict[str, Any]:
+    between = stratum.between
+    return {
+        "stratum": stratum.name,
+        "ratios": stratum.ratios,
+        "between_sigma": None if between is None else math.sqrt(between.var),
+        "between_df": None if between is None else between.df,
+        "dependence": list(stratum.dependence),
+        "window_prior_df": list(stratum.moderation),
+    }
 
 
-def _interval(entry: dict[str, Any]) -> Interval | None:
-    return None if entry["low"] is None else (entry["low"], entry["high"])
+def _bounds_summary(entries: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How far the bounds of a family range and how many of them each term set."""
+    values = [e["bound"] for e in entries if e["bound"] is not None]
+    return {
+        "low": min(values, default=None),
+        "median": statistics.median(values) if values else None,
+        "high": max(values, default=None),
+        "threshold": sum(e["bound_by"] == "threshold" for e in entries),
+        "noise": sum(e["bound_by"] == "noise" for e in entries),
+        "untested": sum(e["bound"] is None for e in entries),
+    }
+
+
+def _side(dataset: Side) -> dict[str, Any]:
+    return {
+        "dataset": str(dataset.path),
+        "executions": len(dataset.rows),
+        "described": dataset.described,
+        "skipped": [{"path": s.path, "reason": s.reason} for s in dataset.skipped],
+    }

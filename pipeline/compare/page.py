@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pipeline.compare.comparison import bounds_text
 from pipeline.compare.plot import ratio_figure
 from pipeline.data.atomic import atomic_write
 from pipeline.report import html
@@ -36,11 +37,13 @@ def page_html(document: dict[str, Any]) -> str:
         "Comparison: NEW against BASE",
         [
             html.paragraph(summary),
+            html.paragraph(bounds_text(document) + "."),
             _datasets(document),
             html.section(
                 "Time ratios",
                 html.paragraph(f"Method: {document['method']}.", "note"),
                 html.image(png(ratio_figure(document)), "time ratio per execution with intervals"),
+                _noise(document["noise"]),
             ),
             _times("Changed times", [t for t in document["times"] if t["change"] != "unchanged"]),
             _speedups(document["speedups"]),
@@ -77,11 +80,46 @@ def _datasets(document: dict[str, Any]) -> str:
     return html.section("The two datasets", *parts)
 
 
+def _noise(strata: list[dict[str, Any]]) -> str:
+    columns = ["stratum", "times", "run-to-run sigma", "its df", "window dependence BASE", "NEW"]
+    rows: list[list[html.Cell]] = [
+        [
+            s["stratum"],
+            str(s["ratios"]),
+            html.number(s["between_sigma"], 3),
+            html.number(s["between_df"], 3),
+            *(html.number(r, 2) for r in s["dependence"]),
+        ]
+        for s in strata
+    ]
+    return html.table(columns, rows, numeric=columns[1:])
+
+
 def _times(heading: str, times: list[dict[str, Any]]) -> str:
-    columns = ["change", "execution", "metric", "BASE ms", "NEW ms", "ratio", "low", "high"]
+    columns = [
+        "change",
+        "execution",
+        "metric",
+        "BASE ms",
+        "NEW ms",
+        "ratio",
+        "low",
+        "high",
+        "sigma",
+        "p adjusted",
+        "bound",
+    ]
     order = {"slower": 0, "faster": 1, "unchanged": 2}
     rows: list[list[html.Cell]] = [
-        [(t["change"], t["change"]), t["execution_id"], t["metric"], *_numbers(t, 4)]
+        [
+            (t["change"], t["change"]),
+            t["execution_id"],
+            t["metric"],
+            *_numbers(t, 4),
+            html.number(t["sigma"], 3),
+            html.number(t["p_adjusted"], 2),
+            html.number(t["bound"], 4),
+        ]
         for t in sorted(times, key=lambda t: (order[t["change"]], t["execution_id"], t["metric"]))
     ]
     if not rows:

@@ -20,7 +20,8 @@ ROW_INCHES, LABEL_INCHES, PANEL_INCHES = 0.17, 3.6, 4.0
 
 def ratio_figure(document: dict[str, Any]) -> Figure:
     """One panel per time metric (same execution rows, log ratio axis): a dot at the ratio, a bar
-    over its interval, the band inside the bound shaded; colour says slower / faster / unchanged."""
+    over its interval, a grey band behind it out to its bound; colour says slower / faster /
+    unchanged."""
     times = document["times"]
     ids = sorted({t["execution_id"] for t in times}, reverse=True)  # first id on top
     position = {execution_id: i for i, execution_id in enumerate(ids)}
@@ -29,11 +30,18 @@ def ratio_figure(document: dict[str, Any]) -> Figure:
     fig = Figure(figsize=(width, height))
     fig.subplots_adjust(left=LABEL_INCHES / width, right=0.98, bottom=0.5 / height, top=1 - 0.8 / height)
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
-    bound = document["bounds"]["times"]
     for ax, metric in zip(axes, metrics, strict=True):
-        ax.axvspan(1 / bound, bound, color="#e8e8e8", zorder=0)
-        ax.axvline(1.0, color="black", linewidth=0.8, zorder=1)
         mine = [t for t in times if t["metric"] == metric]
+        bounded = [t for t in mine if t["bound"] is not None]
+        ax.hlines(
+            [position[t["execution_id"]] for t in bounded],
+            [1 / t["bound"] for t in bounded],
+            [t["bound"] for t in bounded],
+            color="#e0e0e0",
+            linewidth=5,
+            zorder=0,
+        )
+        ax.axvline(1.0, color="black", linewidth=0.8, zorder=1)
         for change, color in COLORS.items():
             shown = [t for t in mine if t["change"] == change]
             bars = [t for t in shown if t["low"] is not None]
@@ -58,8 +66,8 @@ def ratio_figure(document: dict[str, Any]) -> Figure:
         ax.grid(axis="x", alpha=0.3, which="both")
     axes[0].set_yticks(range(len(ids)), ids, fontsize=6)
     fig.suptitle(
-        f"time ratio with {100 * document['confidence']:g}% interval; shaded: inside the bound "
-        f"x{bound:.3g} (threshold or run-to-run scatter); red slower, green faster",
+        f"time ratio with {100 * document['confidence']:g}% interval (its noise); grey: inside its bound "
+        "(threshold or noise); red slower, green faster",
         fontsize=9,
     )
     return fig

@@ -1,13 +1,15 @@
-"""One side of a comparison: a dataset folder's published rows, with the window samples behind each time.
+"""One side of a comparison: a dataset folder's published rows, with the window times behind each time.
 
 The shards are read by the report's scan (newest complete attempt per execution) and reduced by the
 report's rows, so a comparison sees exactly the numbers ``pipeline.aggregate`` publishes. Each time
 comes with the per-iteration window times of the rank that set it (the slowest rank, chosen in this
-dataset from the per-rank medians); the other dataset may have found a different rank slowest.
+dataset from the per-rank medians), in the order the shard lists them, which is the order they were
+timed; the other dataset may have found a different rank slowest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from pipeline.data.dataset import Dataset
+from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
-from pipeline.metrics import slowest_rank_samples
+from pipeline.metrics import slowest_rank_windows
 from pipeline.report import executions
 from pipeline.report.provenance import describe
 
@@ -30,7 +33,7 @@ class Side:
 
     path: Path
     rows: dict[str, dict[str, Any]]  # execution_id -> published row
-    samples: dict[str, dict[str, np.ndarray]]  # execution_id -> metric -> slowest rank's ms per iteration
+    windows: dict[str, dict[str, np.ndarray]]  # execution_id -> metric -> slowest rank's ms per iteration
     described: dict[str, dict[str, int]]  # provenance field -> value -> executions
     skipped: list[Skipped]
 
@@ -40,18 +43,24 @@ def load(path: Path, workers: int = 8) -> Side:
     path = Path(path)
     folder = Dataset.existing(path)
     scan = scan_shards(folder, workers=workers)
-    skipped = list(scan.skipped)
+    return side(path, folder, scan.newest, scan.skipped)
+
+
+def side(path: Path, folder: Dataset, newest: Mapping[str, Shard], skipped: Iterable[Skipped]) -> Side:
+    """The side of the shards that count (``newest``: execution id -> shard): their published rows
+    and slowest-rank windows; a shard whose metrics cannot be computed is skipped with its reason."""
+    skipped = list(skipped)
     rows: dict[str, dict[str, Any]] = {}
-    samples: dict[str, dict[str, np.ndarray]] = {}
-    for execution_id in sorted(scan.newest):
-        shard = scan.newest[execution_id]
+    windows: dict[str, dict[str, np.ndarray]] = {}
+    for execution_id in sorted(newest):
+        shard = newest[execution_id]
         try:
             rows[execution_id] = executions.execution_row(shard)
         except ValueError as exc:
             skipped.append(Skipped(folder.relative(shard.path), f"metrics cannot be computed ({exc})"))
             continue
-        samples[execution_id] = {
-            metric: slowest_rank_samples(
+        windows[execution_id] = {
+            metric: slowest_rank_windows(
                 shard.rank[shard.phase == phase],
                 shard.window_ms[shard.phase == phase],
                 shard.iterations[shard.phase == phase],
@@ -62,5 +71,5 @@ def load(path: Path, workers: int = 8) -> Side:
     if not rows:
         found = f"{len(skipped)} unusable shard file(s)" if skipped else "no shards/execution=*/*.parquet"
         raise ValueError(f"not a dataset: {str(path)!r} has no usable shard ({found})")
-    described = describe(scan.newest[i] for i in rows)
-    return Side(path, rows, samples, described, sorted(skipped, key=lambda s: s.path))
+    described = describe(newest[i] for i in rows)
+    return Side(path, rows, windows, described, sorted(skipped, key=lambda s: s.path))

@@ -19,21 +19,25 @@ Interval = tuple[float, float]
 
 
 @cache
-def rank_sum_counts(n: int, m: int) -> tuple[int, ...]:
-    """How many of the C(n+m, n) orders of n + m distinct values give each Mann-Whitney count
-    U = 0 .. n*m (pairs with the second sample's value above the first's): the coefficients of the
-    Gaussian binomial [n+m choose n]_q, built exactly as prod_i (1 - q^(m+i)) / (1 - q^i)."""
+def rank_sum_distribution(n: int, m: int) -> np.ndarray:
+    """P(U = u), u = 0 .. n*m, for the Mann-Whitney count U (pairs with the second sample's value
+    above the first's) of n + m distinct values in random order: the coefficients of the Gaussian
+    binomial [n+m choose n]_q over C(n+m, n), built as prod_i (1 - q^(m+i)) / (1 - q^i) in float64
+    (each factor's division a cumulative sum along the residues mod i; exact integers while the
+    counts stay below 2^53, i.e. up to about 27 windows a side, a relative 1e-15 beyond)."""
     if n < 1 or m < 1:
         raise ValueError(f"both samples need at least one value, got {n} and {m}")
-    coefficients = [1]
+    coefficients = np.ones(1)
     for i in range(1, n + 1):
-        grown = coefficients + [0] * (m + i)
-        for k in range(len(grown) - 1, m + i - 1, -1):  # times (1 - q^(m+i))
-            grown[k] -= grown[k - m - i]
-        for k in range(i, len(grown)):  # over (1 - q^i)
-            grown[k] += grown[k - i]
-        coefficients = grown[: i * m + 1]
-    return tuple(coefficients)
+        grown = np.zeros(coefficients.size + m + i)
+        grown[: coefficients.size] = coefficients
+        grown[m + i :] -= coefficients  # times (1 - q^(m+i))
+        rows = -(-grown.size // i)
+        padded = np.zeros(rows * i)
+        padded[: grown.size] = grown
+        coefficients = np.cumsum(padded.reshape(rows, i), axis=0).ravel()[: i * m + 1]  # over (1 - q^i)
+        coefficients /= coefficients.max()  # keep the scale finite for any n, m
+    return coefficients / coefficients.sum()
 
 
 @cache
@@ -43,14 +47,9 @@ def critical_count(n: int, m: int, confidence: float) -> int:
     confidence, e.g. three windows per side at 95%)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
-    counts = rank_sum_counts(n, m)
-    total = sum(counts)
-    tail = (1 - confidence) / 2 * total
-    k, below = 0, 0
-    while k < len(counts) and below + counts[k] <= tail:
-        below += counts[k]
-        k += 1
-    return k
+    tail = (1 - confidence) / 2
+    below = np.cumsum(rank_sum_distribution(n, m))
+    return int(np.searchsorted(below, tail * (1 + 1e-12), side="right"))
 
 
 def ratio_interval(base: np.ndarray, new: np.ndarray, confidence: float = CONFIDENCE) -> Interval | None:

@@ -25,7 +25,7 @@ from pipeline.data.comparable import LOCAL_CLUSTER
 
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
 # What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
-PRESET_KEYS = ("name", "ranks_per_node", "gpus")
+PRESET_KEYS = ("name", "ranks_per_node", "gpus", "gpu_memory_gb", "arch")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Command line of the reduced-order model: inputs from a JSON file and/or key=value arguments.
 
-Without ``--inputs`` the published run's inputs are the starting point. Bad input is one line on
-stderr and exit status 2.
+The file holds the inputs object or a whole published document (its ``inputs`` are taken). Without
+``--inputs`` the published run's inputs are the starting point. Bad input is one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from pipeline.exits import ArgumentParser, prog
 from pipeline.folders import check_writable
-from pipeline.model.reduced_order import run
+from pipeline.model.reduced_order import document_inputs, run
 
 PUBLISHED_INPUTS = Path(__file__).with_name("published-inputs.json")
 
@@ -70,8 +71,6 @@ def load_inputs(path: Path) -> dict[str, object]:
         raise ValueError(f"inputs file {str(path)!r} is not JSON: {err}") from None
     if not isinstance(values, dict):
         raise ValueError(f"inputs file {str(path)!r} must hold a JSON object, got {type(values).__name__}")
-    if isinstance(values.get("inputs"), dict) and "outputs" in values:  # a published run ({inputs, outputs})
-        return values["inputs"]
     return values
 
 
@@ -99,7 +98,8 @@ def parser() -> argparse.ArgumentParser:
         "--inputs",
         type=Path,
         metavar="FILE",
-        help="JSON object of inputs, or a published run's {inputs, outputs} (default: the published inputs)",
+        help="JSON object of inputs, or a published document {inputs, outputs, profile} "
+        "(default: the published run's inputs)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object {inputs, outputs, profile}")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the profile curves as PNG files to DIR")
@@ -118,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.plot is not None:
             _check_plot(args.plot)
-        values = load_inputs(args.inputs or PUBLISHED_INPUTS) | parse_assignments(args.assignments)
+        given = document_inputs(load_inputs(args.inputs or PUBLISHED_INPUTS))
+        values = dict(given) | parse_assignments(args.assignments)
         result = run(values)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -1,0 +1,343 @@
+"""The noise of each time ratio: what its own windows say, plus the run-to-run scatter of its stratum.
+
+A ratio compares two published medians, each over one execution's windows (the slowest rank's).
+Its log has two sources of noise, estimated separately and added:
+
+- **within an execution**, from each side's windows: the variance of the log of a median of n
+  windows, v(n) x s^2, with s the windows' normal-consistent mean absolute deviation from their
+  median (robust to a slow window, and less noisy than the MAD at five windows). Windows come in
+  slow and fast stretches, so the windows of a stratum and side give one pooled lag-1
+  autocorrelation (von Neumann's ratio against its exact expectation under AR(1) at each n), which
+  inflates v(n) x s^2 for the median (the sign correlations of an AR(1)) and for what dependence
+  hides from s. A side's few windows give a noisy variance, so each is moderated towards the
+  stratum's (empirical Bayes on the log variances, as limma does for genes), with degrees of
+  freedom measured from how much BASE's and NEW's estimates of the same time disagree;
+- **between runs**, from the stratum: two runs of a sweep differ by what else the machine did
+  while each execution ran, which moves all its windows together and which no window sees. Its
+  variance is the one that makes the stratum's log ratios, each divided by its own total, look like
+  draws of unit variance: first at their median (robust to real changes), then at the mean of those
+  within three sigma (efficient).
+
+Strata are kind x metric (executions that share noise); one with fewer than ``MIN_STRATUM`` ratios
+uses its metric's, then the whole comparison's. Each estimate carries degrees of freedom, and a
+ratio's total is tested against Student's t with the Satterthwaite combination of them, so a ratio
+judged on few windows or a small stratum needs a larger change.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from pipeline.compare.special import MAX_DF, digamma, inverse_trigamma, trigamma
+
+MIN_STRATUM = 12  # ratios for a stratum of its own; fewer use the next coarser one
+MIN_RATIOS = 8  # fewer ratios in the whole comparison: no run-to-run estimate at all
+MAX_DEPENDENCE = 0.95
+_MEDIAN_CHI2_1 = 0.454936  # median of chi-square with 1 df
+_TRUNCATED_MEAN = 0.973336  # mean of chi-square with 1 df below 9 (three sigma)
+_KEEP = 9.0
+# Degrees of freedom per ratio of the three-sigma mean: below the 0.95 it has for normal data with known
+# weights, because each weight carries an estimated window part (at 0.9, simulated reruns in GPU-like
+# noise flagged something 3 - 4% of the time at a nominal 2.5%; benchmarks/compare_error_rates.py).
+_BETWEEN_EFFICIENCY = 0.7
+
+
+@dataclass(frozen=True)
+class Windows:
+    """One side of one time: the log of its per-iteration window times, summarised."""
+
+    median: float
+    scale: float  # normal-consistent mean absolute deviation from the median, in log units
+    n: int
+    successive: float  # sum of squared successive differences of the windows (clipped at 3 scales)
+    spread: float  # sum of squared deviations of the (clipped) windows from their mean
+
+
+def windows(samples: Sequence[np.ndarray]) -> list[Windows]:
+    """Summarise each sample of positive window times (per iteration, in the order they were
+    timed); samples of one length are summarised together."""
+    out: list[Windows | None] = [None] * len(samples)
+    by_length: dict[int, list[int]] = {}
+    for i, sample in enumerate(samples):
+        by_length.setdefault(len(sample), []).append(i)
+    for n, idx in by_length.items():
+        x = np.log(np.array([samples[i] for i in idx], np.float64).reshape(len(idx), n))
+        median = np.median(x, axis=1) if n else np.zeros(len(idx))
+        if n < 2:
+            for i, mid in zip(idx, median.tolist(), strict=True):
+                out[i] = Windows(mid, 0.0, n, 0.0, 0.0)
+            continue
+        deviation = x - median[:, None]
+        scale = math.sqrt(math.pi / 2 * n / (n - 1)) * np.mean(np.abs(deviation), axis=1)
+        z = np.clip(deviation, -3 * scale[:, None], 3 * scale[:, None])
+        successive = np.sum(np.diff(z, axis=1) ** 2, axis=1)
+        spread = np.sum((z - z.mean(axis=1, keepdims=True)) ** 2, axis=1)
+        for i, mid, sc, su, sp in zip(
+            idx, median.tolist(), scale.tolist(), successive.tolist(), spread.tolist(), strict=True
+        ):
+            out[i] = Windows(mid, sc, n, su, sp)
+    return [w for w in out if w is not None]
+
+
+@dataclass(frozen=True)
+class Part:
+    """One variance component of a log ratio and its uncertainty, as a chi-square's degrees of
+    freedom on ``scale``: Var(estimate) = 2 scale^2 / df (``scale`` is the estimate itself, except
+    for the run-to-run part, whose error is relative to the stratum's whole noise)."""
+
+    var: float
+    df: float
+    scale: float
+
+
+def combined(parts: Sequence[Part]) -> tuple[float, float]:
+    """(variance, Satterthwaite degrees of freedom) of a sum of independent components."""
+    var = sum(p.var for p in parts)
+    uncertainty = sum(p.scale**2 / p.df for p in parts if p.scale > 0)
+    return var, (min(MAX_DF, max(1.0, var**2 / uncertainty)) if uncertainty > 0 else MAX_DF)
+
+
+@dataclass(frozen=True)
+class Stratum:
+    """What a stratum's ratios share: their run-to-run component and the windows' dependence."""
+
+    name: str
+    ratios: int
+    between: Part | None  # None: too few ratios in the comparison for a run-to-run estimate
+    dependence: tuple[float, float]  # pooled lag-1 autocorrelation of the windows, BASE and NEW
+    moderation: tuple[float, float]  # prior degrees of freedom of the window variances, BASE and NEW
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The noise of one log ratio: each side's window part and the stratum's run-to-run part."""
+
+    base: Part
+    new: Part
+    stratum: Stratum
+    var: float = field(init=False)
+    df: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        var, df = combined(self.parts)
+        object.__setattr__(self, "var", var)
+        object.__setattr__(self, "df", df)
+
+    @property
+    def parts(self) -> list[Part]:
+        between = self.stratum.between
+        return [self.base, self.new] + ([between] if between is not None else [])
+
+    @property
+    def sigma(self) -> float:
+        return math.sqrt(self.var)
+
+    @property
+    def within_sigma(self) -> float:
+        return math.sqrt(self.base.var + self.new.var)
+
+    @property
+    def between_sigma(self) -> float:
+        between = self.stratum.between
+        return 0.0 if between is None else math.sqrt(between.var)
+
+
+def ratio_noise(
+    log_ratios: Sequence[float],
+    base: Sequence[Windows],
+    new: Sequence[Windows],
+    strata: Sequence[tuple[str, ...]],
+) -> list[Noise]:
+    """The noise of every log ratio of one comparison. ``strata`` names each ratio's strata from the
+    finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used."""
+    if not len(log_ratios) == len(base) == len(new) == len(strata):
+        raise ValueError("one log ratio, two window summaries and a strata tuple per ratio are required")
+    sizes: dict[str, int] = {}
+    for names in strata:
+        for name in names:
+            sizes[name] = sizes.get(name, 0) + 1
+    chosen = [next((s for s in names if sizes[s] >= MIN_STRATUM), names[-1]) for names in strata]
+    members: dict[str, list[int]] = {name: [] for name in chosen}
+    for i, names in enumerate(strata):
+        for name in names:
+            if name in members:
+                members[name].append(i)
+    estimate_between = len(log_ratios) >= MIN_RATIOS
+    noises: dict[int, Noise] = {}
+    for name, idx in members.items():
+        stratum, parts = _stratum(
+            name,
+            [log_ratios[i] for i in idx],
+            [base[i] for i in idx],
+            [new[i] for i in idx],
+            estimate_between,
+        )
+        for i, (b, n) in zip(idx, parts, strict=True):
+            if chosen[i] == name:
+                noises[i] = Noise(b, n, stratum)
+    return [noises[i] for i in range(len(log_ratios))]
+
+
+def _stratum(
+    name: str, log_ratios: list[float], base: list[Windows], new: list[Windows], estimate_between: bool
+) -> tuple[Stratum, list[tuple[Part, Part]]]:
+    excess = _samples_spread(base, new)
+    sides = [_moderated(w, excess) for w in (base, new)]
+    parts = [(b, n) for b, n in zip(sides[0][0], sides[1][0], strict=True)]
+    within = [b.var + n.var for b, n in parts]
+    between = _between(log_ratios, within) if estimate_between else None
+    return (
+        Stratum(
+            name,
+            len(log_ratios),
+            between,
+            (sides[0][1], sides[1][1]),
+            (sides[0][2], sides[1][2]),
+        ),
+        parts,
+    )
+
+
+def dependence(sides: Sequence[Windows]) -> float:
+    """Pooled lag-1 autocorrelation of windows (AR(1) rho in [0, 0.95]): the rho at which the summed
+    squared successive differences over the summed squared deviations equal their expectation,
+    s^2 2 (n - 1)(1 - rho) over s^2 (n - g(n, rho)) summed over the series (g: n x the variance of a
+    mean of n). Sums of the windows themselves, not of each series divided by its own spread: that
+    ratio of two dependent quantities is biased at a few windows."""
+    usable = [w for w in sides if w.n >= 3 and w.spread > 0]
+    if not usable:
+        return 0.0
+    observed = sum(w.successive for w in usable) / sum(w.spread for w in usable)
+    n = np.array([w.n for w in usable], np.float64)
+    weight = np.array([w.scale for w in usable], np.float64) ** 2
+
+    def expected(rho: float) -> float:
+        return float(np.sum(weight * 2 * (n - 1) * (1 - rho)) / np.sum(weight * (n - _mean_factor(n, rho))))
+
+    if observed >= expected(0.0):
+        return 0.0
+    if observed <= expected(MAX_DEPENDENCE):
+        return MAX_DEPENDENCE
+    lo, hi = 0.0, MAX_DEPENDENCE
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if expected(mid) > observed else (lo, mid)
+    return (lo + hi) / 2
+
+
+def median_variance(sides: Sequence[Windows], rho: float) -> np.ndarray:
+    """Variance of the log of the median of each side's windows: v(n) s^2 for independent normal
+    windows (v(n) ~ pi / (2n + 1), odd n; pi / (2n + 2.7), even), times the AR(1) inflation of a
+    median (its sign correlations, (2 / pi) asin(rho^k)) over the shrinkage of s under the same
+    dependence ((n - g) / (n - 1)). NaN for fewer than two windows."""
+    n = np.array([w.n for w in sides], np.float64)
+    scale = np.array([w.scale for w in sides], np.float64)
+    v = np.where(n % 2 == 1, math.pi / (2 * n + 1), math.pi / (2 * n + 2.7))
+    factor = np.ones_like(n)
+    if rho > 0:
+        for size in np.unique(n[n >= 2]).astype(int).tolist():
+            k = np.arange(1, size)
+            inflation = 1 + 2 / size * float(np.sum((size - k) * (2 / math.pi) * np.arcsin(rho**k)))
+            factor[n == size] = inflation / ((size - _mean_factor(size, rho)) / (size - 1))
+    return np.where(n >= 2, v * scale**2 * factor, np.nan)
+
+
+def _mean_factor(n: Any, rho: float) -> Any:
+    """n x Var(mean of n AR(1) values of unit variance), 1 + (2 / n) sum_k<n (n - k) rho^k, in closed
+    form (elementwise in n)."""
+    if rho == 0:
+        return np.ones_like(n, dtype=np.float64) if isinstance(n, np.ndarray) else 1.0
+    geometric = rho * (1 - rho ** (n - 1)) / (1 - rho)
+    weighted = rho * (1 - n * rho ** (n - 1) + (n - 1) * rho**n) / (1 - rho) ** 2
+    return 1 + 2 / n * (n * geometric - weighted)
+
+
+def _iid_log_spread(n: np.ndarray) -> np.ndarray:
+    """Variance of the log of s^2 (s as in ``windows``) for n independent normal windows: 1.1 x
+    psi'((n - 1) / 2), within 3% of simulation for n = 5 to 60 (n >= 2)."""
+    return 1.1 * trigamma((np.maximum(n, 2) - 1) / 2)
+
+
+@lru_cache(maxsize=65536)
+def _window_df(n: int, excess: float) -> float:
+    """Degrees of freedom of one side's window variance: those of a chi-square whose log is
+    ``excess`` x as noisy as for n independent normal windows."""
+    if n < 2:
+        return 1.0
+    return float(2 * inverse_trigamma(excess * _iid_log_spread(np.array(float(n)))))
+
+
+def _samples_spread(base: Sequence[Windows], new: Sequence[Windows]) -> float:
+    """How many times noisier the log window variances are than for independent normal windows:
+    BASE's and NEW's estimates of the same time should agree as well as two samples do (at least 1)."""
+    pairs = [(b, n) for b, n in zip(base, new, strict=True) if b.scale > 0 and n.scale > 0]
+    if len(pairs) < 3:
+        return 1.0
+    observed = sum((2 * math.log(b.scale / n.scale)) ** 2 for b, n in pairs)
+    expected = float(np.sum(_iid_log_spread(np.array([[b.n, n.n] for b, n in pairs], np.float64))))
+    return round(max(1.0, observed / expected), 3)  # 0.1% steps: the df it implies are cached
+
+
+def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], float, float]:
+    """Each side's median variance moderated towards the stratum's: (parts, dependence, prior df).
+    Each raw variance has the degrees of freedom of a chi-square whose log is ``excess`` x as noisy as
+    for independent normal windows; prior and posterior as limma's (log variances have mean
+    log s0^2 + psi(d/2) - log(d/2) and variance psi'(d/2) + psi'(d0/2))."""
+    rho = dependence(sides)
+    raw = median_variance(sides, rho)
+    n = np.array([w.n for w in sides], np.float64)
+    df = np.array([_window_df(int(k), excess) for k in n.tolist()])
+    known = raw > 0  # NaN (fewer than two windows) and 0 (identical windows) give no log variance
+    raw = np.where(known, raw, 0.0)
+    if known.sum() < 3:
+        return [Part(u, d, u) for u, d in zip(raw.tolist(), df.tolist(), strict=True)], rho, 0.0
+    z = np.log(raw[known]) - digamma(df[known] / 2) + np.log(df[known] / 2)
+    extra = float(np.var(z, ddof=1) - np.mean(trigamma(df[known] / 2)))
+    prior_df = min(MAX_DF, float(2 * inverse_trigamma(extra))) if extra > 1e-6 else MAX_DF
+    prior = math.exp(float(np.mean(z)) + float(digamma(prior_df / 2)) - math.log(prior_df / 2))
+    var = (prior_df * prior + df * raw) / (prior_df + df)
+    total = np.minimum(MAX_DF, prior_df + df)
+    return [Part(v, d, v) for v, d in zip(var.tolist(), total.tolist(), strict=True)], rho, prior_df
+
+
+def _between(log_ratios: list[float], within: list[float]) -> Part:
+    """Run-to-run variance tau^2 of a stratum: the value at which (d - median d)^2 / (w + tau^2)
+    has the median of a chi-square with 1 df, then at which those below 9 have its truncated mean;
+    0 where the windows already account for the scatter."""
+    d = np.asarray(log_ratios, np.float64)
+    w = np.asarray(within, np.float64)
+    r2 = (d - np.median(d)) ** 2
+
+    def statistic(tau2: float, keep: np.ndarray, reduce: str) -> float:
+        total = w[keep] + tau2
+        ratio = np.divide(r2[keep], total, out=np.where(r2[keep] > 0, np.inf, 0.0), where=total > 0)
+        return float(np.median(ratio) if reduce == "median" else np.mean(ratio))
+
+    def solve(keep: np.ndarray, reduce: str, target: float) -> float:
+        if statistic(0.0, keep, reduce) <= target:
+            return 0.0
+        # bisection on log tau^2 between a millionth of the smallest and the largest that can matter
+        lo = 1e-6 * max(float(np.min(r2[keep & (r2 > 0)], initial=np.inf)), 1e-300)
+        hi = float(r2[keep].max()) / min(target, _MEDIAN_CHI2_1) + 1e-300
+        if statistic(lo, keep, reduce) <= target:
+            return lo
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if statistic(mid, keep, reduce) > target else (lo, mid)
+            if hi <= lo * (1 + 1e-9):
+                break
+        return math.sqrt(lo * hi)
+
+    everything = np.ones(d.size, bool)
+    first = solve(everything, "median", _MEDIAN_CHI2_1)
+    total = w + first
+    keep = np.divide(r2, total, out=np.where(r2 > 0, np.inf, 0.0), where=total > 0) < _KEEP
+    tau2 = solve(keep, "mean", _TRUNCATED_MEAN) if keep.sum() >= 2 else first
+    df = max(1.0, _BETWEEN_EFFICIENCY * (int(keep.sum()) - 1))
+    return Part(tau2, df, float(np.median(w)) + tau2 if tau2 > 0 else 0.0)

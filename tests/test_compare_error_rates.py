@@ -1,0 +1,50 @@
+"""The error-rate benchmark (``benchmarks/compare_error_rates.py``) in small: its in-memory path gives
+the same document as parquet files through the command line, and on 10 executions with GPU-like
+noise a rerun rarely exits 1 while a 1.3x change is caught."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import numpy as np
+
+from pipeline import REPO_ROOT
+from pipeline.matrix import EXECUTIONS
+
+_spec = importlib.util.spec_from_file_location(
+    "compare_error_rates", REPO_ROOT / "benchmarks/compare_error_rates.py"
+)
+assert _spec is not None and _spec.loader is not None
+harness = importlib.util.module_from_spec(_spec)
+sys.modules["compare_error_rates"] = harness
+_spec.loader.exec_module(harness)
+
+SUBSET = [e for e in EXECUTIONS if e.workload.name in ("inference-ep8-f1536", "training-ep32-f3072")]
+
+
+def test_draws_match_the_command_line_and_the_rates_hold() -> None:
+    setting = harness.Setting("gpu", "all", "5", (1.3,))
+    result = harness.run_setting(
+        setting, draws=12, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
+    )
+    assert result["draws"] == 12 and result["executions"] == 10
+    # 5% or less per draw: 5 or more exits in 12 draws has probability below 2e-3
+    assert result["exit_1"]["rate"] <= 4 / 12, result
+    power = result["power"]["1.3"]
+    assert power["caught"]["rate"] >= 11 / 12, result  # 1.3x is about 10 noise sigmas here
+    assert power["others_flagged"]["rate"] <= 4 / 12, result
+
+
+def test_cpu_windows_calibrate_per_kind() -> None:
+    rng = np.random.default_rng()
+    counts: dict[str, set[int]] = {e.workload.kind: set() for e in EXECUTIONS}
+    for e in EXECUTIONS:
+        counts[e.workload.kind].add(harness.window_counts(e, "cpu", rng))
+    assert min(counts["packing"]) >= 9 and max(counts["packing"]) <= 11
+    assert (
+        min(counts["inference"] | counts["training"]) >= 23
+        and max(counts["inference"] | counts["training"]) <= 60
+    )
+    assert harness.window_counts(EXECUTIONS[0], "5", rng) == 5

@@ -1,0 +1,141 @@
+"""The noise model of a ratio against independent references: naive window summaries, simulated
+AR(1) windows (pooled dependence, the variance of a median), simulated strata (the run-to-run
+component, its robustness to real changes), the Satterthwaite sum and which stratum a ratio uses."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pipeline.compare.noise import (
+    MIN_STRATUM,
+    Part,
+    combined,
+    dependence,
+    median_variance,
+    ratio_noise,
+    windows,
+)
+
+
+def _ar1(rng: np.random.Generator, count: int, n: int, rho: float) -> np.ndarray:
+    """``count`` stationary AR(1) series of ``n`` values with unit variance."""
+    x = np.empty((count, n))
+    x[:, 0] = rng.normal(size=count)
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + math.sqrt(1 - rho * rho) * rng.normal(size=count)
+    return x
+
+
+def test_window_summaries_match_a_naive_computation() -> None:
+    rng = np.random.default_rng()
+    samples = [rng.lognormal(1.0, 0.3, int(n)) for n in rng.integers(1, 30, 40)]
+    for sample, summary in zip(samples, windows(samples), strict=True):
+        x = [math.log(v) for v in sample]
+        median, n = statistics.median(x), len(x)
+        assert summary.n == n and summary.median == pytest.approx(median, rel=1e-12)
+        if n < 2:
+            assert summary.scale == 0.0
+            continue
+        scale = math.sqrt(math.pi / 2 * n / (n - 1)) * sum(abs(v - median) for v in x) / n
+        assert summary.scale == pytest.approx(scale, rel=1e-12)
+        z = [min(3 * scale, max(-3 * scale, v - median)) for v in x]
+        mean = sum(z) / n
+        successive = sum((z[i + 1] - z[i]) ** 2 for i in range(n - 1))
+        assert summary.successive == pytest.approx(successive, rel=1e-10)
+        assert summary.spread == pytest.approx(sum((v - mean) ** 2 for v in z), rel=1e-10)
+
+
+@pytest.mark.parametrize("n", [5, 9, 40])
+@pytest.mark.parametrize("rho", [0.0, 0.3, 0.6])
+def test_pooled_dependence_recovers_the_autocorrelation(n: int, rho: float) -> None:
+    rng = np.random.default_rng()
+    series = np.exp(0.1 * _ar1(rng, 4000 // n + 40, n, rho))
+    estimate = dependence(windows(list(series)))
+    assert estimate == pytest.approx(rho, abs=0.06)
+
+
+@pytest.mark.parametrize("n", [5, 9, 40])
+@pytest.mark.parametrize("rho", [0.0, 0.5])
+def test_median_variance_matches_simulation(n: int, rho: float) -> None:
+    """The estimate, averaged over samples, against the variance of the log median over them."""
+    rng = np.random.default_rng()
+    series = np.exp(0.2 * _ar1(rng, 20000, n, rho))
+    summaries = windows(list(series))
+    true = float(np.var([w.median for w in summaries]))
+    estimated = float(np.mean(median_variance(summaries, rho)))
+    assert estimated == pytest.approx(true, rel=0.12)
+
+
+def _stratum(rng, tau: float, ratios: int = 40, n: int = 9, spread: float = 2.0, rho: float = 0.0):
+    """A stratum's windows and log ratios: window sigma 0.05 x2 either way, a run effect tau."""
+    scale = 0.05 * np.exp(rng.uniform(-math.log(spread), math.log(spread), ratios))
+    sides = [
+        np.exp(scale[:, None] * _ar1(rng, ratios, n, rho) + rng.normal(0, tau / math.sqrt(2), (ratios, 1)))
+        for _ in range(2)
+    ]
+    base, new = windows(list(sides[0])), windows(list(sides[1]))
+    d = [b_new.median - b_base.median for b_base, b_new in zip(base, new, strict=True)]
+    return d, base, new
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.03, 0.1])
+def test_run_to_run_component_recovers_the_run_effect(tau: float) -> None:
+    rng = np.random.default_rng()
+    estimates = []
+    for _ in range(30):
+        d, base, new = _stratum(rng, tau)
+        (noise, *_) = ratio_noise(d, base, new, [("k m", "m", "all")] * len(d))
+        assert noise.stratum.name == "k m" and noise.stratum.ratios == len(d)
+        estimates.append(noise.between_sigma)
+    if tau == 0:
+        assert np.median(estimates) < 0.01  # within the windows' own noise (sigma ~ 0.03)
+    else:
+        assert np.median(estimates) == pytest.approx(tau, rel=0.2)
+
+
+def test_real_changes_barely_move_the_run_to_run_component() -> None:
+    rng = np.random.default_rng()
+    moved = []
+    for _ in range(20):
+        d, base, new = _stratum(rng, 0.1)
+        clean = ratio_noise(d, base, new, [("k m",)] * len(d))[0].between_sigma
+        changed = list(d)
+        changed[:3] = [x + 1.0 for x in changed[:3]]  # three real 2.7x changes among 40
+        moved.append(ratio_noise(changed, base, new, [("k m",)] * len(d))[0].between_sigma / clean)
+    assert 0.9 < np.median(moved) < 1.15
+
+
+def test_standardized_null_ratios_are_not_heavier_tailed_than_their_t() -> None:
+    """With heterogeneous AR(1) windows and a run effect, |d| / sigma beyond the two-sided 1% t
+    quantile of each ratio's df in at most 2% of ratios (the noise is not underestimated)."""
+    rng = np.random.default_rng()
+    beyond, total = 0, 0
+    for _ in range(150):
+        d, base, new = _stratum(rng, 0.05, rho=0.5)
+        for x, noise in zip(d, ratio_noise(d, base, new, [("k m",)] * len(d)), strict=True):
+            beyond += abs(x) / noise.sigma > stats.t.isf(0.005, noise.df)
+            total += 1
+    assert beyond / total < 0.02
+
+
+def test_a_small_stratum_uses_the_coarser_one() -> None:
+    rng = np.random.default_rng()
+    d, base, new = _stratum(rng, 0.05, ratios=MIN_STRATUM + 5)
+    strata = [("a m", "m", "all")] * MIN_STRATUM + [("b m", "m", "all")] * 5
+    names = [n.stratum.name for n in ratio_noise(d, base, new, strata)]
+    assert names == ["a m"] * MIN_STRATUM + ["m"] * 5
+    few = ratio_noise(d[:7], base[:7], new[:7], [("a m", "m", "all")] * 7)
+    assert all(n.stratum.name == "all" and n.stratum.between is None for n in few)  # fewer than 8 times
+
+
+def test_satterthwaite_sum() -> None:
+    parts = [Part(0.01, 4.0, 0.01), Part(0.02, 10.0, 0.02), Part(0.005, 20.0, 0.03)]
+    var, df = combined(parts)
+    assert var == pytest.approx(0.035)
+    assert df == pytest.approx(0.035**2 / (0.01**2 / 4 + 0.02**2 / 10 + 0.03**2 / 20))
+    assert combined([Part(0.0, 5.0, 0.0)]) == (0.0, 1000.0)
