@@ -5,7 +5,8 @@ executions are listed on stderr (and in the JSON meta); the files are written al
 partial dataset is still worth publishing. Exit status: 0 when every execution the dataset's sweeps
 meant (and every one a skipped file names) has a published row; 1 when one has none, when the
 published executions differ in their comparable settings (a dataset from before its sweeps' intents
-fixed them), or when the dataset holds no shard at all; 2 for bad input (a path that is no directory, an --out that cannot be written).
+fixed them), or when the dataset holds no shard at all; 2 for bad input (a path that is no
+directory, an --out that cannot be written).
 """
 
 from __future__ import annotations

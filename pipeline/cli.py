@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
+from pipeline import completion
+from pipeline.completion import COMPLETE, COMPLETION
 from pipeline.exits import BAD_INPUT, OK, TABLE, run_command
 
 COMMANDS = {
@@ -21,9 +23,6 @@ COMMANDS = {
     "model": "the reduced-order layer model",
     "estimate": "every execution's GPU path at full scale on fake tensors: memory, ops, host syncs",
 }
-COMPLETION = "--completion"  # moe-bench --completion bash: the shell function to eval
-COMPLETE = "--complete"  # what that function asks: moe-bench --complete LINE WORD
-OPTIONS = ("--help", COMPLETION)
 
 
 def entry(name: str) -> Callable[[list[str]], int | None]:
@@ -78,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(usage())
         return OK if arguments else BAD_INPUT
     if arguments[0] in (COMPLETION, COMPLETE):
-        from pipeline import completion
-
-        return completion.main(arguments)
+        return completion.main(arguments, COMMANDS, entry)
     name, rest = arguments[0], arguments[1:]
     if name not in COMMANDS:
         print(f"moe-bench: unknown command {name!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)

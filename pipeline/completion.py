@@ -14,20 +14,27 @@ import contextlib
 import io
 import re
 import sys
+from collections.abc import Callable, Mapping
 
-from pipeline.cli import COMMANDS, COMPLETE, COMPLETION, OPTIONS, entry
 from pipeline.exits import BAD_INPUT, OK
 
+COMPLETION = "--completion"  # moe-bench --completion bash: the shell function to eval
+COMPLETE = "--complete"  # what that function asks: moe-bench --complete LINE WORD
+OPTIONS = ("--help", COMPLETION)
+Entry = Callable[[str], Callable[[list[str]], int | None]]  # a command's name -> its main
 HYDRA_COMMANDS = ("run", "list")  # their arguments are Hydra overrides of conf/config.yaml
 BASH = f"""_moe_bench_complete() {{
     local IFS=$'\\n'
-    COMPREPLY=($(moe-bench {COMPLETE} "${{COMP_LINE:0:COMP_POINT}}" "${{COMP_WORDS[COMP_CWORD]}}" 2>/dev/null))
+    local line="${{COMP_LINE:0:COMP_POINT}}" word="${{COMP_WORDS[COMP_CWORD]}}"
+    COMPREPLY=($(moe-bench {COMPLETE} "$line" "$word" 2>/dev/null))
 }}
 complete -o default -o nospace -F _moe_bench_complete moe-bench
 """
 
 
-def main(arguments: list[str]) -> int:
+def main(arguments: list[str], commands: Mapping[str, str], entry: Entry) -> int:
+    """``arguments`` (``--completion bash`` or ``--complete LINE WORD``) for the console script's
+    ``commands``, each of whose main ``entry`` imports."""
     if arguments[0] == COMPLETION:
         if arguments[1:] != ["bash"]:
             print(f"moe-bench: {COMPLETION} takes one shell; allowed: bash", file=sys.stderr)
@@ -38,30 +45,30 @@ def main(arguments: list[str]) -> int:
         print(f"moe-bench: {COMPLETE} takes LINE WORD (what the completion function passes)", file=sys.stderr)
         return BAD_INPUT
     line, word = arguments[1], arguments[2]
-    for candidate in candidates(line):
+    for candidate in candidates(line, commands, entry):
         print(_as_word(candidate, line, word))
     return OK
 
 
-def candidates(line: str) -> list[str]:
+def candidates(line: str, commands: Mapping[str, str], entry: Entry) -> list[str]:
     """Completions of the last token of ``line`` (``moe-bench status --st``), whole tokens."""
     tokens = line.split()
     if line.endswith((" ", "\t")) or not tokens:
         tokens.append("")
     token, before = tokens[-1], tokens[1:-1]
     if not before:
-        return sorted(c for c in [*COMMANDS, *OPTIONS] if c.startswith(token))
+        return sorted(c for c in [*commands, *OPTIONS] if c.startswith(token))
     command = before[0]
-    if command not in COMMANDS:
+    if command not in commands:
         return []
     if token.startswith("-"):
-        return sorted(o for o in options(command) if o.startswith(token))
+        return sorted(o for o in options(command, entry) if o.startswith(token))
     if command in HYDRA_COMMANDS:
         return overrides(" ".join([*before[1:], token]))
     return []
 
 
-def options(command: str) -> set[str]:
+def options(command: str, entry: Entry) -> set[str]:
     """The options a command's ``--help`` names."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):

@@ -8,7 +8,7 @@ have a valid shard in their dataset, which must have been set as this sweep is.
 
 Exit status (``pipeline/exits.py``): 0 every execution done, 1 one failed, 2 bad input (an unknown
 option or override, a value out of bounds, a dataset set otherwise: nothing launched), 130 / 143
-interrupted by SIGINT / SIGTERM (the running job stopped and recorded as failed).
+interrupted by SIGINT / SIGTERM (the running job stopped and recorded as interrupted).
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@ It is the contract between the stages that launch, run and inspect executions (b
 contract): a sweep writes ``Intended`` (every execution it means, its launch settings and the
 dataset's comparable settings) before it submits anything, the launcher ``Submitted`` per job, rank 0
 of each job ``Started`` and then ``Finished`` or ``Failed`` (the submitting process writes ``Failed``
-for a job it stopped or that died without a word). Writers run on many nodes over shared storage (often NFS, where ``O_APPEND`` by several
-clients may corrupt a file), so no two writers ever write one file: each record is a file of its own
-in ``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name
-and renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary
-file, which the reader ignores; so an intent, one record, is there whole or not at all. Paths are stored relative to the dataset
+for a job that died without a word, ``Interrupted`` for one it stopped on SIGINT or SIGTERM). Writers run on many nodes over shared storage
+(often NFS, where ``O_APPEND`` by several clients may corrupt a file), so no two writers ever write
+one file: each record is a file of its own in ``<dataset>/ledger/``, named by time, host, process and
+a counter, written under a temporary name and renamed into place as shards are. The ledger is their
+union; a crash leaves at most a temporary file, which the reader ignores; so an intent, one record,
+is there whole or not at all. Paths are stored relative to the dataset
 (:class:`~pipeline.data.dataset.Dataset`).
 """
 
@@ -88,6 +89,16 @@ class Failed(_Record):
 
 
 @dataclass(frozen=True)
+class Interrupted(_Record):
+    """An attempt that its submitting process stopped on ``signal`` (``SIGINT``, ``SIGTERM``): not a
+    failure of the execution, which is missing until it runs again."""
+
+    signal: str
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "interrupted"
+
+
+@dataclass(frozen=True)
 class Intention:
     """One execution a sweep means, with the overrides that compose it."""
 
@@ -119,11 +130,11 @@ class Intended:
         return next((i for i in self.executions if i.execution_id == execution_id), None)
 
 
-AttemptRecord = Submitted | Started | Finished | Failed
+AttemptRecord = Submitted | Started | Finished | Failed | Interrupted
 Record = Intended | AttemptRecord
-ATTEMPT_RECORDS = (Submitted, Started, Finished, Failed)
+ATTEMPT_RECORDS = (Submitted, Started, Finished, Failed, Interrupted)
 EVENTS: dict[str, type[Record]] = {c.event: c for c in (*ATTEMPT_RECORDS, Intended)}
-TERMINAL = (Finished, Failed)
+TERMINAL = (Finished, Failed, Interrupted)
 
 
 def from_json(data: object) -> Record:

@@ -7,7 +7,7 @@ reused pid is never mistaken for the job.
 The submitting process answers for its jobs: they start with SIGINT and SIGTERM held
 (:func:`pipeline.exits.held`), so a Ctrl-C to the terminal's process group or a ``kill`` of the
 sweep reaches the sweep alone, which then kills the running job's controller and ranks (every
-process whose command line names the job's folder), records the attempt as failed by the signal and
+process whose command line names the job's folder), records the attempt as interrupted and
 ends; nothing goes on without it.
 """
 
@@ -75,17 +75,16 @@ def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) ->
 
 
 def _stop(p: JobSpec, job: submitit.Job, stop: Interrupted) -> str:
-    """Kill the job's controller and ranks, record the attempt as failed by the signal (unless it
-    ended first), and say so."""
+    """Kill the job's controller and ranks, record the attempt as interrupted (unless it ended
+    first), and say so."""
     _kill(p.log_dir, int(job.job_id))
     if job._process is not None:  # submitit's handle of the controller: reap it
         job._process.wait()
     execution_id = p.execution.execution_id
     if ledger.ended(ledger.read(p.dataset), execution_id, p.attempt):
         return f"{execution_id} attempt {p.attempt} had ended"
-    reason = f"interrupted: the sweep got {stop.name} and stopped the job"
-    ledger.append(p.dataset, ledger.Failed(execution_id, p.attempt, str(job.job_id), reason=reason))
-    return f"stopped {execution_id} attempt {p.attempt} (recorded as failed)"
+    ledger.append(p.dataset, ledger.Interrupted(execution_id, p.attempt, str(job.job_id), signal=stop.name))
+    return f"stopped {execution_id} attempt {p.attempt} (recorded as interrupted)"
 
 
 def _kill(folder: Path, controller: int, patience_s: float = 10.0) -> None:

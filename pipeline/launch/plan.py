@@ -75,7 +75,8 @@ def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
     assert isinstance(seed, int)
     if not 0 <= seed < SEED_LIMIT:
         raise ValueError(
-            f"seed must be >= 0 and < 2**32 (the seeds of weights, inputs and routing derive from it), got {seed}"
+            "seed must be >= 0 and < 2**32 (the seeds of weights, inputs and routing derive from it), "
+            f"got {seed}"
         )
     if config.get("device") not in DEVICES:  # which device exists is the job's host to say
         raise ValueError(f"device {config.get('device')!r}; allowed: {', '.join(DEVICES)}")
@@ -147,15 +148,16 @@ def check_settings(dataset: Dataset, settings: list[Comparable]) -> None:
     fixed = dataset_settings(dataset)
     reference = fixed or settings[0]
     for mine in settings:
-        if mine.differing(reference):
+        keys = mine.differing(reference)
+        if keys:
             holder = (
                 f"{dataset.root} holds other settings (fixed by its first sweep)"
                 if fixed
-                else (f"the jobs into {dataset.root} differ")
+                else f"the jobs into {dataset.root} differ"
             )
             raise ValueError(
                 f"nothing was launched; {holder}: {mine.differences(reference)}; one dataset holds one "
-                f"setting of each: run these into a new dataset_dir, or leave {', '.join(mine.differing(reference))} "
+                f"setting of each: run these into a new dataset_dir, or leave {', '.join(keys)} "
                 "as the dataset has them"
             )
 

@@ -115,7 +115,10 @@ def left_over(planned: list[JobSpec], outcomes: list[Outcome], running: int, set
     done = sum(o.error is None for o in ended)
     datasets = " ".join(dict.fromkeys(str(p.dataset.root) for p in planned))
     if settings.backend != "local":
-        return f"{done} done, {len(ended) - done} failed; the other jobs go on: python -m pipeline.status {datasets}"
+        return (
+            f"{done} done, {len(ended) - done} failed; the other jobs go on: "
+            f"python -m pipeline.status {datasets}"
+        )
     return (
         f"{done} done, {len(ended) - done} failed, {len(planned) - len(ended) - running} not started; "
         f"python -m pipeline.resubmit {datasets} runs the failed and missing ones"

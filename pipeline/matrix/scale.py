@@ -141,8 +141,10 @@ LIMITS: dict[str, tuple[float, str]] = {
     "min_window_ms": (60_000, "one minute per window; windows that long already take hours per execution"),
     "min_timed_ms": (3_600_000, "one hour of windows per phase"),
 }
-_INTEGERS = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared", "warmup", "windows")
-_INTEGERS += ("iterations",)
+_INTEGERS = (
+    *("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared"),
+    *("warmup", "windows", "iterations"),
+)
 _NUMBERS = ("min_window_ms", "min_timed_ms")
 
 

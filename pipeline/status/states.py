@@ -3,8 +3,8 @@
 The executions are those the dataset's sweeps meant (their intents in the ledger), were submitted or
 left a shard. ``done``: a valid shard exists. Otherwise the newest attempt in the ledger decides: its
 job is ``pending`` or ``running``; ``failed`` (with a reason and the log to read); or it completed
-without leaving a valid shard (deleted, corrupt), which is ``missing`` like an execution whose shards
-are gone and one its sweep meant but never submitted (interrupted first).
+without leaving a valid shard (deleted, corrupt), or its sweep stopped it (SIGINT, SIGTERM), which is
+``missing`` like an execution whose shards are gone and one its sweep meant but never submitted.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     submitted = ledger.newest_submissions(records)
     intended = ledger.newest_intents(records)
     failures = {(r.execution_id, r.attempt): r.reason for r in records if isinstance(r, ledger.Failed)}
+    stops = {(r.execution_id, r.attempt): r.signal for r in records if isinstance(r, ledger.Interrupted)}
     scan = scan_shards(folder)
     executions = set(intended) | set(submitted) | folder.executions_with_shards()
     if not executions:
@@ -72,7 +73,10 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
             continue
         job = jobs[execution_id]
         state = states[job.job_id]
-        if state.state == COMPLETED:
+        if (execution_id, record.attempt) in stops:
+            signal = stops[execution_id, record.attempt]
+            kind, detail = MISSING, f"attempt {record.attempt} stopped by its sweep on {signal}; {no_shard}"
+        elif state.state == COMPLETED:
             kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
         elif state.state == FAILED:
             # The scheduler's verdict first (CANCELLED, NODE_FAIL, ...), then the error the job recorded.
