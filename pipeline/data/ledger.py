@@ -4,13 +4,13 @@ It is the contract between the stages that launch, run and inspect executions (b
 contract): a sweep writes ``Intended`` (every execution it means, its launch settings and the
 dataset's comparable settings) before it submits anything, the launcher ``Submitted`` per job, rank 0
 of each job ``Started`` and then ``Finished`` or ``Failed`` (the submitting process writes ``Failed``
-for a job that died without a word, ``Interrupted`` for one it stopped on SIGINT or SIGTERM). Writers run on many nodes over shared storage
-(often NFS, where ``O_APPEND`` by several clients may corrupt a file), so no two writers ever write
-one file: each record is a file of its own in ``<dataset>/ledger/``, named by time, host, process and
-a counter, written under a temporary name and renamed into place as shards are. The ledger is their
-union; a crash leaves at most a temporary file, which the reader ignores; so an intent, one record,
-is there whole or not at all. Paths are stored relative to the dataset
-(:class:`~pipeline.data.dataset.Dataset`).
+for a job that died without a word, ``Interrupted`` for one it stopped on SIGINT or SIGTERM).
+Writers run on many nodes over shared storage (often NFS, where ``O_APPEND`` by several clients may
+corrupt a file), so no two writers ever write one file: each record is a file of its own in
+``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name and
+renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary file,
+which the reader ignores; so an intent, one record, is there whole or not at all. Paths are stored
+relative to the dataset (:class:`~pipeline.data.dataset.Dataset`).
 """
 
 from __future__ import annotations
