@@ -34,7 +34,7 @@ from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.settings import LaunchSettings
 from pipeline.launch.sweep import run
 from pipeline.matrix import EXECUTION_BY_ID
-from pipeline.status import MISSING, ExecutionStatus, dataset_status
+from pipeline.status import MISSING, ExecutionStatus, dataset_survey
 
 CHOICES = (FAILED, MISSING)
 # Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
@@ -150,7 +150,9 @@ def resubmit(
     if only is not None and only not in CHOICES:
         raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
     wanted = {only} if only else set(CHOICES)
-    statuses = dataset_status(dataset)
+    statuses, skipped = dataset_survey(dataset)
+    for s in skipped:
+        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     check_changes(dataset, statuses, changes or {})
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted

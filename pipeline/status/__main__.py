@@ -14,7 +14,7 @@ from collections import Counter
 
 from pipeline.exits import ArgumentParser, help_text, prog, run_command
 from pipeline.launch.jobs import FAILED
-from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_status
+from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_survey
 
 
 def _columns(s: ExecutionStatus) -> list[str]:
@@ -59,10 +59,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     args = parser.parse_args(argv)
     try:
-        statuses = dataset_status(args.dataset_dir)
+        statuses, skipped = dataset_survey(args.dataset_dir)
     except (ValueError, RuntimeError) as err:
         print(f"pipeline.status: {err}", file=sys.stderr)
         return 2
+    for s in skipped:
+        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     counts = Counter(s.state for s in statuses)
     shown = [s for s in statuses if not args.state or s.state in args.state]
     if args.json:

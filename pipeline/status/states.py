@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
-from pipeline.data.scan import scan_shards
+from pipeline.data.scan import Skipped, scan_shards
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, error_log
 
@@ -37,6 +37,12 @@ class ExecutionStatus:
 
 def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     """One status per execution named in the ledger or in the shards, sorted by execution id."""
+    return dataset_survey(dataset)[0]
+
+
+def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Skipped]]:
+    """:func:`dataset_status` and the shard files the scan skipped (each with its reason), which the
+    commands list so that no unusable file goes unsaid."""
     folder = Dataset.existing(dataset)
     records = ledger.read(folder)
     submitted = ledger.newest_submissions(records)
@@ -90,7 +96,7 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
                 execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes, intent
             )
         )
-    return out
+    return out, scan.skipped
 
 
 def _job_states(jobs: list[Job]) -> dict[str, JobState]:
