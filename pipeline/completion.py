@@ -51,18 +51,20 @@ def main(arguments: list[str], commands: Mapping[str, str], entry: Entry) -> int
 
 
 def candidates(line: str, commands: Mapping[str, str], entry: Entry) -> list[str]:
-    """Completions of the last token of ``line`` (``moe-bench status --st``), whole tokens."""
+    """Completions of the last token of ``line`` (``moe-bench status --st``), whole tokens; a
+    command or an option ends with a space (the function completes with ``nospace``, which Hydra's
+    ``scale.`` and ``scale=`` need)."""
     tokens = line.split()
     if line.endswith((" ", "\t")) or not tokens:
         tokens.append("")
     token, before = tokens[-1], tokens[1:-1]
     if not before:
-        return sorted(c for c in [*commands, *OPTIONS] if c.startswith(token))
+        return sorted(f"{c} " for c in [*commands, *OPTIONS] if c.startswith(token))
     command = before[0]
     if command not in commands:
         return []
     if token.startswith("-"):
-        return sorted(o for o in options(command, entry) if o.startswith(token))
+        return sorted(f"{o} " for o in options(command, entry) if o.startswith(token))
     if command in HYDRA_COMMANDS:
         return overrides(" ".join([*before[1:], token]))
     return []
