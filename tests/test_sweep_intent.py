@@ -22,7 +22,7 @@ from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
-from pipeline.launch.plan import validate
+from pipeline.launch.plan import cause, validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
 from tests.synthetic_shards import shard_table, write_table
@@ -269,3 +269,20 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     assert "nothing to run" in done.stdout
     assert len([r for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Submitted)]) == submissions
     assert _left(dataset) == []
+
+
+def _fails() -> None:
+    raise ValueError("device=cuda but no GPU is visible here")
+
+
+def test_the_failed_line_names_the_cause_submitit_reports(tmp_path):
+    """A real local submitit job that raises: its cause is the task's error, not submitit's
+    ``FailedJobError`` and the paths of its logs."""
+    import submitit
+
+    executor = submitit.LocalExecutor(folder=tmp_path)
+    executor.update_parameters(timeout_min=5)
+    job = executor.submit(_fails)
+    with pytest.raises(Exception) as raised:
+        job.results()
+    assert cause(raised.value) == "ValueError: device=cuda but no GPU is visible here"
