@@ -82,9 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"moe-bench: unknown command {name!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
         return BAD_INPUT
+    called = sys.argv
     sys.argv = [f"moe-bench {name}", *rest]  # how each command names itself (its --help, Hydra's)
-    command = entry(name)
-    return run_command(f"moe-bench {name}", lambda: command(rest))
+    try:
+        command = entry(name)
+        return run_command(f"moe-bench {name}", lambda: command(rest))
+    finally:
+        sys.argv = called
 
 
 if __name__ == "__main__":
