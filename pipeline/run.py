@@ -59,6 +59,7 @@ def cli(arguments: list[str] | None = None) -> int:
     parser.error = lambda message: parser.exit(BAD_INPUT, f"{PROG}: error: {message} (see --help)\n")  # type: ignore[method-assign]
     parser.parse_args([a for a in arguments if a != RESUME])
     register()
+    called, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = [sys.argv[0], *("hydra.launcher.resume=true" if a == RESUME else a for a in arguments)]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors rather than printing them: said here
     try:
@@ -68,6 +69,12 @@ def cli(arguments: list[str] | None = None) -> int:
         return BAD_INPUT
     except ExecutionFailed:  # its FAILED line and the summary are printed already
         return FAILED
+    finally:
+        sys.argv = called
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR")
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     return OK
 
 
