@@ -92,7 +92,7 @@ def test_status_columns_line_up_and_json_filters_by_state(tmp_path):
         (
             ["-m", "pipeline.aggregate", "{dir}", "--out", "{file}"],
             2,
-            "pipeline.aggregate: --out {file} is a file",
+            "pipeline.aggregate: --out '{file}' is a file, not a directory",
         ),
         (
             ["-m", "pipeline.aggregate", "{dir}"],
