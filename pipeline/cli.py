@@ -1,10 +1,17 @@
-"""``moe-bench COMMAND [ARGS]``: every stage's command line behind one console script, so that shell
-completion finds them (``python -m pipeline.<stage>`` works the same)."""
+"""``moe-bench COMMAND [ARGS]``: every stage's command line behind one console script, with shell
+completion for the commands, their options and the Hydra overrides of ``run`` and ``list``
+(``python -m pipeline.<stage>`` works the same). Every command ends with a status of one table
+(:mod:`pipeline.exits`), which ``moe-bench --help`` prints.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+
+from pipeline import completion
+from pipeline.completion import COMPLETE, COMPLETION
+from pipeline.exits import BAD_INPUT, OK, TABLE, run_command
 
 COMMANDS = {
     "run": "run executions of the matrix (Hydra overrides; --multirun sweeps)",
@@ -18,16 +25,12 @@ COMMANDS = {
 }
 
 
-def _command(name: str) -> Callable[[list[str]], int | None]:
+def entry(name: str) -> Callable[[list[str]], int | None]:
     """The command's main, imported only when it is called (each pulls in its own stack)."""
     if name == "run":
-        from pipeline import run
+        from pipeline.run import cli as run
 
-        def hydra_main(arguments: list[str]) -> None:
-            sys.argv = ["moe-bench run", *arguments]  # Hydra reads its command line from sys.argv
-            run.cli()
-
-        return hydra_main
+        return run
     if name == "list":
         from pipeline.compose.matrix_cli import main as matrix
 
@@ -60,19 +63,32 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
 def usage() -> str:
     width = max(map(len, COMMANDS))
     listing = "\n".join(f"  {name.ljust(width)}  {what}" for name, what in COMMANDS.items())
-    return f"usage: moe-bench COMMAND [ARGS] (moe-bench COMMAND --help for each)\n\ncommands:\n{listing}"
+    statuses = "\n".join(f"  {code:>3}  {meaning}" for code, meaning in TABLE)
+    return (
+        f"usage: moe-bench COMMAND [ARGS] (moe-bench COMMAND --help for each)\n\ncommands:\n{listing}\n\n"
+        f"exit status, every command:\n{statuses}\n\n"
+        f'tab completion in bash: eval "$(moe-bench {COMPLETION} bash)"'
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else argv
     if not arguments or arguments[0] in ("-h", "--help"):
         print(usage())
-        return 0 if arguments else 2
+        return OK if arguments else BAD_INPUT
+    if arguments[0] in (COMPLETION, COMPLETE):
+        return completion.main(arguments, COMMANDS, entry)
     name, rest = arguments[0], arguments[1:]
     if name not in COMMANDS:
         print(f"moe-bench: unknown command {name!r}; allowed: {', '.join(COMMANDS)}", file=sys.stderr)
-        return 2
-    return _command(name)(rest) or 0
+        return BAD_INPUT
+    called = sys.argv
+    sys.argv = [f"moe-bench {name}", *rest]  # how each command names itself (its --help, Hydra's)
+    try:
+        command = entry(name)
+        return run_command(f"moe-bench {name}", lambda: command(rest))
+    finally:
+        sys.argv = called
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import signal
 import sys
 
 from pipeline.compose.matrix_cli import main
+from pipeline.exits import run_command
 
 if __name__ == "__main__":
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends the listing quietly
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_command("pipeline.list", lambda: main(sys.argv[1:])))

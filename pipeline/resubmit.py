@@ -12,9 +12,9 @@ sweep may be long gone.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,15 +24,17 @@ import yaml
 from pipeline.bench.spec import JobSpec
 from pipeline.compose import job_config
 from pipeline.compose.select import compose_each
+from pipeline.data.comparable import KEYS, text
 from pipeline.data.dataset import Dataset
-from pipeline.data.ledger import Submitted
+from pipeline.data.scan import dataset_settings
+from pipeline.exits import ArgumentParser, help_text, prog, run_command
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import FAILED
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.settings import LaunchSettings
 from pipeline.launch.sweep import run
 from pipeline.matrix import EXECUTION_BY_ID
-from pipeline.status import MISSING, ExecutionStatus, dataset_status
+from pipeline.status import MISSING, ExecutionStatus, dataset_survey
 
 CHOICES = (FAILED, MISSING)
 # Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
@@ -51,37 +53,65 @@ class Batch:
     planned: tuple[JobSpec, ...] = ()
 
 
-def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[Submitted, list[str]]:
-    """The newest submission of the execution and its overrides, with its own workload and variant
-    (from its id) and the dataset at hand (it may have moved since)."""
-    record = status.submitted
-    if record is None:
-        raise ValueError(f"{status.execution_id}: no 'submitted' record in the ledger to rerun it from")
+def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[LaunchSettings, list[str]]:
+    """The launch settings and overrides of the execution's newest submission (or of the sweep that
+    meant it, when it never went out), with its own workload and variant (from its id) and the
+    dataset at hand (it may have moved since)."""
+    record, intent = status.submitted, status.intended
+    intention = None if intent is None else intent.intention(status.execution_id)
+    if record is None and (intent is None or intention is None):
+        raise ValueError(
+            f"{status.execution_id}: no 'submitted' or 'intended' record in the ledger to rerun it from"
+        )
     if status.execution_id not in EXECUTION_BY_ID:
         raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
+    if record is not None:
+        settings, recorded = LaunchSettings.from_json(record.settings), list(record.overrides)
+    else:
+        assert intent is not None and intention is not None
+        settings, recorded = LaunchSettings.from_json(intent.settings), list(intention.overrides)
     execution = EXECUTION_BY_ID[status.execution_id]
-    others = [o for o in record.overrides if not o.startswith(_SET_HERE)]
+    others = [o for o in recorded if not o.startswith(_SET_HERE)]
     own = [f"workload={execution.workload.name}", f"variant={execution.variant.name}"]
-    return record, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
+    return settings, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
 
 
 def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, object]) -> list[Batch]:
     """Plan the resubmission of ``chosen`` (nothing is submitted): each with the settings its newest
     submission recorded, as its backend resubmits them, then ``changes``."""
-    by_backend: dict[str, list[tuple[ExecutionStatus, Submitted, list[str]]]] = {}
+    by_backend: dict[str, list[tuple[ExecutionStatus, LaunchSettings, list[str]]]] = {}
     for status in chosen:
-        record, overrides = job_overrides(dataset, status)
-        by_backend.setdefault(record.backend, []).append((status, record, overrides))
+        recorded, overrides = job_overrides(dataset, status)
+        by_backend.setdefault(recorded.backend, []).append((status, recorded, overrides))
     groups: dict[str, Batch] = {}  # by the settings' JSON (a settings object holds a mapping)
     for name, members in by_backend.items():
         runner = backend(name)
         configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"])
-        for (status, record, overrides), cfg in zip(members, configs, strict=True):
-            settings = runner.for_resubmission(LaunchSettings.from_json(record.settings)).changed(changes)
+        for (status, recorded, overrides), cfg in zip(members, configs, strict=True):
+            settings = runner.for_resubmission(recorded).changed(changes)
             batch = groups.setdefault(json.dumps(settings.to_json(), sort_keys=True), Batch(settings, [], []))
             batch.jobs.append((overrides, job_config(cfg)))
             batch.was.append(status)
     return [replace(b, planned=tuple(plan(b.jobs, b.settings))) for b in groups.values()]
+
+
+def check_changes(dataset: Path, statuses: list[ExecutionStatus], changes: dict[str, object]) -> None:
+    """Refuse ``changes`` that no resubmission could take, whatever is chosen: a comparable setting of
+    the dataset (a resubmission keeps them), or a launcher value the recorded settings refuse."""
+    comparable = [k for k in changes if k in KEYS]
+    if comparable:
+        fixed = dataset_settings(Dataset(dataset))
+        held = (
+            "" if fixed is None else f" ({' '.join(f'{k}={text(fixed.value(k))}' for k in comparable)} here)"
+        )
+        asked = " ".join(f"{k}={text(changes[k])}" for k in comparable)
+        raise ValueError(
+            f"{', '.join(comparable)}: comparable settings of the dataset{held}, which a resubmission keeps; "
+            f"run {asked} into a new dataset_dir with python -m pipeline.run"
+        )
+    recorded = [r.settings for s in statuses for r in (s.submitted, s.intended) if r is not None]
+    for settings in {json.dumps(r, sort_keys=True): r for r in recorded}.values():
+        LaunchSettings.from_json(settings).changed(changes)
 
 
 def parse_changes(assignments: list[str]) -> dict[str, object]:
@@ -120,7 +150,10 @@ def resubmit(
     if only is not None and only not in CHOICES:
         raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
     wanted = {only} if only else set(CHOICES)
-    statuses = dataset_status(dataset)
+    statuses, skipped = dataset_survey(dataset)
+    for s in skipped:
+        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
+    check_changes(dataset, statuses, changes or {})
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
     if exclude_failed_nodes:
@@ -145,10 +178,10 @@ def resubmit(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.resubmit",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = ArgumentParser(
+        prog=prog("pipeline.resubmit"),
+        description=help_text(__doc__ or ""),
+        formatter_class=RawDescriptionHelpFormatter,
     )
     parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
     parser.add_argument(
@@ -178,4 +211,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("pipeline.resubmit", main))

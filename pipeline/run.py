@@ -1,40 +1,82 @@
-"""``python -m pipeline.run [--multirun] [overrides]``: run executions of the matrix.
+"""``python -m pipeline.run [--multirun] [--resume] [overrides]``: run executions of the matrix.
 
 With ``--multirun`` Hydra expands the sweep (by default the whole matrix) and the launcher plugin of
 ``hydra/launcher`` runs it. Without it, the one selected execution goes through the same launcher
-path (validate, record, submit, wait), so a single run also gets its ranks, ledger entry and logs.
+path (validate, record the intent, submit, wait), so a single run also gets its ranks, ledger entry
+and logs. ``--resume`` (the same as ``hydra.launcher.resume=true``) skips executions that already
+have a valid shard in their dataset, which must have been set as this sweep is.
+
+Exit status (``pipeline/exits.py``): 0 every execution done, 1 one failed, 2 bad input (an unknown
+option or override, a value out of bounds, a dataset set otherwise: nothing launched), 130 / 143
+interrupted by SIGINT / SIGTERM (the running job stopped and recorded as interrupted).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import hydra
+from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
-from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
-from pipeline.launch.plan import plan
-from pipeline.launch.sweep import run
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, output, register
+from pipeline.compose.errors import one_line
+from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
+from pipeline.exits import BAD_INPUT, FAILED, OK, run_command
+from pipeline.launch.plan import plan, resumed
+from pipeline.launch.sweep import ExecutionFailed, run
+
+RESUME = "--resume"
+PROG = "pipeline.run"
 
 
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    with refusals("pipeline.run"):
+    with refusals(PROG, cleanup=lambda: output.discard(Path(hydra_cfg.runtime.output_dir))):
         settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
         planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
-    (outcome,) = run(planned, settings)
-    if outcome.error is not None:
-        sys.exit(1)
+    if resume_of(hydra_cfg.launcher):
+        planned, done = resumed(planned)
+        for p in done:
+            print(f"{RESUME}: {p.execution_id} is done already: skipped", flush=True)
+    outcomes = run(planned, settings)
+    if any(o.error is not None for o in outcomes):
+        raise ExecutionFailed(f"{outcomes[0].planned.execution_id} failed")
 
 
-def cli() -> None:
-    """The command: the matrix and resolvers registered, then Hydra's own command line."""
+def cli(arguments: list[str] | None = None) -> int:
+    """The command: Hydra's command line, its errors in one line with exit status 2, a failed
+    execution exit status 1."""
+    arguments = sys.argv[1:] if arguments is None else arguments
+    parser = get_args_parser()  # Hydra's own: an option it does not know is refused in one line
+    parser.prog = f"{PROG} (Hydra)"
+    parser.error = lambda message: parser.exit(BAD_INPUT, f"{PROG}: error: {message} (see --help)\n")  # type: ignore[method-assign]
+    parser.parse_args([a for a in arguments if a != RESUME])
     register()
-    main()
+    called, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv = [sys.argv[0], *("hydra.launcher.resume=true" if a == RESUME else a for a in arguments)]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors rather than printing them: said here
+    try:
+        main()
+    except (HydraException, OmegaConfBaseException) as err:
+        print(f"{PROG}: {one_line(err)}", file=sys.stderr, flush=True)
+        return BAD_INPUT
+    except ExecutionFailed:  # its FAILED line and the summary are printed already
+        return FAILED
+    finally:
+        sys.argv = called
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR")
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
+    return OK
 
 
 if __name__ == "__main__":
-    cli()
+    sys.exit(run_command(PROG, cli))

@@ -409,11 +409,13 @@ def test_saved_state_texts_cover_no_bar_and_no_other_text(published: Path) -> No
 
 
 def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, capsys) -> None:
-    assert main([str(published), "--out", str(tmp_path), "--no-figures"]) == 0
+    # launched executions without a published row: not published (exit 1), the files written all the same
+    assert main([str(published), "--out", str(tmp_path), "--no-figures"]) == 1
     err = capsys.readouterr().err
     assert f"skipped shards/execution={TORN}/attempt-2.parquet: unreadable parquet" in err
     assert f"skipped shards/execution={FUTURE}/attempt-3.parquet: unknown schema_version 99" in err
     assert f"missing 3 execution(s): {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
+    assert f"not published: 3 execution(s) without a row: {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CSV_NAME, PAIRS_NAME, JSON_NAME])
 
 

@@ -2,6 +2,7 @@
 columns or JSON with a state filter, and one-line errors (exit 2) for bad paths and arguments."""
 
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -91,7 +92,7 @@ def test_status_columns_line_up_and_json_filters_by_state(tmp_path):
         (
             ["-m", "pipeline.aggregate", "{dir}", "--out", "{file}"],
             2,
-            "pipeline.aggregate: --out {file} is a file",
+            "pipeline.aggregate: --out '{file}' is a file, not a directory",
         ),
         (
             ["-m", "pipeline.aggregate", "{dir}"],
@@ -114,3 +115,33 @@ def test_bad_paths_end_in_one_line(tmp_path, arguments, code, message):
     assert done.returncode == code
     assert done.stderr.strip() == message.format(**names) or done.stderr.startswith(message.format(**names))
     assert "\n" not in done.stderr.strip() and not list((tmp_path / "empty").iterdir())
+
+
+def test_tab_completion_in_a_real_bash(tmp_path):
+    """The function ``moe-bench --completion bash`` prints, evaluated by bash and called as bash calls
+    it on TAB: commands, a command's options, Hydra's completion of an override's value."""
+    script = tmp_path / "moe-bench"  # the console script, as the project's code runs it here
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m pipeline.cli "$@"\n')
+    script.chmod(0o755)
+    probe = r"""eval "$(moe-bench --completion bash)"
+complete -p moe-bench
+tab() {  # as bash calls the function: the line to the cursor, its words split at = too
+    COMP_LINE="$1"; COMP_POINT=${#COMP_LINE}
+    read -ra COMP_WORDS <<< "$2"; COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+    _moe_bench_complete; printf '%s|' "${COMPREPLY[@]}"; echo
+}
+tab "moe-bench sta" "moe-bench sta"
+tab "moe-bench status --st" "moe-bench status --st"
+tab "moe-bench run workload=inference-ep8-f15" "moe-bench run workload = inference-ep8-f15"
+"""
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", probe], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "complete -o default -o nospace -F _moe_bench_complete moe-bench",
+        "status |",
+        "--state |",
+        "inference-ep8-f1536|",
+    ]

@@ -8,8 +8,8 @@ Stages, bottom to top (a module may import its own stage and those below):
   4 pipeline.bench
   5 pipeline.launch, pipeline.estimate (the full-scale GPU path on fake tensors), pipeline.report
   6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
-  7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli, every
-    ``__main__`` module
+  7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli,
+    pipeline.completion, every ``__main__`` module
 Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
 define the matrix and the data contracts import no launcher.
 
@@ -46,6 +46,7 @@ STAGES = {
     "pipeline.aggregate": 7,
     "pipeline.resubmit": 7,
     "pipeline.cli": 7,
+    "pipeline.completion": 7,
     "pipeline.list": 7,
 }
 ENTRY = 7

@@ -46,10 +46,11 @@ def test_records_read_back_in_order_each_a_file_of_its_own(tmp_path):
 
 def test_an_unfinished_write_is_ignored(tmp_path):
     dataset = Dataset(tmp_path)
-    ledger.append(dataset, submitted(1))
+    records = [submitted(1), submitted(2)]
+    ledger.append(dataset, records[0])
     (dataset.ledger_dir / ".00000000000000000001-h-1-000000.json.7.tmp").write_text('{"event": "subm')
-    ledger.append(dataset, submitted(2))
-    assert ledger.read(dataset) == [submitted(1), submitted(2)]
+    ledger.append(dataset, records[1])
+    assert ledger.read(dataset) == records
 
 
 @pytest.mark.parametrize(
@@ -59,6 +60,14 @@ def test_an_unfinished_write_is_ignored(tmp_path):
         ({"event": "started", "execution_id": ID, "attempt": 1}, "ledger event 'started': job_id is missing"),
         ({**submitted(1).to_json(), "attempt": 0}, "attempt must be >= 1, got 0"),
         ({**submitted(1).to_json(), "attempt": True}, "attempt must be an integer, got True"),
+        (
+            {"event": "intended", "executions": [], "settings": {}, "comparable": {"values": {}}},
+            "at least one",
+        ),
+        (
+            {"event": "intended", "executions": [], "settings": {}, "comparable": {"values": {"sede": 1}}},
+            "unknown comparable setting",
+        ),
     ],
 )
 def test_bad_records_are_refused(tmp_path, record, message):

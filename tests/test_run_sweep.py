@@ -67,7 +67,11 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
     progress = {w[1]: w for w in ends}
     shards = sorted(tmp_path.glob("shards/execution=*/attempt-*.parquet"))
     assert len(shards) == 10
-    records = [r.to_json() for r in ledger.read(Dataset(tmp_path))]
+    everything = [r.to_json() for r in ledger.read(Dataset(tmp_path))]
+    # the sweep's intent first, one record naming all ten executions, then the attempts' records
+    intent, *records = everything
+    assert intent["event"] == "intended" and len(intent["executions"]) == 10
+    assert all(r["event"] != "intended" for r in records)
     for path in shards:
         table = pq.read_table(path)
         meta = json.loads(table.schema.metadata[METADATA_KEY])

@@ -13,9 +13,9 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from pipeline.compose import compose_jobs, job_config, output
-from pipeline.compose.launcher import cluster_of, launcher_settings, refusals
-from pipeline.launch.plan import Outcome, plan
-from pipeline.launch.sweep import run
+from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
+from pipeline.launch.plan import Outcome, plan, resumed
+from pipeline.launch.sweep import ExecutionFailed, run
 
 
 class MoEBenchLauncher(Launcher):
@@ -42,15 +42,22 @@ class MoEBenchLauncher(Launcher):
                 raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
             jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
             planned = plan(jobs, settings[0])
-        callbacks = self.hydra_context.callbacks
+        config_of = {id(p): cfg for p, cfg in zip(planned, configs, strict=True)}
         folders = {}
         for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
             folders[id(p)] = output.prepare(cfg, num, p.overrides)
-            output.save(cfg, folders[id(p)], p.config, p.log_dir)
-            callbacks.on_job_start(config=cfg, task_function=self.task_function)
-        config_of = {id(p): cfg for p, cfg in zip(planned, configs, strict=True)}
         returns = {}
-        for outcome in run(planned, settings[0]):  # in the order executions end
+        to_run = planned
+        if resume_of(self.config.hydra.launcher):
+            to_run, done = resumed(planned)
+            for p in done:
+                print(f"--resume: {p.execution_id} is done already: skipped", flush=True)
+                returns[id(p)] = job_return(Outcome(p, None, None), config_of[id(p)], folders[id(p)])
+        callbacks = self.hydra_context.callbacks
+        for p in to_run:
+            output.save(config_of[id(p)], folders[id(p)], p.config, p.log_dir)
+            callbacks.on_job_start(config=config_of[id(p)], task_function=self.task_function)
+        for outcome in run(to_run, settings[0]):  # in the order executions end
             key = id(outcome.planned)
             returns[key] = job_return(outcome, config_of[key], folders[key])
             callbacks.on_job_end(config=config_of[key], job_return=returns[key])
@@ -59,14 +66,15 @@ class MoEBenchLauncher(Launcher):
 
 def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:
     """Hydra's record of one job; a failed one carries the error the sweeper raises at the end (one
-    submitted without waiting counts as completed: Hydra's sweeper raises on anything else)."""
+    submitted without waiting, or skipped as done by ``--resume``, counts as completed: Hydra's
+    sweeper raises on anything else)."""
     planned = outcome.planned
     value: object
     if outcome.error is None:
         status, value = JobStatus.COMPLETED, outcome.summary
     else:
         status = JobStatus.FAILED
-        value = RuntimeError(
+        value = ExecutionFailed(
             f"{planned.execution.execution_id} failed ({outcome.error}); log: {planned.log_dir}"
         )
     return JobReturn(

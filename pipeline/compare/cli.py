@@ -18,6 +18,7 @@ from pipeline.compare.comparison import any_slower, bounds_text, compare
 from pipeline.compare.family import MULTIPLICITY
 from pipeline.compare.page import write_page
 from pipeline.compare.side import load
+from pipeline.folders import check_writable
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.compare"
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         check_threshold(args.threshold)  # before reading two datasets
+        if args.out is not None:
+            _check_out(args.out)
         sides = load(args.base, args.workers), load(args.new, args.workers)
         document = compare(*sides, args.threshold, multiplicity=args.multiplicity)
         page = None if args.out is None else write_page(args.out, document)
@@ -67,6 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     if page is not None:
         print(f"wrote {page}", file=sys.stderr)
     return 1 if any_slower(document) else 0
+
+
+def _check_out(out: Path) -> None:
+    try:
+        check_writable(out)
+    except ValueError as err:
+        raise ValueError(f"--out {err}") from None
 
 
 def text(document: dict[str, Any]) -> str:

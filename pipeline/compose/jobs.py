@@ -86,5 +86,6 @@ def _group_option(loader: ConfigLoader, cache: dict[str, DictConfig | None], nam
 
 
 def _check_equal(fast: DictConfig, full: DictConfig, overrides: Sequence[str]) -> None:
-    if OmegaConf.to_container(without_hydra(fast)) != OmegaConf.to_container(without_hydra(full)):
+    # compared as YAML text: a NaN (``scale.min_window_ms=nan``, refused later) equals itself there
+    if OmegaConf.to_yaml(without_hydra(fast)) != OmegaConf.to_yaml(without_hydra(full)):
         raise RuntimeError(f"quick composition of {list(overrides)} differs from Hydra's: compose in full")

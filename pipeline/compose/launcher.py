@@ -4,13 +4,14 @@ and checked by :func:`pipeline.launch.settings.effective`; a refusal ends the co
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.compose.store import CONFIG_DIR
+from pipeline.exits import BAD_INPUT
 from pipeline.launch.settings import LaunchSettings, effective
 
 
@@ -26,6 +27,11 @@ def launcher_settings(launcher: DictConfig, cluster: DictConfig | None) -> Launc
     return effective(plain, preset, presets())
 
 
+def resume_of(launcher: DictConfig) -> bool:
+    """Whether the sweep skips executions already done (``--resume``, ``hydra.launcher.resume=true``)."""
+    return bool(launcher.get("resume", False))
+
+
 def cluster_of(cfg: DictConfig) -> DictConfig | None:
     """The ``cluster`` node of a composed config, or None when no preset was chosen."""
     node = cfg.get("cluster")
@@ -33,10 +39,13 @@ def cluster_of(cfg: DictConfig) -> DictConfig | None:
 
 
 @contextmanager
-def refusals(command: str) -> Iterator[None]:
-    """Bad input (a ValueError) ends ``command`` with its message on stderr and exit status 2."""
+def refusals(command: str, cleanup: Callable[[], None] | None = None) -> Iterator[None]:
+    """Bad input (a ValueError) ends ``command`` with its message on stderr and exit status 2, after
+    ``cleanup`` (what Hydra wrote for the run that is refused)."""
     try:
         yield
     except ValueError as err:
+        if cleanup is not None:
+            cleanup()
         print(f"{command}: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        raise SystemExit(BAD_INPUT) from None

@@ -6,10 +6,14 @@ from __future__ import annotations
 import sys
 
 from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
 
+from pipeline.compose.errors import one_line
+from pipeline.compose.jobs import job_config
 from pipeline.compose.select import select
-from pipeline.launch.plan import check_distinct
-from pipeline.matrix import counts, execution_of
+from pipeline.exits import BAD_INPUT, OK
+from pipeline.launch.plan import check_distinct, validate
+from pipeline.matrix import counts
 
 USAGE = """usage: python -m pipeline.list [OVERRIDE ...]
 
@@ -22,19 +26,26 @@ overrides that reproduce it) and count them; nothing is launched. Examples:
 def main(arguments: list[str]) -> int:
     if {"-h", "--help"} & set(arguments):
         print(USAGE)
-        return 0
+        return OK
+    options = [a for a in arguments if a.startswith("-")]
+    if options:
+        print(
+            f"error: unknown option {options[0]}; allowed: -h, --help (the rest are overrides)",
+            file=sys.stderr,
+        )
+        return BAD_INPUT
     try:
         jobs = select(arguments)
-        executions = [execution_of(cfg) for _, cfg in jobs]
-        # the launcher's own check: what it would refuse is not listed as launchable
+        # the launcher's own checks: what it would refuse is not listed as launchable
+        executions = [validate(job_config(cfg))[0] for _, cfg in jobs]
         check_distinct(
             [(o, c["dataset_dir"], e.execution_id) for (o, c), e in zip(jobs, executions, strict=True)]
         )
-    except (ValueError, HydraException) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, HydraException, OmegaConfBaseException) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return BAD_INPUT
     for (overrides, _), execution in zip(jobs, executions, strict=True):
         print(execution.execution_id, *overrides)
     n, workloads, pairs = counts(executions)
     print(f"{n} executions, {workloads} workloads, {pairs} pairs")
-    return 0
+    return OK

@@ -42,3 +42,18 @@ def save(cfg: DictConfig, folder: Path, job: dict[str, Any], log_dir: Path) -> N
     link = folder / "logs"
     if not link.is_symlink():
         os.symlink(os.path.relpath(log_dir, folder), link, target_is_directory=True)
+
+
+def discard(folder: Path) -> None:
+    """Remove what Hydra wrote into a run or sweep ``folder`` of a command that was refused (its
+    ``.hydra`` files, ``multirun.yaml``, the job's log), then the folder, ``hydra/`` above it and the
+    dataset folder where that leaves them empty: a refused sweep leaves nothing behind."""
+    for name in (".hydra/config.yaml", ".hydra/hydra.yaml", ".hydra/overrides.yaml", "multirun.yaml"):
+        (folder / name).unlink(missing_ok=True)
+    for log in folder.glob("*.log"):
+        log.unlink()
+    for empty in (folder / ".hydra", folder, folder.parent, folder.parent.parent):
+        try:
+            empty.rmdir()
+        except OSError:  # not empty (or not there): what else it holds is not Hydra's to remove
+            return

@@ -10,16 +10,17 @@ config, the scales, the cluster presets. The launcher configs are typed dataclas
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from pipeline import REPO_ROOT
+from pipeline import outputs_base
 from pipeline.data.dataset import Dataset
 from pipeline.launch.settings import CONFS
 from pipeline.matrix import VARIANTS, WORKLOADS, Variant, Workload
 
-CONFIG_DIR = REPO_ROOT / "conf"
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"  # in the package (a link to conf/ in a checkout)
 CONFIG_NAME = "config"
 GROUPS: dict[str, tuple[Workload, ...] | tuple[Variant, ...]] = {"workload": WORKLOADS, "variant": VARIANTS}
 
@@ -34,7 +35,8 @@ def register() -> None:
     # typed launcher configs, as hydra-submitit-launcher registers its own: hydra/launcher=local|slurm
     for name, conf in CONFS.items():
         store.store(group="hydra/launcher", name=name, node=conf, provider="moe_bench")
-    # ``${repo_path:outputs/dataset}``: an absolute path under the checkout (the default dataset_dir).
-    OmegaConf.register_new_resolver("repo_path", lambda rel: str(REPO_ROOT / rel), replace=True)
+    # ``${repo_path:outputs/dataset}``: an absolute path under the checkout (the default dataset_dir),
+    # or under the current directory where the package is installed
+    OmegaConf.register_new_resolver("repo_path", lambda rel: str(outputs_base() / rel), replace=True)
     # ``${dataset_hydra:${dataset_dir}}``: where Hydra's own run folders go inside a dataset.
     OmegaConf.register_new_resolver("dataset_hydra", lambda root: str(Dataset(root).hydra_dir), replace=True)

@@ -19,6 +19,8 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
+from pipeline.folders import check_writable
+
 SHARDS, LEDGER = "shards", "ledger"
 LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
 _ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
@@ -47,6 +49,15 @@ class Dataset:
         if not path.is_dir():
             raise ValueError(f"dataset directory {str(root)!r} does not exist")
         return cls(path)
+
+    @classmethod
+    def writable(cls, root: str | os.PathLike[str]) -> Dataset:
+        """The dataset folder at ``root`` for a sweep to write into (:func:`pipeline.folders.check_writable`);
+        a ValueError says why it will not do."""
+        try:
+            return cls(check_writable(root))
+        except ValueError as err:
+            raise ValueError(f"dataset_dir {err}") from None
 
     def __repr__(self) -> str:
         return f"Dataset({str(self.root)!r})"

@@ -1,13 +1,16 @@
-"""The launch ledger: which execution attempt went to which job, and how it ended.
+"""The launch ledger: what each sweep meant, which execution attempt went to which job, and how it ended.
 
 It is the contract between the stages that launch, run and inspect executions (beside the shard
-contract): the launcher writes ``Submitted``, rank 0 of each job ``Started`` and then ``Finished`` or
-``Failed``. Writers run on many nodes over shared storage (often NFS, where ``O_APPEND`` by several
-clients may corrupt a file), so no two writers ever write one file: each record is a file of its own
-in ``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name
-and renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary
-file, which the reader ignores. Paths are stored relative to the dataset
-(:class:`~pipeline.data.dataset.Dataset`).
+contract): a sweep writes ``Intended`` (every execution it means, its launch settings and the
+dataset's comparable settings) before it submits anything, the launcher ``Submitted`` per job, rank 0
+of each job ``Started`` and then ``Finished`` or ``Failed`` (the submitting process writes ``Failed``
+for a job that died without a word, ``Interrupted`` for one it stopped on SIGINT or SIGTERM).
+Writers run on many nodes over shared storage (often NFS, where ``O_APPEND`` by several clients may
+corrupt a file), so no two writers ever write one file: each record is a file of its own in
+``<dataset>/ledger/``, named by time, host, process and a counter, written under a temporary name and
+renamed into place as shards are. The ledger is their union; a crash leaves at most a temporary file,
+which the reader ignores; so an intent, one record, is there whole or not at all. Paths are stored
+relative to the dataset (:class:`~pipeline.data.dataset.Dataset`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import ClassVar
 
 from pipeline.data.atomic import atomic_write
 from pipeline.data.codec import RecordError, decode, encode
+from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
 
 
@@ -84,9 +88,53 @@ class Failed(_Record):
     event: ClassVar[str] = "failed"
 
 
-Record = Submitted | Started | Finished | Failed
-EVENTS: dict[str, type[Record]] = {c.event: c for c in (Submitted, Started, Finished, Failed)}
-TERMINAL = (Finished, Failed)
+@dataclass(frozen=True)
+class Interrupted(_Record):
+    """An attempt that its submitting process stopped on ``signal`` (``SIGINT``, ``SIGTERM``): not a
+    failure of the execution, which is missing until it runs again."""
+
+    signal: str
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "interrupted"
+
+
+@dataclass(frozen=True)
+class Intention:
+    """One execution a sweep means, with the overrides that compose it."""
+
+    execution_id: str
+    overrides: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Intended:
+    """A sweep's intent for one dataset, recorded before any of its jobs is submitted: every execution
+    it means (so one that never went out is missing, not forgotten), the ``settings`` it runs them with
+    (:class:`pipeline.launch.settings.LaunchSettings` JSON, as in ``Submitted``) and the dataset's
+    ``comparable`` settings it was planned with (the first intent of a dataset fixes them)."""
+
+    executions: tuple[Intention, ...]
+    settings: dict[str, object]
+    comparable: Comparable
+    at: str = field(default_factory=now)
+    event: ClassVar[str] = "intended"
+
+    def __post_init__(self) -> None:
+        if not self.executions:
+            raise ValueError("an intent names at least one execution")
+
+    def to_json(self) -> dict[str, object]:
+        return {"event": self.event, **encode(self)}
+
+    def intention(self, execution_id: str) -> Intention | None:
+        return next((i for i in self.executions if i.execution_id == execution_id), None)
+
+
+AttemptRecord = Submitted | Started | Finished | Failed | Interrupted
+Record = Intended | AttemptRecord
+ATTEMPT_RECORDS = (Submitted, Started, Finished, Failed, Interrupted)
+EVENTS: dict[str, type[Record]] = {c.event: c for c in (*ATTEMPT_RECORDS, Intended)}
+TERMINAL = (Finished, Failed, Interrupted)
 
 
 def from_json(data: object) -> Record:
@@ -126,8 +174,28 @@ def _parse(text: str, where: str) -> Record:
 
 def next_attempt(dataset: Dataset, execution_id: str) -> int:
     """1 + the highest attempt of this execution seen in the ledger or among its shard files."""
-    seen = [r.attempt for r in read(dataset) if r.execution_id == execution_id]
+    seen = [r.attempt for r in attempt_records(read(dataset)) if r.execution_id == execution_id]
     return 1 + max(seen + dataset.shard_attempts(execution_id), default=0)
+
+
+def attempt_records(records: list[Record]) -> list[AttemptRecord]:
+    """The records of job attempts (every record but the intents)."""
+    return [r for r in records if isinstance(r, ATTEMPT_RECORDS)]
+
+
+def intents(records: list[Record]) -> list[Intended]:
+    return [r for r in records if isinstance(r, Intended)]
+
+
+def fixed_settings(records: list[Record]) -> Comparable | None:
+    """The dataset's comparable settings, as its first intent fixed them; None before any intent."""
+    first = next(iter(intents(records)), None)
+    return None if first is None else first.comparable
+
+
+def newest_intents(records: list[Record]) -> dict[str, Intended]:
+    """The newest intent naming each execution."""
+    return {i.execution_id: r for r in intents(records) for i in r.executions}
 
 
 def newest_submissions(records: list[Record]) -> dict[str, Submitted]:

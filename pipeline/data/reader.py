@@ -59,25 +59,32 @@ class Shard:
 
 
 def read_shard(path: Path | str) -> Shard:
-    """Read and validate one shard; raise ``ShardError`` naming the path and the reason."""
+    """Read and validate one shard; raise ``ShardError`` naming the path and the reason. Any file is
+    answered so, whatever it holds (empty, another table, columns of other types)."""
     path = Path(path)
     try:
-        with pa.OSFile(str(path)) as source, pq.ParquetFile(source, read_dictionary=["phase"]) as file:
-            meta = _metadata(path, file.schema_arrow)
-            _check_columns(path, file.schema_arrow)
-            if file.metadata.num_rows == 0:
-                raise ShardError(path, "no rows")
-            identity = _identity(path, file)
-            table = file.read(
-                columns=_TIMING_COLUMNS, use_threads=False
-            ).combine_chunks()  # parallel per file
-    except (OSError, pa.ArrowException) as exc:
-        raise ShardError(path, f"unreadable parquet ({exc})") from None
+        return _read(path)
+    except ShardError:
+        raise
+    except (OSError, pa.ArrowException, KeyError, IndexError, TypeError, ValueError) as exc:
+        raise ShardError(path, f"unreadable parquet ({type(exc).__name__}: {exc})") from None
+
+
+def _read(path: Path) -> Shard:
+    # The columns are checked against the schema before any is read, so that a file of another table
+    # is refused for what it is (not by the first column a read asks for).
+    with pa.OSFile(str(path)) as source, pq.ParquetFile(source) as file:
+        meta = _metadata(path, file.schema_arrow)
+        _check_columns(path, file.schema_arrow)
+        if file.metadata.num_rows == 0:
+            raise ShardError(path, "no rows")
+        identity = _identity(path, file)
+        table = file.read(columns=_TIMING_COLUMNS, use_threads=False).combine_chunks()  # parallel per file
     nulls = [name for name in _TIMING_COLUMNS if table.column(name).null_count]
     if nulls:
         raise ShardError(path, f"null values in column(s) {nulls}")
     _check_names(path, meta, identity)
-    phase = _phase_index(path, table.column("phase").chunk(0))
+    phase = _phase_index(path, pc.dictionary_encode(table.column("phase").chunk(0)))
     rank = table.column("rank").to_numpy().astype(np.int64)
     window = table.column("window").to_numpy().astype(np.int64)
     _check_complete(path, meta, identity.kind, phase, rank, window)

@@ -9,12 +9,15 @@ from typing import Any, cast
 
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from pipeline.compose.errors import one_line
 from pipeline.compose.select import select
 from pipeline.estimate import report, table
 from pipeline.estimate.jobs import Job
 from pipeline.estimate.pool import run_jobs
 from pipeline.estimate.presets import DEFAULT_PRESET, Preset
+from pipeline.exits import BAD_INPUT, run_command
 from pipeline.matrix import execution_of
 from pipeline.vocabulary import SWIGLU_FORMS
 
@@ -87,9 +90,9 @@ def main(arguments: list[str]) -> int:
     try:
         overrides, options = _options(arguments)
         jobs = jobs_of(overrides, options["swiglu"])
-    except (ValueError, HydraException) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, HydraException, OmegaConfBaseException) as err:
+        print(f"error: {one_line(err)}", file=sys.stderr)
+        return BAD_INPUT
     progress = report.Progress(len(jobs), sys.stderr)
     results = run_jobs(jobs, options["workers"], progress)
     table.keep(jobs, results)  # what a dataset publishes, so aggregating needs no run of its own
@@ -101,4 +104,4 @@ def main(arguments: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run_command("pipeline.estimate", lambda: main(sys.argv[1:])))

@@ -3,11 +3,21 @@
 Executions run one after another: they share this machine, and concurrent executions would disturb
 each other's timing. A job is identified by its pid and checked against its log folder, so that a
 reused pid is never mistaken for the job.
+
+The submitting process answers for its jobs: they start with SIGINT and SIGTERM held
+(:func:`pipeline.exits.held`), so a Ctrl-C to the terminal's process group or a ``kill`` of the
+sweep reaches the sweep alone, which then kills the running job's controller and ranks (every
+process whose command line names the job's folder), records the attempt as interrupted and
+ends; nothing goes on without it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
+import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +27,7 @@ from pipeline.bench.distributed import resolve_device
 from pipeline.bench.execute import run_execution
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
+from pipeline.exits import Interrupted, held
 from pipeline.launch.jobs import COMPLETED, FAILED, RUNNING, Job, JobState
 from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
 from pipeline.launch.settings import LaunchSettings
@@ -29,15 +40,20 @@ class LocalBackend:
         self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
         for p in planned:
+            gpus = resolve_device(p.device) == "cuda"  # the plan checked that the device is here
+            job = None
             try:
-                gpus = resolve_device(p.device) == "cuda"
-            except ValueError:
-                gpus = False  # the job itself fails and records that no GPU is visible here
-            executor = _executor(settings, p.log_dir, p.shape.ranks, gpus)
-            job = executor.submit(run_execution, p)
-            ledger.append(p.dataset, submitted(p, job.job_id, settings))
-            started(p)
-            yield collect(p, job)
+                with held():  # the job and its record, whole; its processes never see the signals
+                    job = _executor(settings, p.log_dir, p.shape.ranks, gpus).submit(run_execution, p)
+                    ledger.append(p.dataset, submitted(p, job.job_id, settings))
+                started(p)
+                outcome = collect(p, job)
+            except Interrupted as stop:
+                if job is not None:
+                    with held(drop=True):
+                        stop.detail = _stop(p, job, stop)
+                raise
+            yield outcome
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return {job.job_id: _state(job) for job in jobs}
@@ -58,8 +74,42 @@ def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) ->
     return executor
 
 
+def _stop(p: JobSpec, job: submitit.Job, stop: Interrupted) -> str:
+    """Kill the job's controller and ranks, record the attempt as interrupted (unless it ended
+    first), and say so."""
+    _kill(p.log_dir, int(job.job_id))
+    if job._process is not None:  # submitit's handle of the controller: reap it
+        job._process.wait()
+    execution_id = p.execution.execution_id
+    if ledger.ended(ledger.read(p.dataset), execution_id, p.attempt):
+        return f"{execution_id} attempt {p.attempt} had ended"
+    ledger.append(p.dataset, ledger.Interrupted(execution_id, p.attempt, str(job.job_id), signal=stop.name))
+    return f"stopped {execution_id} attempt {p.attempt} (recorded as interrupted)"
+
+
+def _kill(folder: Path, controller: int, patience_s: float = 10.0) -> None:
+    """SIGKILL the controller, then every process of the job (whose command line names ``folder``)
+    until none is left: ranks started between two looks are caught by the next."""
+    with contextlib.suppress(ProcessLookupError):
+        if controller in _job_processes(folder):
+            os.kill(controller, signal.SIGKILL)
+    deadline = time.monotonic() + patience_s
+    while (left := _job_processes(folder)) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+
+
+def _job_processes(folder: Path) -> list[int]:
+    """The live processes of the job whose folder is ``folder``: its controller and its ranks."""
+    return [
+        int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _runs_job(int(e.name), folder)
+    ]
+
+
 def _state(job: Job) -> JobState:
-    if _process_runs_job(job):
+    if _runs_job(int(job.job_id), job.log_dir):
         return JobState(RUNNING)
     outcome = _result(job)
     if outcome is None:
@@ -67,15 +117,16 @@ def _state(job: Job) -> JobState:
     return outcome
 
 
-def _process_runs_job(job: Job) -> bool:
-    """True while pid ``job_id`` is alive and is the submitit process of this job's folder."""
+def _runs_job(pid: int, folder: Path) -> bool:
+    """True while process ``pid`` is alive (not a zombie) and is submitit's process of the job whose
+    folder is ``folder`` (a reused pid is not the job)."""
     try:
-        cmdline = Path(f"/proc/{int(job.job_id)}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        status = Path(f"/proc/{int(job.job_id)}/status").read_text()
-    except (OSError, ValueError):
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
         return False
     zombie = "\nState:\tZ" in status
-    return not zombie and str(job.log_dir) in cmdline and "submitit" in cmdline
+    return not zombie and str(folder) in arguments and any("submitit" in a for a in arguments)
 
 
 def _result(job: Job) -> JobState | None:

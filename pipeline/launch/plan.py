@@ -10,19 +10,23 @@ job runs it as it is.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pipeline.bench.distributed import DEVICES
+from pipeline.bench.distributed import DEVICES, resolve_device
 from pipeline.bench.execute import Summary
 from pipeline.bench.spec import JobSpec
 from pipeline.bench.work import routing_plans
 from pipeline.data import ledger
+from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
+from pipeline.data.scan import dataset_settings, scan_shards
 from pipeline.launch.jobs import Job, JobState
 from pipeline.launch.settings import LaunchSettings
-from pipeline.matrix.scale import resolve
+from pipeline.matrix import Execution
+from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
 
 
 @dataclass(frozen=True)
@@ -57,25 +61,53 @@ class Backend(Protocol):
         ...
 
 
+SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x 1,000,003 + rank: 64 bits)
+
+
+def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
+    """The matrix cell, shape and timing of one composed config, every run key checked: the scale's
+    keys typed and bounded, the seed, the device word, the dataset folder's type (a ValueError names
+    what is wrong); ``python -m pipeline.list`` checks a selection the same way. (Whether the routing
+    plans are feasible, the plan checks: building them takes seconds per execution at full scale.)"""
+    execution, shape, timing = resolve(config)
+    seed = config.get("seed")
+    check_number("seed", seed, integer=True)
+    assert isinstance(seed, int)
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(
+            "seed must be >= 0 and < 2**32 (the seeds of weights, inputs and routing derive from it), "
+            f"got {seed}"
+        )
+    if config.get("device") not in DEVICES:  # which device exists is the job's host to say
+        raise ValueError(f"device {config.get('device')!r}; allowed: {', '.join(DEVICES)}")
+    if not isinstance(config.get("dataset_dir"), str):
+        raise ValueError(f"dataset_dir must be a path, got {config.get('dataset_dir')!r}")
+    return execution, shape, timing
+
+
 def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings) -> list[JobSpec]:
-    """Validate every (overrides, resolved config) job to run with ``settings``; raise one ValueError
-    listing all problems."""
-    errors, checked = [], []
+    """Validate every (overrides, resolved config) job to run with ``settings`` and build its spec;
+    raise one ValueError, one line, naming every problem: invalid executions (grouped by problem), a
+    dataset folder that cannot be written, two jobs of one execution, a sweep whose comparable
+    settings are not those of its dataset."""
+    errors: dict[str, list[str]] = {}
+    checked = []
     for overrides, config in jobs:
         try:
-            execution, shape, timing = resolve(config)
-            if config["device"] not in DEVICES:  # which device exists is the job's host to say
-                raise ValueError(f"device {config['device']!r}; allowed: {', '.join(DEVICES)}")
+            execution, shape, timing = validate(config)
             routing_plans(shape, config["seed"])
+            _device_here(config, settings)
         except ValueError as err:
-            errors.append(f"{' '.join(overrides)}: {err}")
+            errors.setdefault(str(err), []).append(_job_name(overrides))
             continue
-        dataset = Dataset(config["dataset_dir"])
-        config = {**config, "dataset_dir": str(dataset.root)}
-        checked.append((execution, shape, timing, dataset, config, overrides))
+        checked.append((execution, shape, timing, config, overrides))
     if errors:
-        raise ValueError("nothing was launched; invalid executions:\n  " + "\n  ".join(errors))
-    check_distinct([(o, str(d.root), e.execution_id) for e, _, _, d, _, o in checked])
+        raise ValueError("nothing was launched; " + "; ".join(_invalid(errors, len(jobs))))
+    datasets = {d: Dataset.writable(d) for d in dict.fromkeys(c["dataset_dir"] for _, _, _, c, _ in checked)}
+    check_distinct([(o, str(datasets[c["dataset_dir"]].root), e.execution_id) for e, _, _, c, o in checked])
+    for dataset in dict.fromkeys(datasets.values()):
+        mine = [c for _, _, _, c, _ in checked if datasets[c["dataset_dir"]] == dataset]
+        check_settings(dataset, [Comparable.of_config(c) for c in mine])
     return [
         JobSpec(
             execution=e,
@@ -83,14 +115,14 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings)
             timing=t,
             seed=c["seed"],
             device=c["device"],
-            dataset=d,
-            attempt=ledger.next_attempt(d, e.execution_id),
+            dataset=datasets[c["dataset_dir"]],
+            attempt=ledger.next_attempt(datasets[c["dataset_dir"]], e.execution_id),
             backend=settings.backend,
             cluster=settings.cluster,
-            config=c,
+            config={**c, "dataset_dir": str(datasets[c["dataset_dir"]].root)},
             overrides=o,
         )
-        for e, s, t, d, c, o in checked
+        for e, s, t, c, o in checked
     ]
 
 
@@ -108,6 +140,94 @@ def check_distinct(jobs: list[tuple[list[str], str, str]]) -> None:
                 f"{a} and {b} both select {execution_id} in {dataset}: a setting outside the matrix "
                 "is no new execution; sweep it into one dataset_dir per setting"
             )
+
+
+def check_settings(dataset: Dataset, settings: list[Comparable]) -> None:
+    """Refuse jobs into ``dataset`` whose comparable settings differ from the dataset's (fixed by its
+    first sweep) or from each other, naming the differing keys and the way to a new dataset."""
+    fixed = dataset_settings(dataset)
+    reference = fixed or settings[0]
+    for mine in settings:
+        keys = mine.differing(reference)
+        if keys:
+            holder = (
+                f"{dataset.root} holds other settings (fixed by its first sweep)"
+                if fixed
+                else f"the jobs into {dataset.root} differ"
+            )
+            raise ValueError(
+                f"nothing was launched; {holder}: {mine.differences(reference)}; one dataset holds one "
+                f"setting of each: run these into a new dataset_dir, or leave {', '.join(keys)} "
+                "as the dataset has them"
+            )
+
+
+def _device_here(config: dict[str, Any], settings: LaunchSettings) -> None:
+    """Refuse what cannot run where the jobs go: a device the local host lacks, and ``scale=full`` on
+    CPUs unless ``device=cpu`` asks for it (the default scale would start up to 64 CPU ranks at
+    D = 7,168 on a machine without a GPU)."""
+    device = config["device"]
+    if settings.backend == "local":
+        gpus = resolve_device("auto") == "cuda"
+        resolve_device(device)  # the local jobs run on this host: it says whether the device exists
+    else:
+        gpus = bool(settings.gpus)
+    if config["scale"]["name"] == "full" and device == "auto" and not gpus:
+        where = (
+            "this host has no GPU"
+            if settings.backend == "local"
+            else f"cluster {settings.cluster} has no GPUs"
+        )
+        raise ValueError(
+            f"scale=full but {where}: it would run each execution on CPU ranks at the report's shape "
+            "(hours each); choose scale=cpu or scale=ci, or ask for it with device=cpu"
+        )
+
+
+def _job_name(overrides: list[str]) -> str:
+    """A job by its matrix choices (``workload=... variant=...``), else by all of its overrides."""
+    chosen = [o for o in overrides if o.startswith(("workload=", "variant="))]
+    return " ".join(chosen or overrides) or "the default execution"
+
+
+def _invalid(errors: dict[str, list[str]], total: int) -> list[str]:
+    """Each problem once, with the jobs that have it (a few named, the rest counted)."""
+    if total == 1:
+        return list(errors)
+    out = []
+    for message, names in errors.items():
+        if len(names) == total:
+            who = f"all {total} executions"
+        else:
+            who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        out.append(f"{who}: {message}")
+    return out
+
+
+def intents(planned: list[JobSpec], settings: LaunchSettings) -> dict[Dataset, ledger.Intended]:
+    """The intent of a sweep in each of its datasets: every execution it means there, with its
+    overrides, the launch settings and the comparable settings (one per dataset: the plan checked)."""
+    by_dataset: dict[Dataset, list[JobSpec]] = {}
+    for p in planned:
+        by_dataset.setdefault(p.dataset, []).append(p)
+    return {
+        dataset: ledger.Intended(
+            executions=tuple(ledger.Intention(p.execution_id, tuple(p.overrides)) for p in mine),
+            settings=settings.to_json(),
+            comparable=Comparable.of_config(mine[0].config),
+        )
+        for dataset, mine in by_dataset.items()
+    }
+
+
+def resumed(planned: list[JobSpec]) -> tuple[list[JobSpec], list[JobSpec]]:
+    """(to run, done already) of ``planned``: done is an execution with a valid shard in its dataset,
+    of the dataset's settings, which the plan made sure the sweep has (what ``--resume`` skips)."""
+    done = {d: set(scan_shards(d).newest) for d in dict.fromkeys(p.dataset for p in planned)}
+    return (
+        [p for p in planned if p.execution_id not in done[p.dataset]],
+        [p for p in planned if p.execution_id in done[p.dataset]],
+    )
 
 
 def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
@@ -143,15 +263,40 @@ def submitted(
 
 
 def collect(p: JobSpec, job: Any) -> Outcome:
-    """Wait for a submitit job; record its failure in the ledger unless the job itself did."""
+    """Wait for a submitit job. A failure's reason is the one the job recorded (its own error), else
+    the cause submitit reports, which is then recorded in the ledger."""
     try:
         summary = job.results()[0]
     except Exception as err:  # submitit re-raises the task's error (or reports the job's death)
-        # submitit puts the task's whole traceback in the message; its last line names the error
-        lines = str(err).strip().splitlines() or [""]
-        reason = f"{type(err).__name__}: {lines[-1]}"
         execution_id, dataset = p.execution.execution_id, p.dataset
-        if not ledger.ended(ledger.read(dataset), execution_id, p.attempt):
+        records = ledger.read(dataset)
+        said = [
+            r.reason
+            for r in records
+            if isinstance(r, ledger.Failed) and r.execution_id == execution_id and r.attempt == p.attempt
+        ]
+        if said:
+            return Outcome(p, None, first_line(said[-1]))
+        reason = cause(err)
+        if not ledger.ended(records, execution_id, p.attempt):
             ledger.append(dataset, ledger.Failed(execution_id, p.attempt, str(job.job_id), reason=reason))
         return Outcome(p, None, reason)
     return Outcome(p, summary, None)
+
+
+def cause(err: Exception) -> str:
+    """What went wrong, in one line, from an error submitit raised: the last line of the task's
+    traceback that it quotes (``ValueError: ...``), else its first line (a job that left no result)."""
+    text = str(err)
+    trace = re.search(r"with trace:\n-+\n(.*?)\n-+\n", text, re.S)
+    if trace is not None:
+        return first_line(trace.group(1).strip().splitlines()[-1])
+    lines = text.strip().splitlines()
+    if type(err).__name__ == "UncompletedJobError":  # "Job J (task: 0) with path P" / "has not produced..."
+        return " ".join(line.strip() for line in lines[:2])
+    return f"{type(err).__name__}: {first_line(text)}"
+
+
+def first_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "no reason given"

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pipeline.bounds import check_bounds
 from pipeline.data.codec import RecordError, decode, encode
+from pipeline.data.comparable import LOCAL_CLUSTER
 
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
-LOCAL_CLUSTER = "local"
 # What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
 PRESET_KEYS = ("name", "ranks_per_node", "gpus", "gpu_memory_gb", "arch")
 
@@ -35,6 +36,7 @@ class LocalLauncherConf:
     backend: str = "local"
     tasks_per_node: int | None = None  # None: every rank of an execution on one node
     timeout_min: float = 60
+    resume: bool = False  # skip executions already done with the dataset's settings (--resume)
 
 
 @dataclass
@@ -66,6 +68,7 @@ class SlurmLauncherConf:
     wait: bool = True  # false: submit and return; follow with pipeline.status
     cpus_per_task: int | None = None
     tasks_per_node: int | None = None  # None: the preset's ranks_per_node
+    resume: bool = False  # skip executions already done with the dataset's settings (--resume)
 
 
 CONFS: dict[str, type[LocalLauncherConf] | type[SlurmLauncherConf]] = {
@@ -73,6 +76,11 @@ CONFS: dict[str, type[LocalLauncherConf] | type[SlurmLauncherConf]] = {
     "slurm": SlurmLauncherConf,
 }
 _FALLBACK = {"name": "moe-bench", "timeout_min": 60, "signal_delay_s": 90, "max_timeouts": 3}
+MAX_TIMEOUT_MIN = 43_200
+# Keys of the launcher config that say how this sweep goes out, not how its jobs run: not recorded.
+SWEEP_KEYS = ("resume",)
+_COUNTS = ("tasks_per_node", "array_parallelism", "cpus_per_task")  # at least 1 where set
+_AMOUNTS = ("gpus_per_node", "signal_delay_s", "max_timeouts")  # at least 0 where set
 
 
 @dataclass(frozen=True)
@@ -111,6 +119,14 @@ class LaunchSettings:
     def __post_init__(self) -> None:
         if self.backend not in CONFS:
             raise ValueError(f"backend {self.backend!r} is not allowed; allowed: {', '.join(CONFS)}")
+        if not 0 < self.timeout_min <= MAX_TIMEOUT_MIN:
+            raise ValueError(
+                f"timeout_min must be > 0 and <= {MAX_TIMEOUT_MIN:,} (30 days, beyond any partition's "
+                f"usual limit), got {self.timeout_min}"
+            )
+        check_bounds(self, {**dict.fromkeys(_COUNTS, 1), **dict.fromkeys(_AMOUNTS, 0)})
+        if self.mem_gb is not None and not self.mem_gb > 0:
+            raise ValueError(f"mem_gb must be > 0, got {self.mem_gb}")
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = encode(self)
@@ -137,8 +153,9 @@ class LaunchSettings:
 
 
 def allowed_keys(backend: str) -> list[str]:
-    """The launcher keys of one backend (without Hydra's ``_target_``)."""
-    return [f.name for f in fields(CONFS[backend]) if f.name != "_target_"]
+    """The launcher keys of one backend that its jobs run with (not Hydra's ``_target_``, nor the
+    sweep's own ``SWEEP_KEYS``)."""
+    return [f.name for f in fields(CONFS[backend]) if f.name != "_target_" and f.name not in SWEEP_KEYS]
 
 
 def effective(
@@ -146,6 +163,7 @@ def effective(
 ) -> LaunchSettings:
     """The settings a sweep runs with: the launcher config's keys, preset values filled in where the
     launcher left ``None``, then submitit's defaults."""
+    launcher = {k: v for k, v in launcher.items() if k not in SWEEP_KEYS}
     backend = launcher.get("backend")
     if backend not in CONFS:
         target = str(launcher.get("_target_", "?")).rsplit(".", 1)[-1]

@@ -1,10 +1,14 @@
 """Run a planned sweep on its backend and report progress an operator can follow.
 
-A line when each execution starts and when it ends (in the order they end, on any backend), each
-with the counts, the elapsed time and an estimate of the time left; a failure's line carries its
-error and its log. The lines are plain (Slurm logs, pipes); on a terminal a status line below them
-is redrawn in place between events. A summary closes the sweep. Which backend runs it is the settings'
-``backend`` (:mod:`pipeline.launch.backends`).
+Before anything is submitted, the sweep's intent goes into each of its datasets' ledgers (one record:
+every execution it means), so an interrupted sweep loses none of them: ``pipeline.status`` reports
+those that never went out as missing and ``pipeline.resubmit`` brings them. A line when each execution
+starts and when it ends (in the order they end, on any backend), each with the counts, the elapsed
+time and an estimate of the time left; a failure's line carries its error and its log. The lines are
+plain (Slurm logs, pipes); on a terminal a status line below them is redrawn in place between events.
+A summary closes the sweep; an interrupt (SIGINT, SIGTERM) closes it with one line saying what was
+stopped and what is left. Which backend runs it is the settings' ``backend``
+(:mod:`pipeline.launch.backends`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ import time
 from typing import TextIO
 
 from pipeline.bench.spec import JobSpec
+from pipeline.data import ledger
+from pipeline.exits import Interrupted
 from pipeline.launch.backends import backend
-from pipeline.launch.plan import Outcome
+from pipeline.launch.plan import Outcome, intents
 from pipeline.launch.settings import LaunchSettings
+
+
+class ExecutionFailed(RuntimeError):
+    """An execution of the sweep failed (its line and the summary have said which and why)."""
 
 
 def clock(seconds: float) -> str:
@@ -72,18 +82,44 @@ class Progress:
 
 
 def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
-    """Submit the executions, wait for each (unless the settings do not wait), print progress;
-    the outcomes in the order the executions ended."""
+    """Record the sweep's intent, submit the executions, wait for each (unless the settings do not
+    wait), print progress; the outcomes in the order the executions ended."""
+    if not planned:
+        print("nothing to run", flush=True)
+        return []
+    for dataset, intent in intents(planned, settings).items():
+        ledger.append(dataset, intent)
     progress = Progress(len(planned))
-    outcomes = []
+    outcomes: list[Outcome] = []
     try:
         for outcome in backend(settings.backend).run(planned, settings, progress.started):
             outcomes.append(outcome)
             if outcome.ended:
                 progress.ended(outcome)
+    except Interrupted as stop:
+        left = left_over(planned, outcomes, len(progress.running), settings)
+        stop.detail = "; ".join(part for part in (stop.detail, left) if part)
+        raise
     finally:
         progress.close()
     if all(o.ended for o in outcomes):
         failed = sum(o.error is not None for o in outcomes)
         print(f"{len(outcomes)} executions: {len(outcomes) - failed} done, {failed} failed", flush=True)
     return outcomes
+
+
+def left_over(planned: list[JobSpec], outcomes: list[Outcome], running: int, settings: LaunchSettings) -> str:
+    """What an interrupted sweep leaves: how many ended and how many never started, and the command
+    that brings the rest (the jobs of a scheduler go on without the sweep)."""
+    ended = [o for o in outcomes if o.ended]
+    done = sum(o.error is None for o in ended)
+    datasets = " ".join(dict.fromkeys(str(p.dataset.root) for p in planned))
+    if settings.backend != "local":
+        return (
+            f"{done} done, {len(ended) - done} failed; the other jobs go on: "
+            f"python -m pipeline.status {datasets}"
+        )
+    return (
+        f"{done} done, {len(ended) - done} failed, {len(planned) - len(ended) - running} not started; "
+        f"python -m pipeline.resubmit {datasets} runs the failed and missing ones"
+    )

@@ -123,8 +123,35 @@ class Shape:
             raise ValueError(f"dtype {self.dtype!r}; allowed: {', '.join(DTYPES)}")
 
 
+# Upper bounds of the scale's keys and why: a typo (a digit too many, a key mixed up with another)
+# must be refused before it runs for days or exhausts memory. Sizes go to 8x the report's full scale.
+LIMITS: dict[str, tuple[float, str]] = {
+    "tokens": (16_384, "8x the report's T = 2,048 tokens per GPU"),
+    "d_model": (57_344, "8x the report's D = 7,168"),
+    "d_ff_divisor": (6_144, "the largest d_ff of the matrix"),
+    "num_experts": (3_072, "8x the report's E = 384"),
+    "top_k": (48, "8x the report's K = 6"),
+    "num_shared": (8, "8x the report's one shared expert"),
+    "warmup": (10_000, "untimed iterations before the windows; more only delay the timing"),
+    "windows": (1_000, "windows per phase; the scales time 5 to 9, and each window lasts min_window_ms"),
+    "iterations": (
+        10_000,
+        "per window; calibration adds iterations itself until a window lasts min_window_ms",
+    ),
+    "min_window_ms": (60_000, "one minute per window; windows that long already take hours per execution"),
+    "min_timed_ms": (3_600_000, "one hour of windows per phase"),
+}
+_INTEGERS = (
+    *("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared"),
+    *("warmup", "windows", "iterations"),
+)
+_NUMBERS = ("min_window_ms", "min_timed_ms")
+
+
 def scale_from_config(scale: Mapping[str, Any], max_ranks: int | None) -> Scale:
-    """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``."""
+    """Build a Scale from the ``scale`` config node, with the effective ``max_ranks``; a ValueError
+    names a key that is unknown, missing, of the wrong type (``scale.iterations=2.5``) or beyond its
+    limit (:data:`LIMITS`, with the reason)."""
     fields = set(Scale.__dataclass_fields__) - {"max_ranks"}
     optional = {"min_window_ms", "min_timed_ms"}
     unknown = sorted(set(scale) - fields - {"max_ranks"})
@@ -133,7 +160,33 @@ def scale_from_config(scale: Mapping[str, Any], max_ranks: int | None) -> Scale:
         raise ValueError(
             f"scale config: unknown keys {unknown}, missing keys {missing}; expected {sorted(fields)}"
         )
+    for key in ("name", "dtype"):
+        if not isinstance(scale[key], str):
+            raise ValueError(f"scale.{key} must be a string, got {scale[key]!r}")
+    for key in (*_INTEGERS, *_NUMBERS):
+        if key in scale:
+            check_number(f"scale.{key}", scale[key], integer=key in _INTEGERS, limit=LIMITS.get(key))
+    if max_ranks is not None:
+        check_number("max_ranks", max_ranks, integer=True)
     return Scale(**{k: scale[k] for k in fields if k in scale}, max_ranks=max_ranks)
+
+
+def check_number(key: str, value: object, *, integer: bool, limit: tuple[float, str] | None = None) -> None:
+    """``value`` of setting ``key`` is an integer (``integer``) or a finite number, and at most the
+    limit; a ValueError names the key, the value and, past the limit, the limit and its reason."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{key} must be {kind}, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{key} must be a finite number, got {value!r}")
+    if limit is not None and value > limit[0]:
+        raise ValueError(f"{key} must be <= {_count(limit[0])} ({limit[1]}), got {_count(value)}")
+
+
+def _count(value: float) -> str:
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,g}"
 
 
 def resolve(cfg: Mapping[str, Any]) -> tuple[Execution, Shape, TimingPlan]:

@@ -2,6 +2,7 @@
 
 import sys
 
+from pipeline.exits import run_command
 from pipeline.model.cli import main
 
-sys.exit(main())
+sys.exit(run_command("pipeline.model", main))

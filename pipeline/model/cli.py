@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from pipeline.exits import ArgumentParser, prog
+from pipeline.folders import check_writable
 from pipeline.model.reduced_order import document_inputs, run
 
 PUBLISHED_INPUTS = Path(__file__).with_name("published-inputs.json")
@@ -87,8 +89,8 @@ def summary(result: dict) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m pipeline.model",
+    p = ArgumentParser(
+        prog=prog("pipeline.model"),
         description="Reduced-order model of one MoE layer: capacity, drops, padding, sparsity, all-to-all.",
     )
     p.add_argument("assignments", nargs="*", metavar="key=value", help="input overrides, e.g. top_k=4")
@@ -104,9 +106,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_plot(folder: Path) -> None:
+    try:
+        check_writable(folder)
+    except ValueError as err:
+        raise ValueError(f"--plot {err}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.plot is not None:
+            _check_plot(args.plot)
         given = document_inputs(load_inputs(args.inputs or PUBLISHED_INPUTS))
         values = dict(given) | parse_assignments(args.assignments)
         result = run(values)

@@ -18,6 +18,7 @@ from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Mis
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
 from pipeline.report.page import write_report
+from pipeline.report.provenance import mixed
 from pipeline.report.publish import Row, csv_text, json_text
 
 CSV_NAME = "mok-comparison.csv"
@@ -33,6 +34,7 @@ class Aggregate:
     skipped: list[Skipped]
     missing: list[str]  # launched, but no valid shard
     document: Document
+    mixed: dict[str, dict[str, int]]  # comparable settings that differ between the published shards
 
 
 def aggregate(
@@ -95,7 +97,8 @@ def aggregate(
     if figures:
         pngs = write_figures(out, rows, pair_rows, states)
         files += [*pngs, write_report(out, document, scan.newest, pngs)]
-    return Aggregate(files=files, skipped=skipped, missing=missing, document=document)
+    published = [scan.newest[str(r["execution_id"])] for r in rows]
+    return Aggregate(files=files, skipped=skipped, missing=missing, document=document, mixed=mixed(published))
 
 
 def packing_evidence(shard: Shard) -> PackingEvidence:

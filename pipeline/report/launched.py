@@ -1,4 +1,5 @@
-"""Which executions were launched: the ledger's submissions if the dataset has a ledger, else the matrix."""
+"""Which executions were launched: those the dataset's sweeps meant or submitted if it has a ledger,
+else the matrix."""
 
 from __future__ import annotations
 
@@ -18,7 +19,11 @@ class Launched:
 
 
 def launched(dataset: Dataset) -> Launched:
-    """Executions with a ``submitted`` ledger event, or the full matrix when there is no ledger."""
+    """Executions with an ``intended`` or ``submitted`` ledger record (meant by a sweep, whether or not
+    it went out before the sweep was stopped), or the full matrix when there is no ledger."""
     if not dataset.has_ledger():
         return Launched(sorted(e.execution_id for e in EXECUTIONS), "matrix")
-    return Launched(sorted(ledger.newest_submissions(ledger.read(dataset))), "ledger")
+    records = ledger.read(dataset)
+    return Launched(
+        sorted(set(ledger.newest_submissions(records)) | set(ledger.newest_intents(records))), "ledger"
+    )

@@ -16,7 +16,7 @@ from pipeline.data.reader import Shard
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
 from pipeline.report.document import Document, Meta, PackingEvidence
-from pipeline.report.provenance import describe, time_span
+from pipeline.report.provenance import describe, mixed, mixed_text, time_span
 from pipeline.report.publish import Row, number, optional_number
 
 REPORT_NAME = "report.html"
@@ -74,8 +74,21 @@ def _what_ran(meta: Meta, shards: list[Shard]) -> str:
             f"{counts.pairs} pairs (schema version {meta.schema_version}). Each value "
             "below is followed by the number of executions that recorded it."
         ),
+        *_mixed(shards),
         html.table(["field", "values (executions)"], rows),
     )
+
+
+def _mixed(shards: list[Shard]) -> list[str]:
+    """A warning when the published executions were run with different comparable settings."""
+    differ = mixed(shards)
+    if not differ:
+        return []
+    return [
+        html.paragraph(
+            f"Warning: these executions differ in settings, so their times do not pair: {mixed_text(differ)}."
+        )
+    ]
 
 
 def _deviations(meta: Meta) -> str:

@@ -1,10 +1,12 @@
 """What ran: the settings and provenance that the shards of a dataset record, with how many
 executions recorded each value.
 
-``SETTINGS`` are the ones two datasets must share for their times to be comparable (the comparison
-lists any that differ): the scale's timing request among them, not the iterations per window each
-execution calibrated to (they vary from run to run by design); the rest describe the run. A value a
-shard does not record reads ``unknown``.
+The settings come first: the dataset's comparable ones (:mod:`pipeline.data.comparable`, named as the
+command line sets them), read from each shard's composed config, the scale's timing request among
+them, not the iterations per window each execution calibrated to (they vary from run to run by
+design). ``SETTINGS`` are those two datasets must share for their times to be comparable (the
+comparison lists any that differ): the comparable ones, the device, the git sha, the DSL's version;
+the rest describe the run. A value a shard does not record reads ``unknown``.
 """
 
 from __future__ import annotations
@@ -13,27 +15,26 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pipeline.data.comparable import KEYS, Comparable, text
 from pipeline.data.reader import Shard
 
 UNKNOWN = "unknown"
-SETTINGS = ("scale", "device", "iterations", "min_window_ms", "min_timed_ms", "git_sha", "cutlass_dsl")
+SETTINGS = (*KEYS, "device", "git_sha", "cutlass_dsl")
 
 
-def _scale(key: str) -> Callable[[Shard], Any]:
-    """A key of the scale the shard's config composed: the scale's request, not what calibration made
-    of it."""
-    return lambda shard: (shard.meta.config.get("scale") or {}).get(key)
+def _comparable(key: str) -> Callable[[Shard], Any]:
+    """A comparable setting of the shard's composed config (a recorded null reads ``null``)."""
+
+    def get(shard: Shard) -> Any:
+        values = Comparable.of_config(shard.meta.config).values
+        return text(values[key]) if key in values else None
+
+    return get
 
 
 FIELDS: dict[str, Callable[[Shard], Any]] = {
-    "scale": _scale("name"),
+    **{key: _comparable(key) for key in KEYS},
     "device": lambda shard: shard.identity.device,
-    # the timing the scale asked for (iterations per window at least, windows at least this long, the
-    # windows of a phase at least this long together); the iterations and windows each execution then
-    # ran are measurements of its own (``iterationsPerWindow``, ``windows``)
-    "iterations": _scale("iterations"),
-    "min_window_ms": _scale("min_window_ms"),
-    "min_timed_ms": _scale("min_timed_ms"),
     "git_sha": lambda shard: shard.meta.provenance.git_sha,
     "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl,
     "torch": lambda shard: shard.meta.provenance.versions.torch,
@@ -66,6 +67,18 @@ def describe(shards: Iterable[Shard]) -> dict[str, dict[str, int]]:
         for name, get in FIELDS.items():
             tally[name][value_text(get(shard))] += 1
     return {name: dict(sorted(counts.items())) for name, counts in tally.items()}
+
+
+def mixed(shards: Iterable[Shard]) -> dict[str, dict[str, int]]:
+    """The comparable settings that differ between ``shards`` (a dataset from before intents fixed
+    them): key -> each value -> how many shards hold it."""
+    described = describe(shards)
+    return {key: described[key] for key in KEYS if len(described[key]) > 1}
+
+
+def mixed_text(settings: dict[str, dict[str, int]]) -> str:
+    """``scale: ci (1), full (14); seed: 0 (14), 1 (1)``."""
+    return "; ".join(f"{k}: {', '.join(f'{v} ({n})' for v, n in c.items())}" for k, c in settings.items())
 
 
 def time_span(shards: Iterable[Shard]) -> tuple[str, str] | None:

@@ -7,13 +7,14 @@ Exits 1 while anything is failed or missing (so scripts can wait on it), 2 on ba
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from argparse import RawDescriptionHelpFormatter
 from collections import Counter
 
+from pipeline.exits import ArgumentParser, help_text, prog, run_command
 from pipeline.launch.jobs import FAILED
-from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_status
+from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_survey
 
 
 def _columns(s: ExecutionStatus) -> list[str]:
@@ -48,20 +49,22 @@ def as_json(s: ExecutionStatus) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m pipeline.status",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = ArgumentParser(
+        prog=prog("pipeline.status"),
+        description=help_text(__doc__ or ""),
+        formatter_class=RawDescriptionHelpFormatter,
     )
     parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
     parser.add_argument("--state", choices=STATES, action="append", help="show only executions in STATE")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     args = parser.parse_args(argv)
     try:
-        statuses = dataset_status(args.dataset_dir)
+        statuses, skipped = dataset_survey(args.dataset_dir)
     except (ValueError, RuntimeError) as err:
         print(f"pipeline.status: {err}", file=sys.stderr)
         return 2
+    for s in skipped:
+        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
     counts = Counter(s.state for s in statuses)
     shown = [s for s in statuses if not args.state or s.state in args.state]
     if args.json:
@@ -75,4 +78,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command("pipeline.status", main))

@@ -1,8 +1,10 @@
 """Status of every execution of a launched dataset: ledger + shards + the jobs' own state.
 
-``done``: a valid shard exists. Otherwise the newest attempt in the ledger decides: its job is
-``pending`` or ``running``; ``failed`` (with a reason and the log to read); or it completed without
-leaving a valid shard (deleted, corrupt), which is ``missing`` like an execution whose shards are gone.
+The executions are those the dataset's sweeps meant (their intents in the ledger), were submitted or
+left a shard. ``done``: a valid shard exists. Otherwise the newest attempt in the ledger decides: its
+job is ``pending`` or ``running``; ``failed`` (with a reason and the log to read); or it completed
+without leaving a valid shard (deleted, corrupt), or its sweep stopped it (SIGINT, SIGTERM), which is
+``missing`` like an execution whose shards are gone and one its sweep meant but never submitted.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
-from pipeline.data.scan import scan_shards
+from pipeline.data.scan import Skipped, scan_shards
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, error_log
 
@@ -30,16 +32,25 @@ class ExecutionStatus:
     log: Path | None  # stderr of the newest attempt, when one was written
     submitted: ledger.Submitted | None  # the newest submission of the execution
     nodes: tuple[str, ...] = ()  # where a failed attempt ran (Slurm), so that it can be kept off them
+    intended: ledger.Intended | None = None  # the newest intent that means it
 
 
 def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     """One status per execution named in the ledger or in the shards, sorted by execution id."""
+    return dataset_survey(dataset)[0]
+
+
+def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Skipped]]:
+    """:func:`dataset_status` and the shard files the scan skipped (each with its reason), which the
+    commands list so that no unusable file goes unsaid."""
     folder = Dataset.existing(dataset)
     records = ledger.read(folder)
     submitted = ledger.newest_submissions(records)
+    intended = ledger.newest_intents(records)
     failures = {(r.execution_id, r.attempt): r.reason for r in records if isinstance(r, ledger.Failed)}
+    stops = {(r.execution_id, r.attempt): r.signal for r in records if isinstance(r, ledger.Interrupted)}
     scan = scan_shards(folder)
-    executions = set(submitted) | folder.executions_with_shards()
+    executions = set(intended) | set(submitted) | folder.executions_with_shards()
     if not executions:
         raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
     jobs = {e: Job(r.job_id, r.backend, folder.locate(r.log_dir)) for e, r in submitted.items()}
@@ -48,10 +59,13 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
     for execution_id in sorted(executions):
         shard = scan.newest.get(execution_id)
         record = submitted.get(execution_id)
+        intent = intended.get(execution_id)
         if shard is not None:
             path = folder.relative(shard.path)
             out.append(
-                ExecutionStatus(execution_id, DONE, shard.attempt, shard.identity.job_id, path, None, record)
+                ExecutionStatus(
+                    execution_id, DONE, shard.attempt, shard.identity.job_id, path, None, record, (), intent
+                )
             )
             continue
         rejected = scan.rejection(execution_id)
@@ -59,11 +73,16 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
             f"no valid shard ({Path(rejected.path).name}: {rejected.reason})" if rejected else "no shard"
         )
         if record is None:
-            out.append(ExecutionStatus(execution_id, MISSING, None, None, no_shard, None, None))
+            if intent is not None and rejected is None:
+                no_shard = f"never submitted (meant by the sweep of {intent.at})"
+            out.append(ExecutionStatus(execution_id, MISSING, None, None, no_shard, None, None, (), intent))
             continue
         job = jobs[execution_id]
         state = states[job.job_id]
-        if state.state == COMPLETED:
+        if (execution_id, record.attempt) in stops:
+            signal = stops[execution_id, record.attempt]
+            kind, detail = MISSING, f"attempt {record.attempt} stopped by its sweep on {signal}; {no_shard}"
+        elif state.state == COMPLETED:
             kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
         elif state.state == FAILED:
             # The scheduler's verdict first (CANCELLED, NODE_FAIL, ...), then the error the job recorded.
@@ -74,10 +93,10 @@ def dataset_status(dataset: Path | str) -> list[ExecutionStatus]:
         nodes = state.nodes if kind == FAILED else ()
         out.append(
             ExecutionStatus(
-                execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes
+                execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes, intent
             )
         )
-    return out
+    return out, scan.skipped
 
 
 def _job_states(jobs: list[Job]) -> dict[str, JobState]:

@@ -1,0 +1,109 @@
+"""How every command ends: one table of exit statuses, interrupts as one line, argument errors as one.
+
+The table holds for every command of ``moe-bench`` (``python -m pipeline.<command>`` alike): ``0``
+all is well; ``1`` something failed or is not published (an execution failed, status found failed or
+missing executions, aggregate left an intended execution without a published row, compare found
+something slower); ``2`` bad input, refused in one line before anything is launched or written;
+``130`` / ``143`` interrupted by SIGINT (Ctrl-C) / SIGTERM, after one line that says what was stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+OK, FAILED, BAD_INPUT = 0, 1, 2
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+TABLE = (
+    (OK, "all is well"),
+    (FAILED, "something failed or is not published (an execution failed, executions are failed or missing, "
+     "an intended execution has no published row, something got slower)"),
+    (BAD_INPUT, "bad input, refused in one line before anything is launched or written"),
+    (128 + signal.SIGINT, "interrupted by SIGINT (Ctrl-C), after one line saying what was stopped"),
+    (128 + signal.SIGTERM, "interrupted by SIGTERM, likewise"),
+)  # fmt: skip
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: raised in the main thread (like KeyboardInterrupt, which it replaces
+    for both signals) so that what runs can stop its jobs and record them before the command ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.detail = ""  # what stopping did, said by whatever stopped (``stopped X; 2 not started``)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signum
+
+
+def _raise(signum: int, _frame: object) -> None:
+    raise Interrupted(signum)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread."""
+    previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
+def held(*, drop: bool = False) -> Iterator[None]:
+    """Inside, SIGINT and SIGTERM wait (blocked) and arrive on the way out, so that a step (submit a
+    job, record it) is done whole or not at all; with ``drop`` they are dropped instead (a second
+    Ctrl-C while an interrupted sweep stops its job). A process started inside inherits the block: it
+    never sees these signals, and the process that started it decides what becomes of it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        while drop and (pending := signal.sigpending() & set(SIGNALS)):
+            signal.sigwait(pending)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def run_command(name: str, main: Callable[[], int | None]) -> int:
+    """Run a command's ``main`` with the table's ends: its status, or 130 / 143 after one line on
+    stderr when interrupted, with what was stopped."""
+    try:
+        with interruptible():
+            return main() or OK
+    except Interrupted as stop:
+        detail = f": {stop.detail}" if stop.detail else ""
+        print(f"{name}: interrupted by {stop.name}{detail}", file=sys.stderr, flush=True)
+        return stop.status
+    except KeyboardInterrupt:  # a SIGINT handler of the command's own raised it
+        print(f"{name}: interrupted by SIGINT", file=sys.stderr, flush=True)
+        return 128 + signal.SIGINT
+
+
+def prog(module: str) -> str:
+    """The command's name as it was called: ``moe-bench status`` (the console script sets it as
+    ``argv[0]``) or ``python -m pipeline.status``."""
+    return sys.argv[0] if sys.argv[0].startswith("moe-bench ") else f"python -m {module}"
+
+
+def help_text(doc: str) -> str:
+    """A docstring as ``--help`` prints it: without the double backticks of code spans."""
+    return doc.replace("``", "")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Argument errors in one line (no usage block) with exit status 2, like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
