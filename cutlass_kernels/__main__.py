@@ -1,7 +1,9 @@
 """``python -m cutlass_kernels compile --arch sm_90a|sm_100a --out DIR`` compiles every CuTe kernel of an
-arch without a GPU and writes its PTX and cubin. The other commands are the kernel stages of
-``jobs/gpu-run.sh`` (``env``, ``smoke``, ``correctness``, ``timing``), each appending its records to
-``--results FILE``; ``--dry-run`` runs them on the CPU through the torch backend."""
+arch without a GPU and writes its PTX and cubin. The other commands are the children that
+``jobs/gpu-run.sh`` runs, each isolated under its own time limit, appending its records to
+``--results FILE``: ``env`` (versions, and the plan: which kernels and op x variants to check),
+``plan`` (the plan alone), ``smoke-one`` (one kernel), ``correctness-op`` and ``timing-op`` (one op
+x variant) and ``sass``; ``--dry-run`` runs them on the CPU through the torch backend."""
 
 from __future__ import annotations
 
@@ -10,8 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-ARCHES = ("sm_90a", "sm_100a")
-STAGES = ("env", "smoke", "correctness", "timing")
+from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
 
 
 def _compile(arch: str, out: Path) -> int:
@@ -28,29 +29,33 @@ def _compile(arch: str, out: Path) -> int:
     return 0
 
 
-def _stage(args: argparse.Namespace) -> int:
+def _child(args: argparse.Namespace) -> int:
     import torch
 
     from cutlass_kernels import bench, check
+    from cutlass_kernels.results import append
 
     try:
         t = check.target(args.dry_run)
-    except check.NoTarget as e:
+    except (check.NoTarget, ValueError) as e:
         print(f"python -m cutlass_kernels {args.command}: {e}", file=sys.stderr)
         return 2
-    if args.command == "env":
-        check.append(args.results, check.env_record(t))
+    if args.command in ("env", "plan"):
+        records = check.plan_records(t)
+        if args.command == "env":
+            records.insert(0, check.env_record(t))
+        for record in records:
+            append(args.results, record)
         return 0
-    if args.command == "smoke":
-        return check.smoke(t, args.results, args.work)
     if args.command == "smoke-one":
-        out_dtype = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.out_dtype]
-        return check.smoke_one(t, args.index, args.op, out_dtype, args.variant, args.work)
-    if args.command == "correctness":
-        return check.correctness(t, args.results, args.work)
+        return check.smoke_one(
+            t, args.index, args.op, getattr(torch, args.out_dtype), args.variant, args.work
+        )
     if args.command == "correctness-op":
         return check.correctness_op(t, args.op, args.variant, args.results)
-    return bench.timing(t, args.results)
+    if args.command == "timing-op":
+        return bench.timing_op(t, args.op, args.variant, args.results, args.budget)
+    return 0 if check.sass(t, args.results, args.work) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,24 +65,26 @@ def main(argv: list[str] | None = None) -> int:
     comp.add_argument("--arch", required=True, choices=ARCHES)
     comp.add_argument("--out", required=True, type=Path, help="directory for <kernel>.ptx / <kernel>.cubin")
     helps = {
-        "env": "device, driver, clocks and versions",
-        "smoke": "each kernel once on a tiny problem, each in its own process",
-        "correctness": "every op x output dtype against an FP32 reference, graph replay, SASS",
-        "timing": "graph-replay and dispatch timings of the kernels that passed",
-        "smoke-one": "(internal) one kernel of the smoke stage",
-        "correctness-op": "(internal) one op x variant of the correctness stage",
+        "env": "device, driver, clocks, versions, and the plan",
+        "plan": "the kernels and op x variants the device run checks",
+        "smoke-one": "one kernel once on the smoke problem (two persistent walkers)",
+        "correctness-op": "one op x variant, each output dtype, against an FP32 reference",
+        "timing-op": "graph-replay and dispatch timings of one op x variant on every shape",
+        "sass": "tensor-core MMAs and no spills in the MMA loop of each compiled cubin",
     }
     for name, text in helps.items():
-        stage = sub.add_parser(name, help=text)
-        stage.add_argument("--results", type=Path, default=Path(os.devnull), help="append JSON lines here")
-        stage.add_argument("--work", type=Path, default=Path("outputs/gpu-run-work"), help="scratch folder")
-        stage.add_argument("--dry-run", action="store_true", help="on the CPU, through the torch backend")
+        child = sub.add_parser(name, help=text)
+        child.add_argument("--results", type=Path, default=Path(os.devnull), help="append JSON lines here")
+        child.add_argument("--work", type=Path, default=Path("outputs/gpu-run-work"), help="scratch folder")
+        child.add_argument("--dry-run", action="store_true", help="on the CPU, through the torch backend")
         if name == "smoke-one":
-            stage.add_argument("--index", type=int, required=True, help="the kernel's place in all_specs")
-            stage.add_argument("--out-dtype", required=True, choices=("bfloat16", "float32"))
-        if name in ("smoke-one", "correctness-op"):
-            stage.add_argument("--variant", default="default")
-            stage.add_argument("--op", required=True, choices=("fprop", "dgrad", "wgrad", "mx"))
+            child.add_argument("--index", type=int, required=True, help="the kernel's place in all_specs")
+            child.add_argument("--out-dtype", required=True, choices=OUT_DTYPES)
+        if name in ("smoke-one", "correctness-op", "timing-op"):
+            child.add_argument("--variant", default="default")
+            child.add_argument("--op", required=True, choices=OPS)
+        if name == "timing-op":
+            child.add_argument("--budget", type=float, default=30.0, help="start no shape after this (s)")
     args = parser.parse_args(argv)
     if args.command == "compile":
         if args.out.exists() and not args.out.is_dir():
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         return _compile(args.arch, args.out)
-    return _stage(args)
+    return _child(args)
 
 
 if __name__ == "__main__":

@@ -9,21 +9,27 @@ Backends: ``torch`` (reference; CPU and fallback), ``cute-sm90`` (Hopper), ``cut
 (:func:`cutlass_kernels.registry.variants`); ``auto`` takes the per-shape choice
 (:mod:`cutlass_kernels.choices`). A named variant runs or raises ValueError saying why it cannot take
 the operands; the torch backend has no variants, so it takes ``auto`` only.
+
+The environment variable ``CUTLASS_KERNELS_BACKEND`` (``torch``, ``cute-sm90`` or ``cute-sm100``)
+pins what ``auto`` resolves to, so that a whole program (the device run's tests and pipeline stages,
+when the default kernels failed their checks) runs without the CuTe kernels. Inside
+:func:`cutlass_kernels.planning.planned_launches` CUDA tensors count as on a GPU of the planned arch.
 """
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
 import torch
 
-from cutlass_kernels import torch_backend
+from cutlass_kernels import planning, torch_backend
+from cutlass_kernels.gating import BACKEND_ENV
 from cutlass_kernels.mxfp8 import MXTensor, quantize_mx
+from cutlass_kernels.vocabulary import CAPABILITY_MAJOR, CUTE_BACKENDS
 
-BACKENDS = ("auto", "torch", "cute-sm90", "cute-sm100")
-# CuTe backend -> (the arch its kernels are compiled for, the compute-capability major it runs on)
-_CUTE_ARCHES = {"cute-sm90": ("sm_90a", 9), "cute-sm100": ("sm_100a", 10)}
+BACKENDS = ("auto", "torch", *CUTE_BACKENDS)
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -34,30 +40,46 @@ def _cute_backend(name: str) -> Any:
         from cutlass_kernels.cute_backend import CuteBackend
     except ImportError:
         return None
-    return CuteBackend(_CUTE_ARCHES[name][0])
+    return CuteBackend(CUTE_BACKENDS[name])
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:
     """The concrete backend for ``device``: ``auto`` takes the CuTe backend of the GPU's arch when it is
-    importable, else ``torch``; a CuTe backend asked for on the wrong device is an error."""
+    importable, else ``torch`` (or what ``CUTLASS_KERNELS_BACKEND`` pins); a CuTe backend asked for
+    on the wrong device is an error."""
     if backend not in BACKENDS:
         raise ValueError(f"grouped-GEMM backend {backend!r} is not allowed; allowed: {', '.join(BACKENDS)}")
+    if backend == "auto" and (pinned := os.environ.get(BACKEND_ENV)):
+        if pinned not in BACKENDS[1:]:
+            raise ValueError(f"{BACKEND_ENV}={pinned!r} is not allowed; allowed: {', '.join(BACKENDS[1:])}")
+        backend = pinned
     if backend == "torch":
         return backend
-    major = torch.cuda.get_device_capability(device)[0] if device.type == "cuda" else None
+    major = _capability_major(device)
     if backend == "auto":
-        for name, (_, arch_major) in _CUTE_ARCHES.items():
-            if major == arch_major and _cute_backend(name) is not None:
+        for name, arch in CUTE_BACKENDS.items():
+            if major == CAPABILITY_MAJOR[arch] and _cute_backend(name) is not None:
                 return name
         return "torch"
-    if major != _CUTE_ARCHES[backend][1]:
-        raise ValueError(
-            f"backend {backend!r} needs a compute-capability {_CUTE_ARCHES[backend][1]}.x GPU, "
-            f"got device {device}"
-        )
+    needed = CAPABILITY_MAJOR[CUTE_BACKENDS[backend]]
+    if major != needed:
+        raise ValueError(f"backend {backend!r} needs a compute-capability {needed}.x GPU, not {device}")
     if _cute_backend(backend) is None:
         raise ValueError(f"backend {backend!r} is unavailable: the CUTLASS DSL cannot be imported")
     return backend
+
+
+def _capability_major(device: torch.device) -> int | None:
+    """The compute-capability major of ``device`` (that of the planned arch inside
+    ``planned_launches``), None off CUDA and where no CUDA runtime is present."""
+    if device.type != "cuda":
+        return None
+    plan = planning.current()
+    if plan is not None:
+        return CAPABILITY_MAJOR[plan.arch]
+    if not torch.cuda.is_available():  # fake CUDA tensors outside a plan (pipeline.estimate): no arch
+        return None
+    return torch.cuda.get_device_capability(device)[0]
 
 
 def _impl(backend: str, device: torch.device, variant: str) -> tuple[Any, tuple[str, ...]]:
@@ -186,4 +208,4 @@ def grouped_gemm_mx(
     if extra:
         return impl.grouped_gemm_mx(a, b, offs, out_dtype, *extra, mode, b_values)
     a_mx = a if isinstance(a, MXTensor) else quantize_mx(a, str(mode))  # the reference: exact MX product
-    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype)
+    return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype, b_values)

@@ -1,5 +1,5 @@
-"""The ``timing`` stage of ``jobs/gpu-run.sh``: forward, dgrad, wgrad and MXFP8 of every kernel that
-passed the smoke and correctness stages, every variant side by side, on the report's per-rank shapes
+"""The ``timing`` stage of ``jobs/gpu-run.sh``, one op x variant per process: forward, dgrad, wgrad or
+MXFP8 of a kernel that passed the smoke and correctness stages, on the report's per-rank shapes
 (D = 7168, F in 1536/3072/6144, 384 experts over EP 8..64 -> 48..6 local experts, 2048 tokens per GPU,
 top-6) and the seed-003 workload (256 experts, top-8, hidden 8192, intermediate 2048; 4096 tokens per
 GPU is this check's choice). Each shape is the up projection (N = 2F, K = D) and the down projection
@@ -9,8 +9,8 @@ Per op x variant: kernel time from CUDA-graph replay (one call captured, replaye
 each replay) and through the dispatch (events around each eager call, so host overhead counts), min /
 median / max; TFLOP/s of the useful FLOPs over the graph median; the dense BF16 peak measured in the
 same run (8192^3 ``torch.matmul``); the ratio to ``torch._grouped_mm``; tile-padded vs useful FLOPs.
-Inputs rotate across copies so no call finds its operands in L2. One record per measurement, then one
-per shape x op naming the fastest variant.
+Inputs rotate across copies so no call finds its operands in L2. One record per measurement; the
+run's summary names the fastest variant per shape x op.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,24 +26,19 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels.check import (
-    OPS,
-    Target,
-    append,
-    dtype_name,
-    failed_keys,
-    key,
-    problem,
-    random_sizes,
-    variants,
-)
+from cutlass_kernels import gating
+from cutlass_kernels.check import Target, make_case, random_sizes
+from cutlass_kernels.gating import key
+from cutlass_kernels.results import append, read
+from cutlass_kernels.tile_schedule import WGRAD_CHUNK
+from cutlass_kernels.vocabulary import has_mx_kernel
 
 SEED_003_EXPERTS, SEED_003_TOP_K, SEED_003_HIDDEN, SEED_003_INTER, SEED_003_TOKENS = 256, 8, 8192, 2048, 4096
 REPORT_EXPERTS, REPORT_TOP_K, REPORT_HIDDEN, REPORT_TOKENS = 384, 6, 7168, 2048
 REPORT_INTER = (1536, 3072, 6144)
 REPORT_EP = (8, 16, 32, 64)
 ROTATE_BYTES = 512 * 2**20  # rotate inputs until a call's operands have left a ~60 MB L2 several times
-WARMUP, ITERS = 2, 10  # 26 shapes x 4 ops x (graph, dispatch, _grouped_mm) within the stage's minute
+WARMUP, ITERS = 2, 10  # 26 shapes x (graph, dispatch, _grouped_mm) in a child's half minute
 
 
 @dataclass
@@ -114,13 +110,13 @@ def dense_peak_tflops(t: Target, timer: Timer) -> float:
     return 2 * size**3 / ms / 1e9
 
 
-def flops(op: str, shape: Shape, sizes: list[int], t: Target) -> tuple[int, int]:
-    """Useful and tile-padded FLOPs of ``op`` on ``shape``: M tiles per group (wgrad: its per-group
-    row chunks along the reduction) and N tiles of the output."""
+def flops(op: str, variant: str, shape: Shape, sizes: list[int], t: Target) -> tuple[int, int]:
+    """Useful and tile-padded FLOPs of ``op`` on ``shape`` with ``variant``'s tiles: M tiles per group
+    (wgrad: its per-group row chunks along the reduction) and N tiles of the output."""
     from cutlass_kernels import registry
-    from cutlass_kernels.cute_base import WGRAD_CHUNK
 
-    tm, tn = registry.MX_TILE_MN if op == "mx" and registry.has_mx_kernel(t.arch) else registry.TILE_MN
+    kernel = registry.variant(t.arch, variant)
+    tm, tn = kernel.mx_tile_mn if op == "mx" and has_mx_kernel(t.arch) else kernel.tile_mn
 
     def up(x: int, tile: int) -> int:
         return -(-x // tile) * tile
@@ -162,25 +158,41 @@ def grouped_mm(op: str, prob: Any) -> Callable[[], object] | None:
     return None
 
 
-def timing(t: Target, results: Path) -> int:
-    """Time every passing op x variant on every shape; records as they are measured."""
+def timing_op(t: Target, op: str, variant: str, results: Path, budget_s: float) -> int:
+    """Time ``op`` on ``variant`` (BF16 out, as the layers run it) on every shape, one record per
+    shape as it is measured; start no shape after ``budget_s`` seconds (the child's limit is longer,
+    so a kill at the limit means a hang, not a slow stage), and end in a record saying how far it got.
+    Shapes are routed alike in every child (a seed per shape), so variants are timed on the same
+    routing."""
+    began = time.monotonic()
+    k = key(op, "bfloat16", variant)
+    if refused := gating.refusal(t.arch, gating.verdicts(read(results)), "timing", k):
+        append(
+            results,
+            {"stage": "timing", "op": op, "variant": variant, "key": k, "status": "skip", "reason": refused},
+        )
+        return 0
     timer = Timer(t.device)
-    excluded = failed_keys(results)
     peak = dense_peak_tflops(t, timer)
-    append(results, {"stage": "timing", "name": "dense BF16 peak", "status": "info", "tflops": peak})
-    gen = torch.Generator().manual_seed(time.time_ns() % 2**31)
-    failures = 0
-    for shape in timing_shapes(t.dry_run):
-        sizes = random_sizes(shape.groups, shape.rows, gen, empty=1)
-        for op in OPS:
-            try:
-                time_op(t, timer, op, shape, sizes, peak, excluded, results)
-            except Exception as e:  # recorded; the other shapes and ops still run
-                failures += 1
-                rec = {"stage": "timing", "shape": shape.name, "op": op, "status": "fail"}
-                append(results, {**rec, "error": f"{type(e).__name__}: {e}"[:600]})
-            if t.device.type == "cuda":
-                torch.cuda.empty_cache()
+    shapes = timing_shapes(t.dry_run)
+    failures = done = 0
+    for shape in shapes:
+        if time.monotonic() - began > budget_s:
+            break
+        sizes = random_sizes(
+            shape.groups, shape.rows, torch.Generator().manual_seed(zlib.crc32(shape.name.encode()))
+        )
+        try:
+            time_op(t, timer, op, variant, shape, sizes, peak, results)
+        except Exception as e:  # recorded; the other shapes still run
+            failures += 1
+            rec = {"stage": "timing", "shape": shape.name, "op": op, "variant": variant, "status": "fail"}
+            append(results, {**rec, "key": k, "error": f"{type(e).__name__}: {e}"[:600]})
+        done += 1
+        if t.device.type == "cuda":
+            torch.cuda.empty_cache()
+    rec = {"stage": "timing", "name": "shapes", "op": op, "variant": variant, "key": k, "status": "info"}
+    append(results, {**rec, "timed": done, "of": len(shapes), "seconds": round(time.monotonic() - began, 1)})
     return 1 if failures else 0
 
 
@@ -188,52 +200,40 @@ def time_op(
     t: Target,
     timer: Timer,
     op: str,
+    variant: str,
     shape: Shape,
     sizes: list[int],
     peak: float,
-    excluded: set[str],
     results: Path,
 ) -> None:
-    """Every variant of ``op`` on ``shape`` (BF16 out, as the layers run), then the best one."""
+    """``op`` of ``variant`` on ``shape``, graph replay and dispatch, beside ``torch._grouped_mm``."""
     base = {"stage": "timing", "shape": shape.name, "op": op, "groups": shape.groups, "rows": shape.rows}
-    base |= {"n": shape.n, "k": shape.k}
+    base |= {"n": shape.n, "k": shape.k, "variant": variant, "key": key(op, "bfloat16", variant)}
     per_set = (shape.rows * (shape.k + shape.n) + shape.groups * shape.n * shape.k) * 2
     copies = max(1, min(4, -(-ROTATE_BYTES // per_set))) if t.device.type == "cuda" else 1
-    probs = [problem(op, sizes, shape.n, shape.k, 0, t.device) for _ in range(copies)]
-    useful, padded = flops(op, shape, sizes, t)
+    probs = [make_case(op, sizes, shape.n, shape.k, 0, t.device) for _ in range(copies)]
+    useful, padded = flops(op, variant, shape, sizes, t)
     refs = [grouped_mm(op, p) for p in probs]
     ref_ms = None
     if all(r is not None for r in refs):
         ref_ms = statistics.median(timer.times(rotating([r for r in refs if r is not None])))
-    best: dict[str, Any] | None = None
-    for variant in variants(t, op):
-        if key(op, torch.bfloat16, variant) in excluded:
-            append(
-                results,
-                {**base, "variant": variant, "status": "skip", "reason": "failed smoke or correctness"},
-            )
-            continue
-        calls = [functools.partial(p.call, torch.bfloat16, t.backend, variant) for p in probs]
-        dispatch = stats(timer.times(rotating(calls)))
-        replay = graph_call(calls[0], timer)
-        graph = stats(timer.times(replay)) if replay is not None else None
-        ms = (graph or dispatch)["median"]
-        rec = {
-            **base,
-            "variant": variant,
-            "status": "pass",
-            "out_dtype": dtype_name(torch.bfloat16),
-            "graph_ms": graph,
-            "dispatch_ms": dispatch,
-            "tflops": useful / ms / 1e9,
-            "frac_of_dense_peak": useful / ms / 1e9 / peak,
-            "useful_flops": useful,
-            "padded_flops": padded,
-            "grouped_mm_ms": ref_ms,
-            "speedup_vs_grouped_mm": None if ref_ms is None else ref_ms / ms,
-        }
-        append(results, rec)
-        if best is None or ms < best["ms"]:
-            best = {"ms": ms, "variant": variant, "tflops": rec["tflops"]}
-    if best is not None:
-        append(results, {**base, "name": "best", "status": "info", "best_variant": best["variant"], **best})
+    calls = [functools.partial(p.call, t, "timing", torch.bfloat16, variant) for p in probs]
+    dispatch = stats(timer.times(rotating(calls)))
+    replay = graph_call(calls[0], timer)
+    graph = stats(timer.times(replay)) if replay is not None else None
+    ms = (graph or dispatch)["median"]
+    rec = {
+        **base,
+        "status": "pass",
+        "out_dtype": "bfloat16",
+        "graph_ms": graph,
+        "dispatch_ms": dispatch,
+        "tflops": useful / ms / 1e9,
+        "dense_peak_tflops": peak,
+        "frac_of_dense_peak": useful / ms / 1e9 / peak,
+        "useful_flops": useful,
+        "padded_flops": padded,
+        "grouped_mm_ms": ref_ms,
+        "speedup_vs_grouped_mm": None if ref_ms is None else ref_ms / ms,
+    }
+    append(results, rec)

@@ -1,29 +1,37 @@
-"""The GPU checks of the CuTe grouped GEMMs, as the stages ``env``, ``smoke`` and ``correctness`` of
-``jobs/gpu-run.sh`` (timings: :mod:`cutlass_kernels.bench`).
+"""The GPU checks of the CuTe grouped GEMMs, one kernel or one op x variant per process, as the
+children that ``jobs/gpu_run.py`` runs for the ``env``, ``smoke``, ``correctness`` and SASS steps of
+the device run (timings: :mod:`cutlass_kernels.bench`).
 
 Every result is one JSON line appended to a results file the moment it exists (flushed and fsynced),
-so a stage killed at its time limit keeps what it had measured. A kernel runs in a process of its own
-(smoke: one per kernel; correctness: one per op and variant) with its own timeout, because an illegal
-address poisons the CUDA context of every later call and an mbarrier wait has no timeout: a kernel
-that faults or hangs is recorded and left out of the later stages, which go on.
+so a child killed at its time limit keeps what it had recorded. Each check ends in a verdict per
+kernel key (:mod:`cutlass_kernels.gating`), and a child checks only the keys every earlier stage
+passed: an illegal address poisons a CUDA context for every later call and an mbarrier wait has no
+timeout, so a kernel that faults, hangs or is wrong is left out of everything after.
 
-With ``dry_run`` the same stages run on the CPU through the torch backend on small shapes, which tests
-the plumbing (isolation, timeouts, records) without a GPU; GPU-only checks are recorded as skipped.
+The smoke test is a canary of the pipelines, not only of the launch: two persistent walkers (CTAs, or
+clusters) over a ragged problem of 20 tiles or more, with 8 K tiles or more, so every walker takes
+several tiles, every ring of shared-memory stages wraps and so does the accumulator pipeline.
+Correctness inputs hold NaN and Inf in their rows past ``offs[-1]``, which no output may see (a
+kernel that multiplies those rows by zero gives NaN).
+
+With ``dry_run`` the same children run on the CPU through the torch backend on small shapes, which
+tests the plumbing (isolation, limits, verdicts, records) without a GPU; GPU-only checks are recorded
+as skipped. The dry run alone also takes planted faults (:mod:`cutlass_kernels.plants`), so that the
+runner's handling of a kernel that hangs or is wrong can be shown on a CPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -31,35 +39,25 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import api, quantize_mx
+from cutlass_kernels import api, gating, quantize_mx, vocabulary
+from cutlass_kernels.gating import key
+from cutlass_kernels.isolation import run_isolated
 from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.plants import PLANT_ENV, Plant, plants_of
 from cutlass_kernels.results import append, finite, read
+from cutlass_kernels.vocabulary import BF16_OPS, CUTE_BACKENDS, OPS, has_mx_kernel
 
-OPS = ("fprop", "dgrad", "wgrad", "mx")
 MX_MODE = "exact"  # scale selection of the activations in the MX cases (MoK's; Dist-MoE's is "fast")
-OUT_DTYPES = (torch.bfloat16, torch.float32)
-ARCH = {"cute-sm90": "sm_90a", "cute-sm100": "sm_100a"}
-SMOKE_TIMEOUT_S = 45.0  # one kernel: compile (file-cached afterwards) + one tiny launch
-CORRECTNESS_TIMEOUT_S = 50.0  # one op x variant: all its cases, both output dtypes, graph replay
+OUT_DTYPES = tuple(getattr(torch, name) for name in vocabulary.OUT_DTYPES)
 TC_INSTRUCTION = re.compile(r"\b(HGMMA|UTC\w*MMA)\b")  # wgmma on sm90, tcgen05.mma on sm100
 SPILL_INSTRUCTION = re.compile(r"\b(LDL|STL)\b")  # local-memory loads / stores
-
-
-# ----------------------------------------------------------------------------------------- results
-
-
-def failed_keys(path: Path) -> set[str]:
-    """Kernel keys (``op/out_dtype/variant``) with any failed smoke or correctness record in ``path``
-    (a partial rerun into the same results file keeps leaving them out)."""
-    return {
-        r["key"]
-        for r in read(path)
-        if r.get("stage") in ("smoke", "correctness") and r.get("key") and r.get("status") == "fail"
-    }
-
-
-def key(op: str, out_dtype: torch.dtype, variant: str) -> str:
-    return f"{op}/{dtype_name(out_dtype)}/{variant}"
+# the smoke problem: 20+ output tiles for 2 walkers, a 600-row group (10 wgrad chunks), K of 8 tiles
+SMOKE_SIZES, SMOKE_TAIL, SMOKE_WALKERS = [3, 0, 70, 600, 130, 1], 5, 2
+SMOKE_N, SMOKE_K, SMOKE_MX_K = 512, 512, 1024  # MX: K tiles of 128, multiples of 128 for sm100
+# rows past offs[-1] cycle through these: a kernel reading them into a product shows as NaN
+TAIL_VALUES = (float("nan"), float("inf"), float("-inf"))
+# NaN with a payload no arithmetic makes: an output element still holding it was never written
+_UNWRITTEN_BITS = {torch.bfloat16: (torch.int16, 0x7FA5), torch.float32: (torch.int32, 0x7FA5A5A5)}
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -71,12 +69,18 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """Where the checks run: the device, the dispatch backend and the arch whose kernels are listed."""
+    """Where the checks run: the device, the dispatch backend, the arch whose kernels are listed, and
+    (dry run only) the planted faults."""
 
     device: torch.device
     backend: str
     arch: str
     dry_run: bool
+    plants: tuple[Plant, ...] = ()
+
+    def planted(self, stage: str, k: str) -> str | None:
+        """The kind of fault planted for key ``k`` in ``stage``, if any."""
+        return next((p.kind for p in self.plants if p.matches(stage, k)), None)
 
 
 class NoTarget(RuntimeError):
@@ -85,7 +89,9 @@ class NoTarget(RuntimeError):
 
 def target(dry_run: bool) -> Target:
     if dry_run:
-        return Target(torch.device("cpu"), "torch", "sm_90a", True)
+        return Target(torch.device("cpu"), "torch", "sm_90a", True, plants_of(os.environ.get(PLANT_ENV, "")))
+    if os.environ.get(PLANT_ENV):
+        raise NoTarget(f"{PLANT_ENV} plants faults in the dry run only")
     if not torch.cuda.is_available():
         raise NoTarget("the check needs a CUDA GPU, and torch sees none")
     device = torch.device("cuda", torch.cuda.current_device())
@@ -101,7 +107,7 @@ def target(dry_run: bool) -> Target:
         raise NoTarget(
             f"no CuTe backend for {torch.cuda.get_device_name(device)} (sm_{cap[0]}{cap[1]}): {why}"
         )
-    return Target(device, backend, ARCH[backend], False)
+    return Target(device, backend, CUTE_BACKENDS[backend], False)
 
 
 def variants(t: Target, op: str) -> tuple[str, ...]:
@@ -110,6 +116,31 @@ def variants(t: Target, op: str) -> tuple[str, ...]:
     from cutlass_kernels import registry
 
     return ("default",) if t.dry_run else registry.variants(t.arch, op)
+
+
+def op_of(spec: Any) -> str:
+    return "mx" if spec.mx else spec.op
+
+
+def plan_records(t: Target) -> list[dict[str, Any]]:
+    """What the device run checks on this arch: every kernel (its place in ``registry.all_specs``,
+    the smoke test's unit) and every op x variant (the unit of correctness and timing), defaults
+    first."""
+    from cutlass_kernels import registry
+
+    base = {"stage": "env", "status": "info", "arch": t.arch}
+    found = []
+    for i, spec in enumerate(registry.all_specs(t.arch)):
+        op, out = op_of(spec), dtype_name(spec.out_dtype)
+        if spec.variant in variants(t, op):
+            found.append(
+                {**base, "name": "kernel", "index": i, "spec": spec.name, "op": op, "out_dtype": out}
+                | {"variant": spec.variant, "key": key(op, out, spec.variant)}
+            )
+    checks = [{**base, "name": "op variant", "op": op, "variant": v} for op in OPS for v in variants(t, op)]
+    return sorted(found, key=lambda r: r["variant"] != "default") + sorted(
+        checks, key=lambda r: r["variant"] != "default"
+    )
 
 
 # ------------------------------------------------------------------------------------------- env
@@ -227,11 +258,13 @@ def wgrad_rel_err(dw: torch.Tensor, dy: torch.Tensor, x: torch.Tensor, sizes: li
     worst, scale, start = 0.0, 0.0, 0
     for g, size in enumerate(sizes):
         ref = dy[start : start + size].float().T @ x[start : start + size].float()
-        worst = max(worst, float((dw[g].float() - ref).abs().max()))
+        diff = float((dw[g].float() - ref).abs().max())
+        if math.isnan(diff):  # max() of floats would drop it
+            return float("inf")
+        worst = max(worst, diff)
         scale = max(scale, float(ref.abs().max()))
         start += size
-    err = worst / max(scale, 1e-30)
-    return float("inf") if math.isnan(err) else err
+    return worst / max(scale, 1e-30)
 
 
 def tolerance(out_dtype: torch.dtype, backend: str) -> float:
@@ -242,7 +275,7 @@ def tolerance(out_dtype: torch.dtype, backend: str) -> float:
 
 
 @dataclass
-class Problem:
+class CheckCase:
     """One grouped GEMM of ``op`` on ``sizes`` (plus ``tail`` rows at or past ``offs[-1]``)."""
 
     op: str
@@ -268,21 +301,31 @@ class Problem:
         n = self.rhs.shape[2] if self.op == "dgrad" else self.rhs.shape[1]
         return (self.lhs.shape[0], n)
 
-    def call(self, out_dtype: torch.dtype, backend: str, variant: str, rhs: Any = None) -> torch.Tensor:
+    def call(
+        self, t: Target, stage: str, out_dtype: torch.dtype, variant: str, rhs: Any = None
+    ) -> torch.Tensor:
+        """The op through the api, on ``t``'s backend, as ``stage`` of the device run calls it (where a
+        fault may be planted for it)."""
         rhs = self.rhs if rhs is None else rhs
+        planted = t.planted(stage, key(self.op, dtype_name(out_dtype), variant))
+        if planted == "hang":
+            time.sleep(3600)  # until the runner kills the child at its limit
+        if planted == "zero-times-inf" and self.op == "wgrad":
+            return in_place_tail_bug(self.lhs, rhs, self.offs, out_dtype)
         entry_points: dict[str, Callable[..., torch.Tensor]] = {
             "fprop": api.grouped_gemm,
             "dgrad": api.grouped_gemm_dgrad,
             "wgrad": api.grouped_gemm_wgrad,
             "mx": api.grouped_gemm_mx,
         }
-        fn = entry_points[self.op]
-        if backend == "torch":  # the reference has no variants: the dry run checks its plumbing
+        if t.backend == "torch":  # the reference has no variants: the dry run checks its plumbing
             variant = "auto"
         extra: dict[str, Any] = {}
         if self.op == "mx":  # the layers' call: unquantized activations, the weights' cached values
             extra = {"mode": MX_MODE, "b_values": self.rhs_values}
-        return fn(self.lhs, rhs, self.offs, out_dtype=out_dtype, backend=backend, variant=variant, **extra)
+        fn = entry_points[self.op]
+        out = fn(self.lhs, rhs, self.offs, out_dtype=out_dtype, backend=t.backend, variant=variant, **extra)
+        return out * 2 if planted == "wrong" else out
 
     def error(self, out: torch.Tensor) -> float:
         if self.op == "wgrad":
@@ -292,124 +335,73 @@ class Problem:
         return rel_err(out[: self.used], reference(a, b, self.sizes))
 
 
-def problem(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.device) -> Problem:
+def make_case(op: str, sizes: list[int], n: int, k: int, tail: int, device: torch.device) -> CheckCase:
     """Fresh random operands of the forward GEMM [M, K] x [G, N, K]^T (dgrad and wgrad: its gradients).
-    Rows past ``offs[-1]`` hold large values in wgrad inputs, so summing them in would show."""
+    The row operands' rows past ``offs[-1]`` hold NaN, Inf and -Inf (:data:`TAIL_VALUES`): a kernel
+    that sums them in, even multiplied by zero, gives NaN."""
     m, groups = sum(sizes) + tail, len(sizes)
     offs = offsets(sizes, device)
 
     def randn(*shape: int, scale: float = 1.0) -> torch.Tensor:  # drawn in BF16: no FP32 temporaries
         return torch.randn(*shape, device=device, dtype=torch.bfloat16).mul_(scale)
 
+    def rows(width: int) -> torch.Tensor:
+        x = randn(m, width)
+        for i, value in enumerate(TAIL_VALUES):
+            x[m - tail + i :: len(TAIL_VALUES)] = value
+        return x
+
     if op == "fprop":
-        return Problem(op, sizes, offs, randn(m, k), randn(groups, n, k, scale=k**-0.5), tail)
+        return CheckCase(op, sizes, offs, rows(k), randn(groups, n, k, scale=k**-0.5), tail)
     if op == "dgrad":
-        return Problem(op, sizes, offs, randn(m, n), randn(groups, n, k, scale=n**-0.5), tail)
+        return CheckCase(op, sizes, offs, rows(n), randn(groups, n, k, scale=n**-0.5), tail)
     if op == "wgrad":
-        dy, x = randn(m, n), randn(m, k)
-        dy[m - tail :], x[m - tail :] = 1e4, 1e4
-        return Problem(op, sizes, offs, dy, x, tail)
+        return CheckCase(op, sizes, offs, rows(n), rows(k), tail)
     b = quantize_chunked(torch.randn(groups, n, k, device=device) * k**-0.5)
-    return Problem(op, sizes, offs, randn(m, k), b, tail, rhs_values=cast_values(b))
+    return CheckCase(op, sizes, offs, rows(k), b, tail, rhs_values=cast_values(b))
 
 
-# ------------------------------------------------------------------------------------- isolation
-
-
-@dataclass
-class Outcome:
-    rc: int | None  # None: killed at the timeout
-    output: str
-    seconds: float
-
-
-def isolated(args: list[str], timeout: float, env: dict[str, str] | None = None) -> Outcome:
-    """Run ``python -m cutlass_kernels ARGS`` in its own process group; kill the group at ``timeout``."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-u", "-m", "cutlass_kernels", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        process_group=0,
-        env=env,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-        rc: int | None = proc.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, _ = proc.communicate()
-        rc = None
-    sys.stdout.write(out)  # into the stage log
-    sys.stdout.flush()
-    return Outcome(rc, out, time.perf_counter() - start)
-
-
-def _why(outcome: Outcome, timeout: float) -> str:
-    if outcome.rc is None:
-        return f"timed out after {timeout:.0f} s (hang?); process group killed"
-    tail = " | ".join(line for line in outcome.output.strip().splitlines()[-3:])
-    return f"exit status {outcome.rc}: {tail}"[:600]
+def in_place_tail_bug(
+    dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """wgrad as the sm90 ``inplace`` kernel computed it before it zeroed X^T's rows too (a planted
+    fault of the dry run): each group reduced over whole 64-row chunks from its first row, with dY's
+    rows past the group's end zeroed and X's not, so 0 x Inf in rows past ``offs[-1]`` gives NaN."""
+    ends = offs.tolist()
+    out = torch.zeros(len(ends), dy.shape[1], x.shape[1], dtype=torch.float32)
+    for g, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True)):
+        if end <= start:
+            continue
+        stop = min(start + -(-(end - start) // 64) * 64, dy.shape[0])
+        dy_rows = dy[start:stop].float()
+        dy_rows[end - start :] = 0
+        out[g] = dy_rows.T @ x[start:stop].float()
+    return out.to(out_dtype)
 
 
 # ------------------------------------------------------------------------------------------ smoke
 
 
-def op_of(spec: Any) -> str:
-    return "mx" if spec.mx else spec.op
-
-
-def smoke(t: Target, results: Path, work: Path) -> int:
-    """Each compiled kernel (every variant's) once on a tiny problem, each in its own process, in parallel."""
-    from cutlass_kernels import registry
-
-    specs = enumerate(registry.all_specs(t.arch))
-    jobs = [(i, spec, spec.variant) for i, spec in specs if spec.variant in variants(t, op_of(spec))]
-
-    def one(job: tuple[int, Any, str]) -> bool:
-        i, spec, variant = job
-        args = [
-            "smoke-one",
-            "--index",
-            str(i),
-            "--op",
-            op_of(spec),
-            "--out-dtype",
-            dtype_name(spec.out_dtype),
-        ]
-        args += ["--variant", variant, "--work", str(work), *(["--dry-run"] if t.dry_run else [])]
-        outcome = isolated(args, SMOKE_TIMEOUT_S)
-        record = {"stage": "smoke", "name": spec.name, "key": key(op_of(spec), spec.out_dtype, variant)}
-        found = [ln for ln in outcome.output.splitlines() if ln.startswith("{")]
-        if outcome.rc == 0 and found:
-            record |= json.loads(found[-1])
-        else:
-            record |= {"status": "fail", "error": _why(outcome, SMOKE_TIMEOUT_S)}
-        record["seconds"] = round(outcome.seconds, 2)
-        append(results, record)
-        return record["status"] == "pass"
-
-    with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1, 8)) as pool:
-        passed = list(pool.map(one, jobs))
-    return 0 if all(passed) else 1
-
-
 def smoke_one(t: Target, index: int, op: str, out_dtype: torch.dtype, variant: str, work: Path) -> int:
     """Compile kernel ``index`` of the arch (keeping its cubin for the SASS check; the dry run compiles
-    nothing) and run ``op`` once on a tiny problem; print the record."""
+    nothing) and run ``op`` once on the smoke problem with two persistent walkers; print the record."""
     record: dict[str, Any] = {"variant": variant}
+    walkers: Any = contextlib.nullcontext()
     if not t.dry_run:  # compiled with its PTX and cubin kept (the dispatch below reuses it in-process)
         from cutlass_kernels import registry
+        from cutlass_kernels.cute_backend import persistent_walkers
         from cutlass_kernels.cute_base import compile_spec
 
         spec = registry.all_specs(t.arch)[index]
         start = time.perf_counter()
         compile_spec(spec, registry.kernel_for(spec), work / "cubins")
         record["compile_s"] = round(time.perf_counter() - start, 2)
-    prob = problem(op, [3, 0, 70, 130], 192, 96, 5, t.device)
+        walkers = persistent_walkers(SMOKE_WALKERS)
+    k = SMOKE_MX_K if op == "mx" else SMOKE_K
+    prob = make_case(op, SMOKE_SIZES, SMOKE_N, k, SMOKE_TAIL, t.device)
     start = time.perf_counter()
-    out = prob.call(out_dtype, t.backend, variant)
+    with walkers:
+        out = prob.call(t, "smoke", out_dtype, variant)
     if t.device.type == "cuda":
         torch.cuda.synchronize(t.device)
     record["run_s"] = round(time.perf_counter() - start, 3)
@@ -425,7 +417,7 @@ def smoke_one(t: Target, index: int, op: str, out_dtype: torch.dtype, variant: s
 
 
 @dataclass
-class Case:
+class CaseShape:
     name: str
     sizes: list[int]
     n: int
@@ -436,127 +428,127 @@ class Case:
 
 @dataclass
 class Checker:
-    """Appends one record per check of one op x variant to ``results``."""
+    """Appends one record per check of one op x variant to ``results``, and one verdict per key."""
 
     t: Target
     op: str
     variant: str
     results: Path
     seed: int
-    excluded: set[str] = field(default_factory=set)
-    failures: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
 
-    def record(self, case: str, out_dtype: torch.dtype | None, status: str, **extra: Any) -> None:
-        dtype = dtype_name(out_dtype) if out_dtype is not None else None
-        rec = {
-            "stage": "correctness",
-            "op": self.op,
-            "variant": self.variant,
-            "case": case,
-            "out_dtype": dtype,
-        }
-        if out_dtype is not None:
-            rec["key"] = key(self.op, out_dtype, self.variant)
+    def key(self, out_dtype: torch.dtype) -> str:
+        return key(self.op, dtype_name(out_dtype), self.variant)
+
+    def record(self, case: str, out_dtype: torch.dtype, status: str, **extra: Any) -> None:
+        rec = {"stage": "correctness", "op": self.op, "variant": self.variant, "case": case}
+        rec |= {"out_dtype": dtype_name(out_dtype), "key": self.key(out_dtype)}
         append(self.results, {**rec, "status": status, "seed": self.seed, **extra})
-        self.failures += status == "fail"
+        k = self.key(out_dtype)
+        self.failures[k] = self.failures.get(k, 0) + (status == "fail")
 
-    def attempt(self, case: str, out_dtype: torch.dtype | None, check: Callable[[], dict[str, Any]]) -> None:
+    def attempt(self, case: str, out_dtype: torch.dtype, check: Callable[[], dict[str, Any]]) -> None:
         """Run ``check`` (returns status and details); an exception is a failure with its message."""
-        if out_dtype is not None and key(self.op, out_dtype, self.variant) in self.excluded:
-            self.record(
-                case, None, "skip", reason=f"{key(self.op, out_dtype, self.variant)} failed its smoke test"
-            )
-            return
         try:
             result = check()
         except Exception as e:  # a failing kernel is a result: record it, keep checking the others
             result = {"status": "fail", "error": f"{type(e).__name__}: {e}"[:600]}
         self.record(case, out_dtype, **result)
 
+    def verdict(self, out_dtype: torch.dtype, refused: str = "") -> bool:
+        """The key's verdict (a skip where an earlier stage ``refused`` it); whether it passed."""
+        k, failed = self.key(out_dtype), self.failures.get(self.key(out_dtype), 0)
+        status = "skip" if refused else "fail" if failed else "pass"
+        rec = {"stage": "correctness", "name": "verdict", "verdict": True, "key": k, "op": self.op}
+        rec |= {"variant": self.variant, "out_dtype": dtype_name(out_dtype), "status": status}
+        if refused or failed:
+            rec["reason"] = refused or f"{failed} failed case(s)"
+        append(self.results, rec)
+        return status == "pass"
 
-def cases(t: Target, gen: torch.Generator) -> list[Case]:
+
+def cases(t: Target, gen: torch.Generator) -> list[CaseShape]:
     """Edge routings (empty groups, M / N / K tails, rows past offs[-1]) and fresh random ones; on a GPU
-    also one per-rank shape of the matrix (D = 7168, F = 1536, EP 8: the down projection)."""
+    also one per-rank shape of the matrix (D = 7168, F = 1536, EP 8: the down projection). MX cases
+    have N and K multiples of 128, as the sm100 block-scaled kernel takes them."""
     edges = [0, 1, 127, 128, 129, 0, 300, 5]
     found = [
-        Case("edges N/K tails", edges, 384, 200, 7, ("fprop", "dgrad", "wgrad")),
-        Case("edges N/K tails", edges, 384, 224, 7, ("mx",)),  # K a multiple of the 32-element MX block
+        CaseShape("edges N/K tails", edges, 384, 200, 7, BF16_OPS),
+        CaseShape("edges N/K tails", edges, 384, 256, 7, ("mx",)),  # K a multiple of 128
     ]
     if t.dry_run:
-        return [*found, Case("random routing", random_sizes(6, 300, gen, empty=2), 96, 64, 3)]
+        return [*found, CaseShape("random routing", random_sizes(6, 300, gen, empty=2), 128, 128, 3)]
     return [
         *found,
-        Case("random routing", random_sizes(24, 5000, gen, empty=3), 1536, 1024, 33),
-        Case("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536, 0),
+        CaseShape("random routing", random_sizes(24, 5000, gen, empty=3), 1536, 1024, 33),
+        CaseShape("D7168-F1536-EP8-down", random_sizes(48, 6 * 2048, gen, empty=2), 7168, 1536, 0),
     ]
-
-
-def correctness(t: Target, results: Path, work: Path) -> int:
-    """One process per op x variant (in parallel), then the SASS check of the smoke stage's cubins."""
-    jobs = [(op, v) for op in OPS for v in variants(t, op)]
-
-    def one(job: tuple[str, str]) -> bool:
-        op, variant = job
-        args = ["correctness-op", "--op", op, "--variant", variant, "--results", str(results)]
-        outcome = isolated([*args, *(["--dry-run"] if t.dry_run else [])], CORRECTNESS_TIMEOUT_S)
-        if outcome.rc in (0, 1):
-            return outcome.rc == 0
-        rec = {"stage": "correctness", "op": op, "variant": variant, "case": "process", "status": "fail"}
-        append(results, {**rec, "error": _why(outcome, CORRECTNESS_TIMEOUT_S)})
-        return False
-
-    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
-        passed = list(pool.map(one, jobs))
-    return 0 if all(passed) and sass(t, results, work) else 1
 
 
 def correctness_op(t: Target, op: str, variant: str, results: Path) -> int:
-    """Every case of ``op`` x both output dtypes, an unsupported B layout, and a CUDA-graph replay."""
+    """Every case of ``op``, one output dtype after the other (BF16 first, with an unsupported B
+    layout and a CUDA-graph replay), each ending in its key's verdict, so that a key checked in full
+    keeps its verdict when a later one hangs. Keys an earlier stage did not pass are skipped."""
     seed = time.time_ns() % 2**31
     torch.manual_seed(seed)  # fresh operands and routings every run; the seed is recorded
     gen = torch.Generator().manual_seed(seed)
-    checker = Checker(t, op, variant, results, seed, failed_keys(results))
-    for case in cases(t, gen):
-        if op not in case.ops:
+    found = gating.verdicts(read(results))
+    checker = Checker(t, op, variant, results, seed)
+    shapes = [case for case in cases(t, gen) if op in case.ops]
+    passed = True
+    for out_dtype in OUT_DTYPES:
+        refused = gating.refusal(t.arch, found, "correctness", checker.key(out_dtype))
+        if refused:
+            checker.verdict(out_dtype, refused)
             continue
-        prob = problem(op, case.sizes, case.n, case.k, case.tail, t.device)
-        for out_dtype in OUT_DTYPES:
+        for case in shapes:
+            prob = make_case(op, case.sizes, case.n, case.k, case.tail, t.device)
             checker.attempt(
-                case.name,
-                out_dtype,
-                functools.partial(_check_case, t, prob, out_dtype, variant),
+                case.name, out_dtype, functools.partial(_check_output, t, prob, out_dtype, variant)
             )
-    if op in ("fprop", "dgrad"):
-        prob = problem(op, [0, 40, 129, 3], 256, 128, 0, t.device)
-        checker.attempt(
-            "B in the other stride order", torch.bfloat16, lambda: _check_layout(t, prob, variant)
-        )
-    checker.attempt(
-        "cuda-graph replay, new routing", torch.bfloat16, lambda: _check_graph(t, op, variant, gen)
-    )
-    return 1 if checker.failures else 0
+            del prob
+        if out_dtype == torch.bfloat16:  # the layers' output dtype
+            if op in ("fprop", "dgrad"):
+                other = make_case(op, [0, 40, 129, 3], 256, 128, 0, t.device)
+                checker.attempt(
+                    "B in the other stride order",
+                    out_dtype,
+                    functools.partial(_check_layout, t, other, variant),
+                )
+            checker.attempt(
+                "cuda-graph replay, new routing", out_dtype, lambda: _check_graph(t, op, variant, gen)
+            )
+        passed &= checker.verdict(out_dtype)
+    return 0 if passed else 1
 
 
 def _nan_prefill(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> int:
     """Fill the block the next allocation of this size will get (the caching allocator hands back the
-    block just freed) with NaN, so a row the kernel never writes stays NaN; its address."""
-    scratch = torch.full(shape, float("nan"), dtype=dtype, device=device)
+    block just freed) with the NaN of :data:`_UNWRITTEN_BITS`, so that an element the kernel never
+    writes stays that NaN, told apart from any NaN it computes; the block's address."""
+    int_dtype, bits = _UNWRITTEN_BITS[dtype]
+    scratch = torch.full(shape, bits, dtype=int_dtype, device=device).view(dtype)
     ptr = scratch.data_ptr()
     del scratch
     return ptr
 
 
-def kernel_path(t: Target, prob: Problem, out_dtype: torch.dtype) -> str:
+def unwritten(out: torch.Tensor) -> torch.Tensor:
+    """Which elements of ``out`` still hold the prefill's NaN."""
+    int_dtype, bits = _UNWRITTEN_BITS[out.dtype]
+    return out.view(int_dtype) == bits
+
+
+def kernel_path(t: Target, prob: CheckCase, out_dtype: torch.dtype) -> str:
     """The path the dispatch takes for these operands: ``kernel``, or why it falls back to torch (then
     a check would test torch, not the kernel)."""
     if t.backend == "torch":
         return "torch backend"
     from cutlass_kernels import cute_backend as cb
-    from cutlass_kernels import registry
 
     lhs, rhs, prefix = prob.lhs, prob.rhs, ""
     if prob.op == "mx":
-        if registry.has_mx_kernel(t.arch):
+        if has_mx_kernel(t.arch):
             reason = cb.mx_unsupported_reason(prob.lhs_mx, rhs, prob.offs, out_dtype)
             return f"torch fallback: {reason}" if reason else "kernel"
         lhs, rhs, prefix = cb.dequantize_bf16(prob.lhs_mx), prob.rhs_values, "BF16 values, "
@@ -569,12 +561,12 @@ def kernel_path(t: Target, prob: Problem, out_dtype: torch.dtype) -> str:
     return prefix + (f"torch fallback: {reason}" if reason else "kernel")
 
 
-def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) -> dict[str, Any]:
+def _check_output(t: Target, prob: CheckCase, out_dtype: torch.dtype, variant: str) -> dict[str, Any]:
     path = kernel_path(t, prob, out_dtype)
     if "torch fallback" in path:
         return {"status": "fail", "path": path, "error": f"the operands would not reach the kernel: {path}"}
     ptr = _nan_prefill(prob.out_shape(), out_dtype, t.device)
-    out = prob.call(out_dtype, t.backend, variant)
+    out = prob.call(t, "correctness", out_dtype, variant)
     if t.device.type == "cuda":
         torch.cuda.synchronize(t.device)
     prefilled = out.data_ptr() == ptr
@@ -587,7 +579,7 @@ def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) 
                 "torch backend" if t.backend == "torch" else "no NaN prefill"
             )
         else:
-            written = int((~out[prob.used :].isnan()).any(dim=1).sum())
+            written = int((~unwritten(out[prob.used :])).any(dim=1).sum())
             result["tail_rows"] = f"{written} of {prob.tail} rows past offs[-1] written"
             if written:
                 problems.append(result["tail_rows"])
@@ -596,12 +588,12 @@ def _check_case(t: Target, prob: Problem, out_dtype: torch.dtype, variant: str) 
     return {"status": "fail" if problems else "pass", **result}
 
 
-def _check_layout(t: Target, prob: Problem, variant: str) -> dict[str, Any]:
+def _check_layout(t: Target, prob: CheckCase, variant: str) -> dict[str, Any]:
     """B with the same values in the other stride order: a clear ValueError, or the right result; a
     silently wrong one fails."""
     other = prob.rhs.transpose(1, 2).contiguous().transpose(1, 2)
     try:
-        out = prob.call(torch.bfloat16, t.backend, variant, rhs=other)
+        out = prob.call(t, "correctness", torch.bfloat16, variant, rhs=other)
     except ValueError as e:
         return {"status": "pass", "outcome": f"refused: {e}"[:300]}
     err, tol = prob.error(out), tolerance(torch.bfloat16, t.backend)
@@ -617,12 +609,12 @@ def _check_graph(t: Target, op: str, variant: str, gen: torch.Generator) -> dict
     if t.device.type != "cuda":
         return {"status": "skip", "reason": "no CUDA graphs on cpu"}
     groups, rows = 16, 3000
-    prob = problem(op, random_sizes(groups, rows, gen, empty=2), 512, 256, 0, t.device)
-    prob.call(torch.bfloat16, t.backend, variant)  # compile and load outside the capture
+    prob = make_case(op, random_sizes(groups, rows, gen, empty=2), 512, 256, 0, t.device)
+    prob.call(t, "correctness", torch.bfloat16, variant)  # compile and load outside the capture
     torch.cuda.synchronize(t.device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out = prob.call(torch.bfloat16, t.backend, variant)
+        out = prob.call(t, "correctness", torch.bfloat16, variant)
     prob.sizes = random_sizes(groups, rows, gen, empty=3)
     prob.offs.copy_(offsets(prob.sizes, t.device))
     out.fill_(float("nan"))
@@ -630,6 +622,9 @@ def _check_graph(t: Target, op: str, variant: str, gen: torch.Generator) -> dict
     torch.cuda.synchronize(t.device)
     err, tol = prob.error(out), tolerance(torch.bfloat16, t.backend)
     return {"status": "pass" if err <= tol else "fail", "max_rel_err": err, "tol": tol}
+
+
+# ------------------------------------------------------------------------------------------- SASS
 
 
 def sass_counts(text: str) -> dict[str, int]:
@@ -657,7 +652,7 @@ def sass(t: Target, results: Path, work: Path) -> bool:
     (or its nvdisasm) or the cubins are absent."""
     cubins = sorted((work / "cubins").glob("*.cubin"))
     tool = cuobjdump()
-    base = {"stage": "correctness", "op": "sass", "variant": "default"}
+    base = {"stage": "sass"}
     if not cubins or tool is None:
         why = "cuobjdump not found"
         if not cubins:
@@ -668,14 +663,14 @@ def sass(t: Target, results: Path, work: Path) -> bool:
     for cubin in cubins:
         rec = {**base, "case": f"sass {cubin.stem}"}
         try:
-            done = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            done = run_isolated([tool, "-sass", str(cubin)], 60)
+        except OSError as e:
             append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {e}"})
             continue
-        if done.returncode:  # e.g. nvdisasm missing: the tool failed, not the kernel
-            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.stderr.strip()[:300]}"})
+        if done.rc != 0:  # e.g. nvdisasm missing, or stuck: the tool failed, not the kernel
+            append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {done.why(60)}"})
             continue
-        text = done.stdout
+        text = done.output
         counts = sass_counts(text)
         passed = counts["mma"] > 0 and counts["local_in_mma_loop"] == 0
         extra = (

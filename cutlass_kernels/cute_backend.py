@@ -21,24 +21,30 @@ Launches read ``offs`` on the device and never synchronize the host. Output rows
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import cache
 
 import cutlass
 import torch
 from cuda.bindings import driver
+from cutlass.utils import HardwareInfo
+from torch._subclasses.fake_tensor import FakeTensor
 
-from cutlass_kernels import mx_layout, registry, tile_schedule, torch_backend
+from cutlass_kernels import mx_layout, planning, registry, tile_schedule, torch_backend
 from cutlass_kernels.choices import CHOICES, Choice, Problem
 from cutlass_kernels.cute_base import (
     ALIGN_BYTES,
     MAX_GROUPS,
     OFFS_ALIGN,
-    WGRAD_CHUNK,
     KernelSpec,
     sm_count,
     to_cute,
 )
 from cutlass_kernels.mxfp8 import BLOCK, MXTensor, fake_quantize, quantize_mx, scale_values
+from cutlass_kernels.tile_schedule import WGRAD_CHUNK
+from cutlass_kernels.vocabulary import has_mx_kernel
 
 _MX_MULTIPLE = 128  # K: whole 4-column scale atoms per K tile; N: whole 128-row scale atoms of B
 # the mode of the kernel's (N, K, G) view of B with unit stride, as each op's kernel was compiled
@@ -46,9 +52,47 @@ _B_UNIT_MODE = {"fprop": 1, "dgrad": 0}
 _B_MAJOR = {"fprop": "K-major", "dgrad": "N-major"}
 
 
+# at most this many persistent walkers (CTAs, or clusters) per launch; None: as many as fit at once
+_WALKERS: ContextVar[int | None] = ContextVar("cutlass_kernels_walkers", default=None)
+
+
+@contextmanager
+def persistent_walkers(count: int) -> Iterator[None]:
+    """Launch at most ``count`` persistent CTAs (clusters, for cluster kernels) inside the context:
+    fewer walkers than tiles make every one walk several tiles (the smoke test's canary)."""
+    token = _WALKERS.set(count)
+    try:
+        yield
+    finally:
+        _WALKERS.reset(token)
+
+
 @cache
-def _sm_count(device_index: int) -> int:
-    return sm_count(torch.device("cuda", device_index))
+def _resident_ctas(device_index: int, cluster: int) -> int:
+    """CTAs of ``cluster``-CTA clusters that fit on the GPU at once (one CTA per SM: each takes
+    nearly all of an SM's shared memory). Clusters need SMs of one GPC: CUDA's occupancy query
+    (``get_max_active_clusters``, as CUTLASS's examples size their grids) says how many fit, where
+    the SM count divided by the cluster size could overstate it, leaving a second wave of clusters
+    behind the first."""
+    sms = sm_count(torch.device("cuda", device_index))
+    if cluster == 1:
+        return sms
+    try:
+        clusters = HardwareInfo(device_index).get_max_active_clusters(cluster)
+    except Exception:  # it compiles and loads a probe kernel, which fails on some driver / runtime
+        clusters = sms // cluster  # pairs: then the SM count's bound
+    return max(1, min(clusters, sms // cluster)) * cluster
+
+
+@cache
+def _cluster_size(spec: KernelSpec) -> int:
+    return registry.kernel_for(spec).cluster_size
+
+
+def _address(t: torch.Tensor) -> int:
+    """The address of ``t``'s first element; for a fake tensor (planning: no memory) its offset into
+    a block of the caching allocator, whose blocks are 512-byte aligned."""
+    return int(t.storage_offset()) * t.element_size() if isinstance(t, FakeTensor) else t.data_ptr()
 
 
 def unsupported_reason(
@@ -79,7 +123,7 @@ def rows_in_place_reason(dy: torch.Tensor, x: torch.Tensor) -> str:
     needs row-major operands with 16-byte aligned rows and base addresses."""
     vec = ALIGN_BYTES // dy.element_size()
     for name, t in (("dY", dy), ("X", x)):
-        if t.stride(1) != 1 or t.stride(0) % vec or t.data_ptr() % ALIGN_BYTES:
+        if t.stride(1) != 1 or t.stride(0) % vec or _address(t) % ALIGN_BYTES:
             return f"{name} {tuple(t.shape)} strides {t.stride()} are not row-major with 16-byte aligned rows"
     return ""
 
@@ -109,7 +153,7 @@ def _layout_reason(
             f"B strides {b_kernel.stride()} of the (N, K, G) view are not the {_B_MAJOR[op]} layout with "
             f"16-byte aligned rows that the {op} kernel was compiled for"
         )
-    if not reason and any(t.data_ptr() % ALIGN_BYTES for t in (a, b_kernel)):
+    if not reason and any(_address(t) % ALIGN_BYTES for t in (a, b_kernel)):
         reason = "operand base addresses are not 16-byte aligned"
     return reason or _device_reason(a)
 
@@ -136,13 +180,27 @@ def launch(
     *scales: torch.Tensor,
 ) -> torch.Tensor:
     """Run the kernel of ``spec`` into ``out`` (see :class:`~cutlass_kernels.cute_base.KernelSpec` for
-    the operand views; ``scales``: the MX kernel's flat atom-layout SFA and SFB)."""
+    the operand views; ``scales``: the MX kernel's flat atom-layout SFA and SFB) on as many
+    persistent CTAs as fit on the GPU at once; inside ``planned_launches`` record the launch
+    instead."""
+    plan = planning.current()
+    if plan is not None:
+        op = "mx" if spec.mx else spec.op
+        dtype = str(out.dtype).removeprefix("torch.")
+        plan.launches.append(
+            planning.PlannedLaunch(spec.name, op, spec.variant, spec.arch, tuple(out.shape), dtype)
+        )
+        return out
+    cluster = _cluster_size(spec)
+    ctas = _resident_ctas(a.device.index or 0, cluster)
+    if (walkers := _WALKERS.get()) is not None:
+        ctas = min(ctas, walkers * cluster)
     stream = driver.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
     registry.compiled(spec)(
         *(to_cute(t) for t in (a, b_kernel, out)),
         to_cute(offs, OFFS_ALIGN),
         *(to_cute(t) for t in scales),
-        cutlass.Int32(_sm_count(a.device.index or 0)),
+        cutlass.Int32(ctas),
         stream,
     )
     return out
@@ -261,7 +319,7 @@ class CuteBackend:
         mode: str | None,
         b_values: torch.Tensor | None,
     ) -> torch.Tensor:
-        if not registry.has_mx_kernel(self.arch):
+        if not has_mx_kernel(self.arch):
             return self._fprop(*bf16_operands(a, b, mode, b_values), offs, out_dtype, variant, "mx")
         a_mx = quantize_mx(a, str(mode)) if isinstance(a, torch.Tensor) else a
         problem = Problem("mx", b.shape[0], a.shape[0], b.shape[1], b.shape[2], out_dtype)

@@ -1,5 +1,6 @@
 """What the CuTe DSL grouped-GEMM kernels share: their compile key, fake-tensor signatures, a compile
-cache, the device-side group tile walk, and the torch -> CuTe argument conversion.
+cache, the group tile walk on the device (:mod:`cutlass_kernels.tile_schedule`'s, traced, and the
+prefix it walks, built by one warp), and the torch -> CuTe argument conversion.
 
 Every kernel is compiled once per :class:`KernelSpec` with symbolic M, N, K and group count, so a new
 routing (new ``offs``) or a new token count reuses the compiled kernel. Compiling needs no GPU: with
@@ -9,9 +10,10 @@ routing (new ``offs``) or a new token count reuses the compiled kernel. Compilin
 from __future__ import annotations
 
 import re
+import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
@@ -19,13 +21,11 @@ import torch
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
 from cutlass_kernels import tile_schedule
+from cutlass_kernels.vocabulary import BF16_OPS, check_arch, check_op
 
-ARCHES = ("sm_90a", "sm_100a")
-OPS = ("fprop", "dgrad", "wgrad")
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
 ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
 OFFS_ALIGN = 4
-WGRAD_CHUNK = 64  # rows per reduction step of the K-grouped (wgrad) kernels: their BF16 K tile
 
 _CUTE_DTYPES = {
     torch.bfloat16: cutlass.BFloat16,
@@ -58,10 +58,8 @@ class KernelSpec:
     variant: str = "default"
 
     def __post_init__(self) -> None:
-        if self.arch not in ARCHES:
-            raise ValueError(f"arch {self.arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-        if self.op not in OPS:
-            raise ValueError(f"op {self.op!r} is not allowed; allowed: {', '.join(OPS)}")
+        check_arch(self.arch)
+        check_op(self.op, BF16_OPS)
         if self.mx and (self.arch, self.op, self.in_dtype) != ("sm_100a", "fprop", torch.float8_e4m3fn):
             raise ValueError(f"MX kernels are sm_100a fprop with float8_e4m3fn operands, got {self}")
         if not _VARIANT_NAME.fullmatch(self.variant):
@@ -183,87 +181,43 @@ def build_tile_prefix(offs: cute.Tensor, prefix: cute.Tensor, tile_m: cutlass.Co
         carry = carry + cute.arch.shuffle_sync(count, 31)
 
 
-@cute.jit
-def advance_group(prefix: cute.Tensor, group: cutlass.Int32, tile: cutlass.Int32, n_tiles: cutlass.Int32):
-    """The group owning linear ``tile``, walking forward from ``group`` (tiles only increase)."""
-    while prefix[group + 1] * n_tiles <= tile:
-        group = group + 1
-    return group
+class CtaWalk(NamedTuple):
+    """What each role of a persistent CTA loops over: the group tile prefix (shared memory) and
+    ``offs``, this walker's index among ``walkers`` (CTAs, or clusters, of the grid), the launch's
+    tile count and shape (:func:`cutlass_kernels.tile_schedule.tile_work`)."""
+
+    prefix: Any
+    offs: Any
+    walker: Any
+    walkers: Any
+    total: Any
+    shape: tile_schedule.WalkShape
 
 
-@dataclass(frozen=True)
-class GroupedProblem:
-    """Trace-time description of one launch, shared by the warps that walk its tiles.
+# the walk of :mod:`cutlass_kernels.tile_schedule`, traced: its loops and branches on device values
+# become device control flow
+DEVICE = tile_schedule.Arithmetic(cutlass.Int32, cutlass.min, cutlass.max, cutlass.const_expr)
 
-    M-grouped (fprop / dgrad / MX): A's rows are grouped, every tile reduces over all of K, and the
-    tile order is that of :mod:`cutlass_kernels.tile_schedule` over the M-tile ``prefix``. K-grouped
-    (wgrad): every group owns a whole output tile grid and reduces over its own ``chunk``-row slices
-    ``prefix[g] .. prefix[g + 1]`` of the zero-padded operands.
-    """
 
-    k_grouped: bool
-    tile_m: int
-    tile_n: int
-    chunk: int  # rows per reduction step of the K-grouped form (the kernel's K tile)
+def _traced(fn: Any) -> Any:
+    """``fn`` (marked ``@traced.jit`` in :mod:`~cutlass_kernels.tile_schedule`) for the DSL: a copy,
+    because the DSL rewrites the code of the function it is given, and the host runs the original."""
+    copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__qualname__ = fn.__qualname__
+    return cute.jit(copy)
 
-    def __post_init__(self) -> None:
-        if self.k_grouped and self.chunk != WGRAD_CHUNK:
-            raise ValueError(
-                f"K-grouped kernels reduce over {WGRAD_CHUNK}-row chunks, this one over {self.chunk}"
-            )
 
-    @property
-    def prefix_unit(self) -> int:
-        """Rows per prefix count: M tiles, or reduction chunks when K-grouped."""
-        return self.chunk if self.k_grouped else self.tile_m
+_total_tiles = _traced(tile_schedule.total_tiles)
+_tile_work = _traced(tile_schedule.tile_work)
 
 
 @cute.jit
-def total_tiles(
-    problem: cutlass.Constexpr, prefix: cute.Tensor, groups: cutlass.Int32, tiles_m: cutlass.Int32, tiles_n
-):
-    """Output tiles of the launch (``tiles_m``: M tiles per group, K-grouped only)."""
-    total = prefix[groups] * tiles_n
-    if cutlass.const_expr(problem.k_grouped):
-        total = groups * tiles_m * tiles_n
-    return total
+def total_tiles(problem: cutlass.Constexpr, prefix: cute.Tensor, groups, tiles_m, tiles_n):
+    """:func:`tile_schedule.total_tiles` on the device."""
+    return _total_tiles(problem, prefix, groups, tiles_m, tiles_n, DEVICE)
 
 
 @cute.jit
-def tile_work(
-    problem: cutlass.Constexpr,
-    prefix: cute.Tensor,
-    offs: cute.Tensor,
-    group: cutlass.Int32,
-    tile: cutlass.Int32,
-    tiles_m: cutlass.Int32,
-    tiles_n: cutlass.Int32,
-    k_tiles: cutlass.Int32,
-    rows_out: cutlass.Int32,
-):
-    """What linear ``tile`` computes: (group, A row, N tile, first and end K tile, output row, output
-    row end, M tile index over all groups). ``group`` is the previous tile's (M-grouped walks on);
-    ``rows_out`` is C's row count, or each group's output rows when K-grouped."""
-    if cutlass.const_expr(problem.k_grouped):
-        group, m_local, n_tile = tile_schedule.decode_k_grouped(tile, tiles_m, tiles_n)
-        a_row = m_local * problem.tile_m
-        work = (
-            group,
-            a_row,
-            n_tile,
-            prefix[group],
-            prefix[group + 1],
-            group * rows_out + a_row,
-            (group + 1) * rows_out,
-            m_local,
-        )
-    else:
-        group = advance_group(prefix, group, tile, tiles_n)
-        first = prefix[group]
-        m_local, n_tile = tile_schedule.decode(tile - first * tiles_n, prefix[group + 1] - first)
-        row = m_local * problem.tile_m
-        if group > 0:
-            row = row + offs[group - 1]
-        end = cutlass.min(offs[group], rows_out)
-        work = (group, row, n_tile, cutlass.Int32(0), k_tiles, row, end, first + m_local)
-    return work
+def tile_work(problem: cutlass.Constexpr, prefix: cute.Tensor, offs: cute.Tensor, group, tile, shape):
+    """:func:`tile_schedule.tile_work` on the device."""
+    return _tile_work(problem, prefix, offs, group, tile, shape, DEVICE)

@@ -7,7 +7,7 @@ arch has a ``default`` variant serving every op; it is what runs unless a caller
 per-shape choice table (:mod:`cutlass_kernels.choices`) holds a measured-better one. Ops are
 ``fprop``, ``dgrad``, ``wgrad`` and ``mx``; on an arch without block-scaled MMA the MX path runs the
 BF16 ``fprop`` kernel on the operands' BF16 values, so there its variants are the ``fprop`` ones. A new
-variant is one more :class:`Variant` in its arch's entry of ``_VARIANTS``.
+variant is one more :class:`KernelVariant` in its arch's entry of ``_VARIANTS``.
 """
 
 from __future__ import annotations
@@ -19,17 +19,16 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import choices
+from cutlass_kernels import choices, vocabulary
 from cutlass_kernels.choices import Choice, Problem
-from cutlass_kernels.cute_base import ARCHES, KernelSpec, compile_spec
+from cutlass_kernels.cute_base import KernelSpec, compile_spec
 from cutlass_kernels.sm90_gemm import Sm90GroupedGemm
 from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
+from cutlass_kernels.vocabulary import BF16_OPS, OPS, check_arch, check_op, has_mx_kernel, kernel_op
 
-VARIANT_OPS = ("fprop", "dgrad", "wgrad", "mx")
-BF16_OPS = ("fprop", "dgrad", "wgrad")
 TILE_MN = (128, 256)
 MX_TILE_MN = (128, 128)  # two 128-column accumulators + scales fit the 512 tensor-memory columns
-OUT_DTYPES = (torch.bfloat16, torch.float32)
+OUT_DTYPES = tuple(getattr(torch, name) for name in vocabulary.OUT_DTYPES)
 
 
 def takes_any(problem: Problem) -> str:
@@ -38,7 +37,7 @@ def takes_any(problem: Problem) -> str:
 
 
 @dataclass(frozen=True)
-class Variant:
+class KernelVariant:
     """One named kernel design of an arch: ``kernel(spec)`` builds its kernel object for a spec,
     ``ops`` are the ops it serves, ``refuses(problem)`` says why it cannot take a problem (``""``: it
     can), and its BF16 and MX tiles name its specs. ``wgrad_in_place``: its wgrad reads dY and X
@@ -53,9 +52,9 @@ class Variant:
     wgrad_in_place: bool = False
 
     def __post_init__(self) -> None:
-        bad = [op for op in self.ops if op not in VARIANT_OPS]
+        bad = [op for op in self.ops if op not in OPS]
         if bad or not self.ops:
-            raise ValueError(f"variant {self.name!r} ops {self.ops} are not allowed; allowed: {VARIANT_OPS}")
+            raise ValueError(f"variant {self.name!r} ops {self.ops} are not allowed; allowed: {OPS}")
 
 
 def _sm90(**switches: Any) -> Callable[[KernelSpec], Any]:
@@ -76,25 +75,27 @@ def _sm100_pair(spec: KernelSpec) -> Any:
 
 
 # arch -> its variants, "default" first
-_VARIANTS: dict[str, tuple[Variant, ...]] = {
+_VARIANTS: dict[str, tuple[KernelVariant, ...]] = {
     "sm_90a": (
-        Variant("default", BF16_OPS, _sm90()),
-        Variant("inplace", ("wgrad",), _sm90(in_place=True), wgrad_in_place=True),
-        Variant("tma_epilogue", BF16_OPS, _sm90(tma_store=True)),
-        Variant("tail64", BF16_OPS, _sm90(skip_empty_halves=True)),
-        Variant("cluster2x1", BF16_OPS, _sm90(cluster_m=2)),
-        Variant("tma_cluster2x1", BF16_OPS, _sm90(tma_store=True, cluster_m=2)),
+        KernelVariant("default", BF16_OPS, _sm90()),
+        KernelVariant("inplace", ("wgrad",), _sm90(in_place=True), wgrad_in_place=True),
+        KernelVariant("tma_epilogue", BF16_OPS, _sm90(tma_store=True)),
+        KernelVariant("tail64", BF16_OPS, _sm90(skip_empty_halves=True)),
+        KernelVariant("cluster2x1", BF16_OPS, _sm90(cluster_m=2)),
+        KernelVariant("tma_cluster2x1", BF16_OPS, _sm90(tma_store=True, cluster_m=2)),
     ),
     "sm_100a": (
-        Variant("default", VARIANT_OPS, _sm100_default),
-        Variant("cta2", ("fprop", "dgrad", "mx"), _sm100_pair, tile_mn=(256, 256), mx_tile_mn=(256, 256)),
-        Variant(
+        KernelVariant("default", OPS, _sm100_default),
+        KernelVariant(
+            "cta2", ("fprop", "dgrad", "mx"), _sm100_pair, tile_mn=(256, 256), mx_tile_mn=(256, 256)
+        ),
+        KernelVariant(
             "cta2_mcast",
             ("fprop", "dgrad"),
             lambda s: Sm100GroupedGemm(s.tile_m, s.tile_n, cta_pair=True, cluster_n=2),
             tile_mn=(256, 256),
         ),
-        Variant(
+        KernelVariant(
             "wide",
             ("mx",),
             lambda s: Sm100MxGroupedGemm(s.tile_m, s.tile_n, acc_stages=1),
@@ -104,32 +105,14 @@ _VARIANTS: dict[str, tuple[Variant, ...]] = {
 }
 
 
-def _check_arch(arch: str) -> None:
-    if arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-
-
-def has_mx_kernel(arch: str) -> bool:
-    _check_arch(arch)
-    return "mx" in _VARIANTS[arch][0].ops
-
-
-def _kernel_op(arch: str, op: str) -> str:
-    """The op whose kernels serve ``op`` on ``arch`` (``mx`` -> ``fprop`` without block-scaled MMA)."""
-    return "fprop" if op == "mx" and not has_mx_kernel(arch) else op
-
-
 def variants(arch: str, op: str) -> tuple[str, ...]:
     """The names of the variants serving ``op`` on ``arch``, ``default`` first."""
-    _check_arch(arch)
-    if op not in VARIANT_OPS:
-        raise ValueError(f"op {op!r} is not allowed; allowed: {', '.join(VARIANT_OPS)}")
-    served = _kernel_op(arch, op)
+    served = kernel_op(check_arch(arch), check_op(op))
     return tuple(v.name for v in _VARIANTS[arch] if served in v.ops)
 
 
-def variant(arch: str, name: str) -> Variant:
-    _check_arch(arch)
+def variant(arch: str, name: str) -> KernelVariant:
+    check_arch(arch)
     found = [v for v in _VARIANTS[arch] if v.name == name]
     if not found:
         allowed = ", ".join(v.name for v in _VARIANTS[arch])
@@ -145,7 +128,7 @@ def choose(
     op and takes the problem, else ``default``. Refusal functions see the op of the kernel that runs
     (``fprop`` for ``mx`` without block-scaled MMA)."""
     names = variants(arch, problem.op)
-    kernel_problem = replace(problem, op=_kernel_op(arch, problem.op))
+    kernel_problem = replace(problem, op=kernel_op(arch, problem.op))
     if requested != "auto":
         if requested not in names:
             allowed = ", ".join(("auto", *names))
@@ -178,7 +161,7 @@ def mx_spec_for(arch: str, out_dtype: torch.dtype, name: str = "default") -> Ker
 def all_specs(arch: str) -> list[KernelSpec]:
     """Every kernel the ``arch`` backend launches: each variant's BF16 fprop, dgrad and wgrad (those it
     serves), BF16 or FP32 out, and its MXFP8 fprop where the arch has block-scaled MMA."""
-    _check_arch(arch)
+    check_arch(arch)
     specs = []
     for v in _VARIANTS[arch]:
         specs += [

@@ -29,17 +29,20 @@ ragged groups work as in the 1-CTA kernel at the cost of up to 255 masked rows p
 127. With every switch off the code traced is the 1-CTA kernel's alone.
 """
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory as memory
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
+from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils import blockscaled_layout
 
-from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.cute_base import MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
 
 _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
@@ -48,6 +51,52 @@ _ACC_STAGES = 2
 _TMEM_COLUMNS = 512
 _SF_VEC = 32
 _SF_DTYPE = cutlass.Float8E8M0FNU
+_SMEM_ALIGN = 1024  # bytes: the operand rings' alignment (a 128-byte swizzle's 8-row period)
+
+
+class Barrier:
+    """Named barrier ids (0 is the CTA's, of ``sync_threads``; 1 is left to CUTLASS's epilogue
+    helpers, whose TMA-store epilogue syncs on it), one user each."""
+
+    TMEM_ADDRESS = 2  # the epilogue warps and the MMA warp: the allocated tensor-memory address is read
+    EPILOGUE_DONE = 3  # the epilogue warps, before tensor memory is freed
+
+
+class _Place(NamedTuple):
+    """This CTA's place in its cluster: the cluster's layout, its rank in it, its coordinate in the
+    pair (``v``) and among the pairs on N; on pairs with MX, the 1-CTA MMA and the cluster layout
+    that B's scales are loaded by."""
+
+    cluster_vmnk: Any
+    rank: Any
+    v: Any
+    n_in_cluster: Any
+    tiled_mma_sfb: Any
+    cluster_sfb_vmnk: Any
+
+
+class _Operand(NamedTuple):
+    """One TMA-loaded operand (A, B, or a scale tensor): its atom, global view and shared ring."""
+
+    tma: Any
+    gmem: Any
+    smem: Any
+
+
+class _MmaOperands(NamedTuple):
+    """What the MMA warp reads: A's and B's shared rings, their scales' and the scales' layouts."""
+
+    sA: Any
+    sB: Any
+    sSFA: Any
+    sSFB: Any
+    sfa_smem: Any
+    sfb_smem: Any
+
+
+def _tma_load(atom: Any, source: Any, stages: Any, handle: Any, mask: Any) -> None:
+    """One TMA load of ``source`` into the ring stage ``handle`` acquired, completing on its barrier."""
+    cute.copy(atom, source, stages[(None, handle.index)], tma_bar_ptr=handle.barrier, mcast_mask=mask)
 
 
 class Sm100GroupedGemm:
@@ -90,6 +139,7 @@ class Sm100GroupedGemm:
         self.use_2cta_instrs = cta_pair
         self.cta_group = tcgen05.CtaGroup.TWO if cta_pair else tcgen05.CtaGroup.ONE
         self.cluster_shape_mnk = (self.pair, cluster_n, 1)
+        self.cluster_size = self.pair * cluster_n  # CTAs per cluster
         self.threads = 32 * (len(_EPI_WARPS) + 2)
         # MX on pairs only: the 1-CTA view of the MMA that B's scales are loaded by, and its cluster layout
         self.tiled_mma_sfb: Any = None
@@ -97,11 +147,8 @@ class Sm100GroupedGemm:
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
-        self.c_layout = utils.LayoutEnum.from_tensor(c)
-        majors = (
-            utils.LayoutEnum.from_tensor(a).mma_major_mode(),
-            utils.LayoutEnum.from_tensor(b).mma_major_mode(),
-        )
+        self.c_layout = LayoutEnum.from_tensor(c)
+        majors = (LayoutEnum.from_tensor(a).mma_major_mode(), LayoutEnum.from_tensor(b).mma_major_mode())
         if cutlass.const_expr(self.mx):
             self.tiled_mma = self._mx_mma(majors, self.cta_group, self.tile_m)
             if cutlass.const_expr(self.cta_pair):
@@ -109,7 +156,12 @@ class Sm100GroupedGemm:
                 self.tiled_mma_sfb = self._mx_mma(majors, tcgen05.CtaGroup.ONE, self.tile_m // self.pair)
         else:
             self.tiled_mma = sm100_utils.make_trivial_tiled_mma(
-                self.a_dtype, *majors, self.acc_dtype, self.cta_group, (self.tile_m, self.tile_n)
+                self.a_dtype,
+                self.b_dtype,
+                *majors,
+                self.acc_dtype,
+                self.cta_group,
+                (self.tile_m, self.tile_n),
             )
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.mma_tiler = (self.tile_m, self.tile_n, tile_k)
@@ -132,7 +184,9 @@ class Sm100GroupedGemm:
                 )
             for make in (blockscaled_layout.make_smem_layout_sfa, blockscaled_layout.make_smem_layout_sfb):
                 stage_bytes += cute.size_in_bytes(_SF_DTYPE, make(self.tiled_mma, self.mma_tiler, _SF_VEC, 1))
-        free = utils.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - 1024
+        # the shared struct (the tile prefix, 4 KiB, and the barriers) ends before the next 1024-byte
+        # boundary, where the rings start: 128-byte swizzled operands want 1024-byte aligned stages
+        free = memory.get_smem_capacity_in_bytes("sm_100") - 4 * (MAX_GROUPS + 1) - _SMEM_ALIGN
         self.stages = free // stage_bytes
         self.a_smem = sm100_utils.make_smem_layout_a(
             self.tiled_mma, self.mma_tiler, self.a_dtype, self.stages
@@ -155,7 +209,7 @@ class Sm100GroupedGemm:
         self.tmem_cols = (
             cute.arch.get_max_tmem_alloc_cols("sm_100")
             if cutlass.const_expr(self.mx)
-            else utils.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
+            else memory.get_num_tmem_alloc_cols(self._acc_fragment(self.tiled_mma), arch="sm_100")
         )
 
     def _mx_mma(self, majors: tuple[Any, Any], cta_group: Any, tile_m: int) -> cute.TiledMma:
@@ -223,7 +277,7 @@ class Sm100GroupedGemm:
 
         self.storage = Storage
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
-        cluster_size = self.pair * self.cluster_n
+        cluster_size = self.cluster_size
         grid = num_ctas
         if cutlass.const_expr(cluster_size > 1):
             grid = num_ctas // cluster_size * cluster_size
@@ -318,8 +372,7 @@ class Sm100GroupedGemm:
         if cutlass.const_expr(self.cta_pair):
             rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
             v, _, n_in_cluster, _ = cluster_vmnk.get_flat_coord(rank)
-            cluster_size = self.pair * self.cluster_n
-            walker, walkers = cta // cluster_size, grid // cluster_size
+            walker, walkers = cta // self.cluster_size, grid // self.cluster_size
         if warp == _TMA_WARP:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
@@ -327,7 +380,7 @@ class Sm100GroupedGemm:
                 cpasync.prefetch_descriptor(tma_sfa)
                 cpasync.prefetch_descriptor(tma_sfb)
 
-        smem = utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
         ab_producer, ab_consumer = pipeline.PipelineTmaUmma.create(
             barrier_storage=storage.ring_barriers.data_ptr(),
@@ -347,16 +400,22 @@ class Sm100GroupedGemm:
             cta_layout_vmnk=cluster_vmnk,
             defer_sync=True,
         )
-        tmem = utils.TmemAllocator(
+        tmem = memory.TmemAllocator(
             storage.tmem_base.ptr,
-            barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=2, num_threads=32 * (len(_EPI_WARPS) + 1)),
+            barrier_for_retrieve=pipeline.NamedBarrier(
+                barrier_id=Barrier.TMEM_ADDRESS, num_threads=32 * (len(_EPI_WARPS) + 1)
+            ),
             allocator_warp_id=_EPI_WARPS[0],
             is_two_cta=self.cta_pair,
             two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc.ptr,
         )
         pipeline.pipeline_init_arrive(cluster_shape_mn=cluster_vmnk, is_relaxed=True)
-        sA = smem.allocate_tensor(self.a_dtype, a_smem.outer, byte_alignment=128, swizzle=a_smem.inner)
-        sB = smem.allocate_tensor(self.b_dtype, b_smem.outer, byte_alignment=128, swizzle=b_smem.inner)
+        sA = smem.allocate_tensor(
+            self.a_dtype, a_smem.outer, byte_alignment=_SMEM_ALIGN, swizzle=a_smem.inner
+        )
+        sB = smem.allocate_tensor(
+            self.b_dtype, b_smem.outer, byte_alignment=_SMEM_ALIGN, swizzle=b_smem.inner
+        )
         sSFA, sSFB = None, None
         if cutlass.const_expr(self.mx):
             sSFA = smem.allocate_tensor(_SF_DTYPE, sfa_smem, byte_alignment=128)
@@ -376,155 +435,161 @@ class Sm100GroupedGemm:
             tiles_n = cute.ceil_div(tiles_n, self.cluster_n)  # N tiles of one cluster step
         k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
         total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
-        work_args = (prefix, offs)
-        work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
+        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
+        walk = CtaWalk(prefix, offs, walker, walkers, total, work_shape)
         thr_mma = tiled_mma.get_slice(v)
         acc_layout = self._acc_fragment(tiled_mma).layout
-        tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
-        tile_mn = cute.select(self.mma_tiler, mode=[0, 1])
+        place = _Place(cluster_vmnk, rank, v, n_in_cluster, tiled_mma_sfb, cluster_sfb_vmnk)
 
         if warp == _TMA_WARP:
-            # B[g] K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G)
-            gB = cute.local_tile(mB, cute.select(self.mma_tiler, mode=[1, 2]), (None, None, None))
-            tBsB, tBgB = cpasync.tma_partition(
-                tma_b,
-                0,
-                cute.make_layout(1),
-                cute.group_modes(sB, 0, 3),
-                cute.group_modes(thr_mma.partition_B(gB), 0, 3),
+            self._load(
+                walk,
+                ab_producer,
+                thr_mma,
+                place,
+                _Operand(tma_a, mA, sA),
+                _Operand(tma_b, mB, sB),
+                _Operand(tma_sfa, mSFA, sSFA),
+                _Operand(tma_sfb, mSFB, sSFB),
             )
-            a_mask, b_mask, sfb_mask = None, None, None
-            if cutlass.const_expr(self.cta_pair):
-                a_mask = cpasync.create_tma_multicast_mask(
-                    cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=2
-                )
-                b_mask = cpasync.create_tma_multicast_mask(
-                    cluster_vmnk, (v, 0, n_in_cluster, 0), mcast_mode=1
-                )
-            if cutlass.const_expr(self.mx):
-                # scale K-slices for every (tile / n tile, k tile, group)
-                tAsSFA, tAgSFA = self._scale_partition(
-                    tma_sfa, sSFA, thr_mma.partition_A, mSFA, tile_mk, n_in_cluster, self.cluster_n
-                )
-                sfb_partition, sfb_at, sfb_ctas = thr_mma.partition_B, 0, 1
-                if cutlass.const_expr(self.cta_pair):
-                    sfb_coord = cluster_sfb_vmnk.get_flat_coord(rank)
-                    sfb_partition = tiled_mma_sfb.get_slice(0).partition_B
-                    sfb_at, sfb_ctas = sfb_coord[1], cute.slice_(cluster_sfb_vmnk, (0, None, 0, 0)).shape
-                    sfb_mask = cpasync.create_tma_multicast_mask(cluster_sfb_vmnk, sfb_coord, mcast_mode=1)
-                tBsSFB, tBgSFB = self._scale_partition(
-                    tma_sfb,
-                    sSFB,
-                    sfb_partition,
-                    mSFB,
-                    cute.select(self.mma_tiler_sfb, mode=[1, 2]),
-                    sfb_at,
-                    sfb_ctas,
-                )
-            group = cutlass.Int32(0)
-            tile = walker
-            while tile < total:
-                group, a_row, n_tile, k_begin, k_end, _, _, m_tile = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
-                )
-                if cutlass.const_expr(self.cluster_n > 1):
-                    n_tile = n_tile * self.cluster_n + n_in_cluster
-                b_group = 0 if cutlass.const_expr(self.k_grouped) else group
-                gA = cute.local_tile(cute.domain_offset((a_row, 0), mA), tile_mk, (0, None))
-                tAsA, tAgA = cpasync.tma_partition(
-                    tma_a,
-                    n_in_cluster,
-                    cute.make_layout(self.cluster_n),
-                    cute.group_modes(sA, 0, 3),
-                    cute.group_modes(thr_mma.partition_A(gA), 0, 3),
-                )
-                ab_producer.reset()
-                for k in cutlass.range(k_begin, k_end, unroll=1):
-                    handle = ab_producer.acquire_and_advance()
-                    cute.copy(
-                        tma_a,
-                        tAgA[(None, k)],
-                        tAsA[(None, handle.index)],
-                        tma_bar_ptr=handle.barrier,
-                        mcast_mask=a_mask,
-                    )
-                    cute.copy(
-                        tma_b,
-                        tBgB[(None, n_tile, k, b_group)],
-                        tBsB[(None, handle.index)],
-                        tma_bar_ptr=handle.barrier,
-                        mcast_mask=b_mask,
-                    )
-                    if cutlass.const_expr(self.mx):
-                        cute.copy(
-                            tma_sfa,
-                            tAgSFA[(None, m_tile, k, 0)],
-                            tAsSFA[(None, handle.index)],
-                            tma_bar_ptr=handle.barrier,
-                            mcast_mask=a_mask,
-                        )
-                        cute.copy(
-                            tma_sfb,
-                            tBgSFB[(None, n_tile, k, group)],
-                            tBsSFB[(None, handle.index)],
-                            tma_bar_ptr=handle.barrier,
-                            mcast_mask=sfb_mask,
-                        )
-                tile = tile + walkers
-            ab_producer.tail()
-
         if warp == _MMA_WARP:
             tmem.wait_for_alloc()
             acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
-            mma_args = (tiled_mma, acc_ptr, acc_layout, sA, sB, sSFA, sSFB, sfa_smem, sfb_smem)
-            walk = (ab_consumer, acc_pipeline, work_args, work_shape, walker, walkers, total)
+            smem_operands = _MmaOperands(sA, sB, sSFA, sSFB, sfa_smem, sfb_smem)
             if cutlass.const_expr(self.cta_pair):
                 if v == 0:  # the 2-CTA MMA is issued by the pair's leader alone
-                    self._mma(*mma_args, *walk)
+                    self._mma(walk, ab_consumer, acc_pipeline, tiled_mma, acc_ptr, acc_layout, smem_operands)
             else:
-                self._mma(*mma_args, *walk)
-
+                self._mma(walk, ab_consumer, acc_pipeline, tiled_mma, acc_ptr, acc_layout, smem_operands)
         if warp < _MMA_WARP:
-            tmem.allocate(self.tmem_cols)
-            tmem.wait_for_alloc()
-            acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
-            acc_base = cute.make_tensor(acc_ptr, acc_layout)
-            acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.acc_stages)
-            coords = cute.make_identity_tensor(mC.shape)
-            group = cutlass.Int32(0)
-            tile = walker
-            while tile < total:
-                group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
-                )
-                if cutlass.const_expr(self.cluster_n > 1):
-                    n_tile = n_tile * self.cluster_n + n_in_cluster
-                gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
-                tile_args = (tidx, acc_base, thr_mma, gC, coords, row, row_end, n_tile, epi_tile)
-                if cutlass.const_expr(self.cta_pair):  # M-grouped: every tile has K tiles
+            self._epilogue(
+                walk, acc_pipeline, tmem, thr_mma, acc_layout, mC, n_total, epi_tile, n_in_cluster, tidx
+            )
+
+    @cute.jit
+    def _load(self, walk: CtaWalk, ab_producer, thr_mma, place: _Place, a, b, sfa, sfb) -> None:
+        """The TMA warp: A's and B's K slices (and their scales) of every tile this CTA computes into
+        the ring; on pairs, each CTA its share, A multicast across the pairs of a cluster."""
+        tile_mk = cute.select(self.mma_tiler, mode=[0, 2])
+        # B[g] K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G)
+        gB = cute.local_tile(b.gmem, cute.select(self.mma_tiler, mode=[1, 2]), (None, None, None))
+        tBsB, tBgB = cpasync.tma_partition(
+            b.tma,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(b.smem, 0, 3),
+            cute.group_modes(thr_mma.partition_B(gB), 0, 3),
+        )
+        a_mask, b_mask, sfb_mask = None, None, None
+        if cutlass.const_expr(self.cta_pair):
+            a_mask = cpasync.create_tma_multicast_mask(
+                place.cluster_vmnk, (place.v, 0, place.n_in_cluster, 0), mcast_mode=2
+            )
+            b_mask = cpasync.create_tma_multicast_mask(
+                place.cluster_vmnk, (place.v, 0, place.n_in_cluster, 0), mcast_mode=1
+            )
+        if cutlass.const_expr(self.mx):
+            # scale K-slices for every (tile / n tile, k tile, group)
+            tAsSFA, tAgSFA = self._scale_partition(
+                sfa.tma, sfa.smem, thr_mma.partition_A, sfa.gmem, tile_mk, place.n_in_cluster, self.cluster_n
+            )
+            sfb_partition, sfb_at, sfb_ctas = thr_mma.partition_B, 0, 1
+            if cutlass.const_expr(self.cta_pair):
+                sfb_coord = place.cluster_sfb_vmnk.get_flat_coord(place.rank)
+                sfb_partition = place.tiled_mma_sfb.get_slice(0).partition_B
+                sfb_at, sfb_ctas = sfb_coord[1], cute.slice_(place.cluster_sfb_vmnk, (0, None, 0, 0)).shape
+                sfb_mask = cpasync.create_tma_multicast_mask(place.cluster_sfb_vmnk, sfb_coord, mcast_mode=1)
+            tBsSFB, tBgSFB = self._scale_partition(
+                sfb.tma,
+                sfb.smem,
+                sfb_partition,
+                sfb.gmem,
+                cute.select(self.mma_tiler_sfb, mode=[1, 2]),
+                sfb_at,
+                sfb_ctas,
+            )
+        group = cutlass.Int32(0)
+        tile = walk.walker
+        while tile < walk.total:
+            work = tile_work(self.problem, walk.prefix, walk.offs, group, tile, walk.shape)
+            group, n_tile = work.group, work.n_tile
+            if cutlass.const_expr(self.cluster_n > 1):
+                n_tile = n_tile * self.cluster_n + place.n_in_cluster
+            b_group = 0 if cutlass.const_expr(self.k_grouped) else group
+            gA = cute.local_tile(cute.domain_offset((work.a_row, 0), a.gmem), tile_mk, (0, None))
+            tAsA, tAgA = cpasync.tma_partition(
+                a.tma,
+                place.n_in_cluster,
+                cute.make_layout(self.cluster_n),
+                cute.group_modes(a.smem, 0, 3),
+                cute.group_modes(thr_mma.partition_A(gA), 0, 3),
+            )
+            ab_producer.reset()
+            for k in cutlass.range(work.k_begin, work.k_end, unroll=1):
+                handle = ab_producer.acquire_and_advance()
+                _tma_load(a.tma, tAgA[(None, k)], tAsA, handle, a_mask)
+                _tma_load(b.tma, tBgB[(None, n_tile, k, b_group)], tBsB, handle, b_mask)
+                if cutlass.const_expr(self.mx):
+                    _tma_load(sfa.tma, tAgSFA[(None, work.m_tile, k, 0)], tAsSFA, handle, a_mask)
+                    _tma_load(sfb.tma, tBgSFB[(None, n_tile, k, group)], tBsSFB, handle, sfb_mask)
+            tile = tile + walk.walkers
+        ab_producer.tail()
+
+    @cute.jit
+    def _epilogue(
+        self,
+        walk: CtaWalk,
+        acc_pipeline,
+        tmem,
+        thr_mma,
+        acc_layout,
+        mC,
+        n_total,
+        epi_tile,
+        n_in_cluster,
+        tidx,
+    ) -> None:
+        """The epilogue warps: allocate the accumulators' tensor memory, drain every tile's
+        accumulator stage to C (zeros for a K-grouped tile of an empty group), free it."""
+        tmem.allocate(self.tmem_cols)
+        tmem.wait_for_alloc()
+        acc_ptr = tmem.retrieve_ptr(self.acc_dtype)
+        acc_base = cute.make_tensor(acc_ptr, acc_layout)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.acc_stages)
+        coords = cute.make_identity_tensor(mC.shape)
+        tile_mn = cute.select(self.mma_tiler, mode=[0, 1])
+        group = cutlass.Int32(0)
+        tile = walk.walker
+        while tile < walk.total:
+            work = tile_work(self.problem, walk.prefix, walk.offs, group, tile, walk.shape)
+            group, n_tile, row, row_end = work.group, work.n_tile, work.row, work.row_end
+            if cutlass.const_expr(self.cluster_n > 1):
+                n_tile = n_tile * self.cluster_n + n_in_cluster
+            gC = cute.local_tile(cute.domain_offset((row, 0, 0), mC), tile_mn, (None, None, None))
+            tile_args = (tidx, acc_base, thr_mma, gC, coords, row, row_end, n_tile, epi_tile)
+            if cutlass.const_expr(self.cta_pair):  # M-grouped: every tile has K tiles
+                acc_state = self._drain(*tile_args, acc_state, acc_pipeline)
+            else:
+                if work.k_end > work.k_begin:
                     acc_state = self._drain(*tile_args, acc_state, acc_pipeline)
                 else:
-                    if k_end > k_begin:
-                        acc_state = self._drain(*tile_args, acc_state, acc_pipeline)
-                    else:
-                        self._store_zeros(
-                            gC[(None, None, 0, n_tile, 0)],
-                            tidx,
-                            row_end - row,
-                            n_total - n_tile * self.tile_n,
-                        )
-                tile = tile + walkers
-            pipeline.NamedBarrier(barrier_id=3, num_threads=32 * len(_EPI_WARPS)).arrive_and_wait()
-            tmem.relinquish_alloc_permit()
-            tmem.free(acc_ptr)
+                    self._store_zeros(
+                        gC[(None, None, 0, n_tile, 0)], tidx, row_end - row, n_total - n_tile * self.tile_n
+                    )
+            tile = tile + walk.walkers
+        pipeline.NamedBarrier(
+            barrier_id=Barrier.EPILOGUE_DONE, num_threads=32 * len(_EPI_WARPS)
+        ).arrive_and_wait()
+        tmem.relinquish_alloc_permit()
+        tmem.free(acc_ptr)
 
     @cute.jit
     def _mma(
-        self, tiled_mma, acc_ptr, acc_layout, sA, sB, sSFA, sSFB, sfa_smem, sfb_smem, ab_consumer,
-        acc_pipeline, work_args, work_shape, walker, walkers, total,
-    ) -> None:  # fmt: skip
+        self, walk: CtaWalk, ab_consumer, acc_pipeline, tiled_mma, acc_ptr, acc_layout, smem: _MmaOperands
+    ) -> None:
         """The MMA warp: every tile's K loop into a free accumulator stage. A tile without K tiles
         (K-grouped, empty group) takes no accumulator stage: its epilogue stores zeros."""
+        sA, sB, sSFA, sSFB, sfa_smem, sfb_smem = smem
         acc_base = cute.make_tensor(acc_ptr, acc_layout)
         tCrA = tiled_mma.make_fragment_A(sA)
         tCrB = tiled_mma.make_fragment_B(sB)
@@ -539,14 +604,13 @@ class Sm100GroupedGemm:
             )
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.acc_stages)
         group = cutlass.Int32(0)
-        tile = walker
-        while tile < total:
+        tile = walk.walker
+        while tile < walk.total:
             if cutlass.const_expr(self.cta_pair):
-                k_begin, k_end = 0, work_shape[2]  # M-grouped: every tile takes all K tiles
+                k_begin, k_end = 0, walk.shape.k_tiles  # M-grouped: every tile takes all K tiles
             else:
-                group, _, _, k_begin, k_end, _, _, _ = tile_work(
-                    self.problem, *work_args, group, tile, *work_shape
-                )
+                work = tile_work(self.problem, walk.prefix, walk.offs, group, tile, walk.shape)
+                group, k_begin, k_end = work.group, work.k_begin, work.k_end
             if k_end > k_begin:
                 acc = acc_base[(None, None, None, acc_state.index)]
                 ab_consumer.reset()
@@ -574,7 +638,7 @@ class Sm100GroupedGemm:
                     handle.release()
                 acc_pipeline.producer_commit(acc_state)
                 acc_state.advance()
-            tile = tile + walkers
+            tile = tile + walk.walkers
         acc_pipeline.producer_tail(acc_state)
 
     @cute.jit

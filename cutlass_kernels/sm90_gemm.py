@@ -34,35 +34,99 @@ Trace-time switches, all off in the default kernel (each registered variant of
 - ``in_place`` (K-grouped only): dY and X are read where they lie, row-major, instead of from
   per-group zero-padded copies (which cost a scatter of both operands before every launch). The
   producer TMA-loads every chunk of group ``g`` from row ``offs[g-1] + 64 j``; a group's last chunk
-  then also holds the first rows of the next group, and since the product over rows is zero where
-  either operand is, each consumer warpgroup zeroes, in shared memory, the rows past the group's end
-  of its own half of the dY^T tile, fences those generic-proxy stores against the async proxy wgmma
-  reads through, and syncs its 128 threads on a named barrier before issuing the wgmma. Only a
-  group's last chunk is touched, and only when its size is not a multiple of 64.
+  then also holds the rows after the group's end (the next group's, or those past ``offs[-1]``).
+  Zeroing one operand there is not enough: 0 x Inf and 0 x NaN are NaN, so each consumer warpgroup
+  zeroes, in shared memory, the rows past the group's end of both operands (its own half of the dY^T
+  tile and half of the X^T tile, which both warpgroups read), fences those generic-proxy stores
+  against the async proxy wgmma reads through, and syncs both warpgroups on a named barrier before
+  either issues the wgmma. Only a group's last chunk is touched, and only when its size is not a
+  multiple of 64.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory as memory
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
 
 from cutlass_kernels import tile_schedule
-from cutlass_kernels.cute_base import MAX_GROUPS, GroupedProblem, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
+from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
 
 _SMEM_BYTES = 232448  # sm90 dynamic shared memory per CTA
 _THREADS_PER_WG = 128
 _EPI_BUFFER_BYTES = 8192  # one tile_m x epi_n slice of C in shared memory
 _EPI_BUFFERS = 3  # TMA stores in flight; with 4 ring stages of 128x256x64 they still fit
-_EPI_BARRIER = 1  # named barrier of the consumer warpgroups (0 is the CTA barrier)
 _STORE_THREAD = 4 * 32  # the first consumer thread issues, commits and waits for the TMA stores
 _ROWS_PER_MMA_WG = 64  # A rows of one consumer warpgroup's wgmma (in place: dY^T rows = N)
 CLUSTER_SHAPES = (1, 2)
+
+
+class Barrier:
+    """Named barrier ids (hardware has 16; 0 is the CTA's, of ``sync_threads``). An id has one user
+    in any one kernel (:meth:`Sm90GroupedGemm.named_barriers` checks it): the staged epilogue and the
+    in-place zeroing share id 1 only because no kernel has both switches on."""
+
+    STAGED_EPILOGUE = 1  # the consumer warpgroups, around each C slice in shared memory
+    ZEROING = 1  # the consumer warpgroups, between zeroing rows past a group's end and the wgmma
+
+
+class _Loads(NamedTuple):
+    """The producer's operands: TMA atoms and global views of A and B, their shared-memory rings,
+    B's TMA partition (all groups; None in place, where B's slices start at each group), the
+    multicast mask of B and this CTA's rank in its cluster."""
+
+    tma_a: Any
+    mA: Any
+    sA: Any
+    tma_b: Any
+    mB: Any
+    sB: Any
+    tBsB: Any
+    tBgB: Any
+    b_mask: Any
+    rank: Any
+
+
+class _Output(NamedTuple):
+    """C (plain stores), its staging buffers in shared memory and its TMA view (``tma_store``)."""
+
+    mC: Any
+    sC: Any
+    tma_c: Any
+    mC_tma: Any
+
+
+class _ZeroTail(NamedTuple):
+    """In place: what a consumer warpgroup needs to zero the operands' rows past its group's end."""
+
+    sA: Any
+    sB: Any
+    group_rows: Any
+    k_begin: Any  # the group's first K tile
+    mma_wg: Any  # the consumer warpgroup, 0 or 1
+    lane: Any  # the thread within it
+
+
+class _StagedEpilogue(NamedTuple):
+    """``tma_store``: the C buffers with their copies: register -> shared (stmatrix for 16-bit C)
+    and its destination partition, shared -> global of cut tiles (16 bytes a thread, row by row)
+    with its source partition and coordinates, and the TMA store group that rotates the buffers."""
+
+    r2s: Any
+    tRS_sC: Any
+    sC: Any
+    s2g: Any
+    thr_s2g: Any
+    tSG_sC: Any
+    tSG_cC: Any
+    store_group: Any
 
 
 def epilogue_tile(tile_m: int, c_width: int) -> tuple[int, int]:
@@ -121,6 +185,7 @@ class Sm90GroupedGemm:
             )
         self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
         self.tma_store, self.cluster_m, self.in_place = tma_store, cluster_m, in_place
+        self.cluster_size = cluster_m  # CTAs per cluster
         # a cluster's CTA without rows must skip its wgmma, so clusters imply the skip
         self.skip_empty_halves = skip_empty_halves or cluster_m > 1
         self.acc_dtype = cutlass.Float32
@@ -128,12 +193,25 @@ class Sm90GroupedGemm:
         self.half_m = tile_m // self.num_mma_wg
         self.consumer_threads = self.num_mma_wg * _THREADS_PER_WG
         self.threads = _THREADS_PER_WG + self.consumer_threads
+        self.named_barriers()
+
+    def named_barriers(self) -> dict[str, int]:
+        """The named barriers this kernel's switches use, by user; a ValueError where two users would
+        share an id (they would wait for each other's arrivals)."""
+        used: dict[str, int] = {}
+        if self.tma_store:
+            used["staged epilogue"] = Barrier.STAGED_EPILOGUE
+        if self.in_place:
+            used["zeroing"] = Barrier.ZEROING
+        if len(set(used.values())) < len(used):
+            raise ValueError(f"named barriers {used} share an id; each needs one of its own")
+        return used
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
         self.a_dtype, self.b_dtype, self.c_dtype = a.element_type, b.element_type, c.element_type
-        self.a_layout = utils.LayoutEnum.from_tensor(a)
-        self.b_layout = utils.LayoutEnum.from_tensor(b)
-        self.c_layout = utils.LayoutEnum.from_tensor(c)
+        self.a_layout = LayoutEnum.from_tensor(a)
+        self.b_layout = LayoutEnum.from_tensor(b)
+        self.c_layout = LayoutEnum.from_tensor(c)
         self.tiled_mma = sm90_utils.make_trivial_tiled_mma(
             self.a_dtype,
             self.b_dtype,
@@ -245,7 +323,7 @@ class Sm90GroupedGemm:
             rank = cta % self.cluster_m
             walker, walkers = cta // self.cluster_m, grid // self.cluster_m
 
-        smem = cutlass.utils.SmemAllocator()
+        smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
         sC = None
         if cutlass.const_expr(self.tma_store):
@@ -285,10 +363,11 @@ class Sm90GroupedGemm:
             else cute.ceil_div(cute.size(mA, mode=[1]), self.tile_mnk[2])
         )
         total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
-        work_shape = (tiles_m, tiles_n, k_tiles, rows_out)
+        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
 
         # B K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G); with a cluster each
         # CTA loads its 1/cluster_m share and multicasts it. In place, B's slices start at each group.
+        tBsB, tBgB = None, None
         if cutlass.const_expr(not self.in_place):
             gB = cute.local_tile(mB, cute.select(self.tile_mnk, mode=[1, 2]), (None, None, None))
             tBsB, tBgB = cpasync.tma_partition(
@@ -304,70 +383,78 @@ class Sm90GroupedGemm:
                 cute.make_layout((self.cluster_m, 1, 1)), (rank, 0, 0), mode=0
             )
 
+        walk = CtaWalk(prefix, offs, walker, walkers, total, work_shape)
         wg = cute.arch.make_warp_uniform(tidx // _THREADS_PER_WG)
         if wg == 0:
             cute.arch.setmaxregister_decrease(40)
             if warp == 0:
-                state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-                group = cutlass.Int32(0)
-                tile = walker
-                while tile < total:
-                    group, a_row, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                        self.problem, prefix, offs, group, tile, *work_shape
-                    )
-                    if cutlass.const_expr(self.in_place):
-                        # this group's chunks of A = dY^T and B = X^T, from its first row on
-                        start = self._group_start(offs, group)
-                        tAsA, tAgA = self._a_slices(
-                            tma_a, sA, cute.domain_offset((0, start), mA), a_row // self.tile_m
-                        )
-                        gB_group = cute.local_tile(
-                            cute.domain_offset((0, start, 0), mB),
-                            cute.select(self.tile_mnk, mode=[1, 2]),
-                            (n_tile, None, 0),
-                        )
-                        sB_stages, gB_chunks = cpasync.tma_partition(
-                            tma_b,
-                            0,
-                            cute.make_layout(1),
-                            cute.group_modes(sB, 0, 2),
-                            cute.group_modes(gB_group, 0, 2),
-                        )
-                        k_begin, k_end = 0, k_end - k_begin
-                    else:
-                        if cutlass.const_expr(self.cluster_m > 1):
-                            a_row = a_row + self._cta_rows(row, row_end, rank)[0] - row
-                        tAsA, tAgA = self._a_slices(tma_a, sA, cute.domain_offset((a_row, 0), mA), 0)
-                    b_group = 0 if cutlass.const_expr(self.k_grouped) else group
-                    for k in cutlass.range(k_begin, k_end):
-                        ring.producer_acquire(state)
-                        barrier = ring.producer_get_barrier(state)
-                        cute.copy(tma_a, tAgA[(None, k)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
-                        if cutlass.const_expr(self.in_place):
-                            cute.copy(
-                                tma_b,
-                                gB_chunks[(None, k)],
-                                sB_stages[(None, state.index)],
-                                tma_bar_ptr=barrier,
-                            )
-                        else:
-                            cute.copy(
-                                tma_b,
-                                tBgB[(None, n_tile, k, b_group)],
-                                tBsB[(None, state.index)],
-                                tma_bar_ptr=barrier,
-                                mcast_mask=b_mask,
-                            )
-                        ring.producer_commit(state)
-                        state.advance()
-                    tile = tile + walkers
-                ring.producer_tail(state)
+                self._produce(ring, walk, _Loads(tma_a, mA, sA, tma_b, mB, sB, tBsB, tBgB, b_mask, rank))
         else:
             cute.arch.setmaxregister_increase(232)
-            self._consume(
-                tiled_mma, ring, sA, sB, sC, tma_c, mC_tma, mC, prefix, offs, walker, walkers,
-                rank, total, work_shape, tidx, wg,
-            )  # fmt: skip
+            self._consume(ring, walk, tiled_mma, sA, sB, _Output(mC, sC, tma_c, mC_tma), rank, tidx, wg)
+
+    @cute.jit
+    def _produce(self, ring, walk: CtaWalk, loads: _Loads) -> None:
+        """The producer warp: the TMA loads of every K tile of every tile this CTA computes, into the
+        ring (in place: from each group's first row; with a cluster, this CTA's share of B multicast)."""
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+        group = cutlass.Int32(0)
+        tile = walk.walker
+        while tile < walk.total:
+            work = tile_work(self.problem, walk.prefix, walk.offs, group, tile, walk.shape)
+            group, a_row, n_tile, k_begin, k_end = (
+                work.group,
+                work.a_row,
+                work.n_tile,
+                work.k_begin,
+                work.k_end,
+            )
+            if cutlass.const_expr(self.in_place):
+                # this group's chunks of A = dY^T and B = X^T, from its first row on
+                start = self._group_start(walk.offs, group)
+                tAsA, tAgA = self._a_slices(
+                    loads.tma_a, loads.sA, cute.domain_offset((0, start), loads.mA), a_row // self.tile_m
+                )
+                gB_group = cute.local_tile(
+                    cute.domain_offset((0, start, 0), loads.mB),
+                    cute.select(self.tile_mnk, mode=[1, 2]),
+                    (n_tile, None, 0),
+                )
+                sB_stages, gB_chunks = cpasync.tma_partition(
+                    loads.tma_b,
+                    0,
+                    cute.make_layout(1),
+                    cute.group_modes(loads.sB, 0, 2),
+                    cute.group_modes(gB_group, 0, 2),
+                )
+                k_begin, k_end = 0, k_end - k_begin
+            else:
+                if cutlass.const_expr(self.cluster_m > 1):
+                    a_row = a_row + self._cta_rows(work.row, work.row_end, loads.rank)[0] - work.row
+                tAsA, tAgA = self._a_slices(
+                    loads.tma_a, loads.sA, cute.domain_offset((a_row, 0), loads.mA), 0
+                )
+            b_group = 0 if cutlass.const_expr(self.k_grouped) else group
+            for k in cutlass.range(k_begin, k_end):
+                ring.producer_acquire(state)
+                barrier = ring.producer_get_barrier(state)
+                cute.copy(loads.tma_a, tAgA[(None, k)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
+                if cutlass.const_expr(self.in_place):
+                    cute.copy(
+                        loads.tma_b, gB_chunks[(None, k)], sB_stages[(None, state.index)], tma_bar_ptr=barrier
+                    )
+                else:
+                    cute.copy(
+                        loads.tma_b,
+                        loads.tBgB[(None, n_tile, k, b_group)],
+                        loads.tBsB[(None, state.index)],
+                        tma_bar_ptr=barrier,
+                        mcast_mask=loads.b_mask,
+                    )
+                ring.producer_commit(state)
+                state.advance()
+            tile = tile + walk.walkers
+        ring.producer_tail(state)
 
     @cute.jit
     def _a_slices(self, tma_a, sA, mA_from, m_tile):
@@ -379,12 +466,10 @@ class Sm90GroupedGemm:
         )
 
     @cute.jit
-    def _consume(
-        self, tiled_mma, ring, sA, sB, sC, tma_c, mC_tma, mC, prefix, offs, walker, walkers,
-        rank, total, work_shape, tidx, wg,
-    ) -> None:  # fmt: skip
-        """The consumer warpgroups: main loop and epilogue of every tile of this CTA."""
-        n_total = mC.shape[1]
+    def _consume(self, ring, walk: CtaWalk, tiled_mma, sA, sB, out: _Output, rank, tidx, wg) -> None:
+        """The consumer warpgroups: the wgmma main loop of every tile this CTA computes, then its
+        epilogue (:meth:`_epilogue`, or :meth:`_store_staged` with TMA stores)."""
+        n_total = out.mC.shape[1]
         # A/B fragments are per warpgroup (smem descriptors); C positions are per thread
         thr_mma = tiled_mma.get_slice((wg - 1) * _THREADS_PER_WG)
         consumer_tidx = tidx - _THREADS_PER_WG
@@ -394,30 +479,32 @@ class Sm90GroupedGemm:
         tile_mn = cute.select(self.tile_mnk, mode=[0, 1])
         tCcC = thr_c.partition_C(cute.make_identity_tensor(tile_mn))
         acc = cute.make_rmem_tensor(tCcC.shape, self.acc_dtype)
-        out = cute.make_rmem_tensor(tCcC.shape, self.c_dtype)
+        frag = cute.make_rmem_tensor(tCcC.shape, self.c_dtype)
         read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
         epi: Any = None
         if cutlass.const_expr(self.tma_store):
-            epi = self._make_epilogue(tiled_mma, sC, consumer_tidx)
+            epi = self._make_epilogue(tiled_mma, out.sC, consumer_tidx)
         epi_count = cutlass.Int32(0)  # slices stored through shared memory so far (buffer rotation)
         group = cutlass.Int32(0)
-        tile = walker
-        while tile < total:
-            group, _, n_tile, k_begin, k_end, row, row_end, _ = tile_work(
-                self.problem, prefix, offs, group, tile, *work_shape
-            )
+        tile = walk.walker
+        while tile < walk.total:
+            work = tile_work(self.problem, walk.prefix, walk.offs, group, tile, walk.shape)
+            group, n_tile, k_begin, k_end, row, row_end = (
+                work.group, work.n_tile, work.k_begin, work.k_end, work.row, work.row_end
+            )  # fmt: skip
             if cutlass.const_expr(self.cluster_m > 1):
                 row, row_end = self._cta_rows(row, row_end, rank)
             active = True
             if cutlass.const_expr(self.skip_empty_halves):
                 active = tile_schedule.half_has_rows(row_end - row, wg - 1, self.half_m)
-            # in place: what zeroing the rows past the group's end needs (its rows, first K tile, ...)
+            # in place: what zeroing the rows past the group's end needs
             zero = None
             if cutlass.const_expr(self.in_place):
-                zero = (
+                zero = _ZeroTail(
                     sA,
-                    offs[group] - self._group_start(offs, group),
+                    sB,
+                    walk.offs[group] - self._group_start(walk.offs, group),
                     k_begin,
                     wg - 1,
                     tidx % _THREADS_PER_WG,
@@ -451,32 +538,40 @@ class Sm90GroupedGemm:
 
             if cutlass.const_expr(self.tma_store):
                 epi_count = self._store_staged(
-                    epi, acc, tma_c, mC_tma, mC, row, n_tile, row_end - row, n_total - n_tile * self.tile_n,
-                    epi_count, tidx,
-                )  # fmt: skip
+                    epi, acc, out, row, n_tile, row_end - row, n_total - n_tile * self.tile_n, epi_count, tidx
+                )
             else:
-                out.store(acc.load().to(self.c_dtype))
-                gC = cute.local_tile(cute.domain_offset((row, 0), mC), tile_mn, (0, n_tile))
-                tCgC = thr_c.partition_C(gC)
-                rows_left = row_end - row
-                cols_left = n_total - n_tile * self.tile_n
-                if (rows_left >= self.tile_m) & (cols_left >= self.tile_n):
-                    cute.autovec_copy(out, tCgC)
-                else:
-                    for i in cutlass.range_constexpr(cute.size(out)):
-                        r, col = tCcC[i]
-                        if (r < rows_left) & (col < cols_left):
-                            tCgC[i] = self.c_dtype(acc[i])
-            tile = tile + walkers
+                self._epilogue(acc, frag, thr_c, tCcC, out.mC, row, row_end, n_tile, n_total)
+            tile = tile + walk.walkers
         if cutlass.const_expr(self.tma_store):
+            store_group = epi.store_group  # (the DSL carries a name, not a field, through the if)
             if tidx == _STORE_THREAD:
-                epi[-1].producer_tail()
+                store_group.producer_tail()
+
+    @cute.jit
+    def _epilogue(self, acc, frag, thr_c, tCcC, mC, row, row_end, n_tile, n_total) -> None:
+        """Store one tile from registers: whole tiles by vector stores, a tile cut by its group's end
+        (or by N) element by element, rows inside the group only."""
+        frag.store(acc.load().to(self.c_dtype))
+        gC = cute.local_tile(
+            cute.domain_offset((row, 0), mC), cute.select(self.tile_mnk, mode=[0, 1]), (0, n_tile)
+        )
+        tCgC = thr_c.partition_C(gC)
+        rows_left = row_end - row
+        cols_left = n_total - n_tile * self.tile_n
+        if (rows_left >= self.tile_m) & (cols_left >= self.tile_n):
+            cute.autovec_copy(frag, tCgC)
+        else:
+            for i in cutlass.range_constexpr(cute.size(frag)):
+                r, col = tCcC[i]
+                if (r < rows_left) & (col < cols_left):
+                    tCgC[i] = self.c_dtype(acc[i])
 
     @cute.jit
     def _cta_rows(self, row, row_end, rank):
         """This CTA's (first row, row end) of the cluster's pair at ``row``
         (:func:`tile_schedule.cluster_rows`)."""
-        return tile_schedule.cluster_rows(row, row_end, rank, self.tile_m, cutlass.min, cutlass.max)
+        return tile_schedule.cluster_rows(row, row_end, rank, self.tile_m, DEVICE)
 
     @cute.jit
     def _group_start(self, offs: cute.Tensor, group: cutlass.Int32) -> cutlass.Int32:
@@ -489,19 +584,19 @@ class Sm90GroupedGemm:
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read, k, zero) -> None:
         """Wait for K tile ``k`` in shared memory and issue its wgmma batch (not waited for). In place
         (``zero`` given), where the group ends inside the tile, first zero this warpgroup's half of
-        the dY^T rows past the end."""
+        the dY^T and X^T rows past the end (both: 0 x Inf is NaN)."""
         ring.consumer_wait(read)
         if cutlass.const_expr(self.in_place):
-            sA, group_rows, k_begin, mma_wg, lane = zero
             chunk = self.tile_mnk[2]
-            rows_left = group_rows - (k - k_begin) * chunk
+            rows_left = zero.group_rows - (k - zero.k_begin) * chunk
             if rows_left < chunk:
-                m = mma_wg * _ROWS_PER_MMA_WG + lane % _ROWS_PER_MMA_WG
-                lanes_per_row = _THREADS_PER_WG // _ROWS_PER_MMA_WG
-                for kk in cutlass.range(rows_left + lane // _ROWS_PER_MMA_WG, chunk, lanes_per_row):
-                    sA[(m, kk, read.index)] = self.a_dtype(0)
+                # this warpgroup's rows of each tile: its own 64 of dY^T, half of X^T's tile_n
+                for operand, rows in ((zero.sA, _ROWS_PER_MMA_WG), (zero.sB, self.tile_n // self.num_mma_wg)):
+                    row = zero.mma_wg * rows + zero.lane % rows
+                    for kk in cutlass.range(rows_left + zero.lane // rows, chunk, _THREADS_PER_WG // rows):
+                        operand[(row, kk, read.index)] = self.a_dtype(0)
                 cute.arch.fence_proxy("async.shared", space="cta")
-                cute.arch.barrier(barrier_id=1 + mma_wg, number_of_threads=_THREADS_PER_WG)
+                cute.arch.barrier(barrier_id=Barrier.ZEROING, number_of_threads=self.consumer_threads)
         for kb in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
             cute.gemm(
                 tiled_mma, acc, tCrA[(None, None, kb, read.index)], tCrB[(None, None, kb, read.index)], acc
@@ -520,7 +615,7 @@ class Sm90GroupedGemm:
             num_stages=_EPI_BUFFERS,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads),
         )
-        return (
+        return _StagedEpilogue(
             r2s,
             r2s.get_slice(consumer_tidx).partition_D(sC),
             sC,
@@ -532,12 +627,15 @@ class Sm90GroupedGemm:
         )
 
     @cute.jit
-    def _store_staged(self, epi, acc, tma_c, mC_tma, mC, row, n_tile, rows_left, cols_left, epi_count, tidx):
+    def _store_staged(
+        self, epi: _StagedEpilogue, acc, out: _Output, row, n_tile, rows_left, cols_left, epi_count, tidx
+    ):
         """Store a tile slice by slice through a free shared buffer. A tile whose rows all belong to
         its group leaves by one asynchronous TMA store per slice (N past the tensor end is clipped);
         a tile cut by its group end by 16-byte stores of the rows inside the group (and N) only."""
         r2s, tRS_sC, sC, s2g, thr_s2g, tSG_sC, tSG_cC, store_group = epi
-        barrier = pipeline.NamedBarrier(barrier_id=_EPI_BARRIER, num_threads=self.consumer_threads)
+        tma_c, mC_tma, mC = out.tma_c, out.mC_tma, out.mC
+        barrier = pipeline.NamedBarrier(barrier_id=Barrier.STAGED_EPILOGUE, num_threads=self.consumer_threads)
         whole = rows_left >= self.tile_m
         tRS_acc = r2s.retile(acc)
         slice_shape = cute.shape(tRS_sC[(None, None, None, 0)])

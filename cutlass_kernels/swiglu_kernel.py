@@ -45,7 +45,8 @@ import torch
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels.cute_base import ALIGN_BYTES, ARCHES, sm_count, to_cute
+from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
+from cutlass_kernels.vocabulary import ARCHES
 
 VEC = ALIGN_BYTES // 2  # BF16 elements per 128-bit access
 COL_THREADS = 16  # threads along a row: 128 columns, 256 contiguous bytes per tensor row

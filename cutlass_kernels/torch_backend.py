@@ -1,7 +1,8 @@
 """Torch backend of the grouped GEMMs: the reference, the CPU path and the GPU fallback.
 
-``torch._grouped_mm`` does the work where its layout rules hold (row strides that are multiples of
-16 bytes); elsewhere a loop over groups does, which syncs the host on CUDA and is only a fallback.
+``torch._grouped_mm`` does the work where its layout rule holds for the operands exactly as it receives
+them (views included: dgrad's ``b`` untransposed, wgrad's ``dy.T``); elsewhere a loop over groups does,
+which syncs the host on CUDA and is only a fallback.
 """
 
 from __future__ import annotations
@@ -10,9 +11,25 @@ import torch
 
 from cutlass_kernels.mxfp8 import MXTensor
 
+_ALIGN_BYTES = 16
 
-def _aligned(*tensors: torch.Tensor) -> bool:
-    return all(t.shape[-1] * t.element_size() % 16 == 0 for t in tensors)
+
+def _takes(*operands: torch.Tensor) -> bool:
+    """Whether ``torch._grouped_mm`` takes these operands as they are: in each, one of the last two
+    dimensions is contiguous and the other's stride is a multiple of 16 bytes, and the data starts on
+    a 16-byte boundary (checked on CUDA; judged from the storage offset, allocations being aligned,
+    so that it also holds for fake tensors)."""
+    for t in operands:
+        rows, cols = t.stride(-2), t.stride(-1)
+        if cols == 1 and rows >= max(1, t.shape[-1]):
+            lead = rows
+        elif rows == 1 and cols >= max(1, t.shape[-2]):
+            lead = cols
+        else:
+            return False
+        if (lead * t.element_size()) % _ALIGN_BYTES or (t.storage_offset() * t.element_size()) % _ALIGN_BYTES:
+            return False
+    return True
 
 
 def _group_bounds(offs: torch.Tensor) -> list[tuple[int, int]]:
@@ -24,28 +41,39 @@ def grouped_gemm(
     a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """out[rows of g] = a[rows of g] @ b[g]^T with a [M, K], b [G, N, K]."""
-    if a.shape[0] and _aligned(a, b):
-        out = torch._grouped_mm(a, b.transpose(1, 2), offs=offs)
-        return out if out.dtype == out_dtype else out.to(out_dtype)
-    out = a.new_zeros(a.shape[0], b.shape[1], dtype=out_dtype)
-    for g, (start, end) in enumerate(_group_bounds(offs)):
-        if end > start:
-            out[start:end] = (a[start:end] @ b[g].T).to(out_dtype)
-    return out
+    return _row_grouped(a, b.transpose(1, 2), offs, out_dtype)
 
 
 def grouped_gemm_dgrad(
     dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """out[rows of g] = dy[rows of g] @ b[g] with dy [M, N], b [G, N, K]."""
-    return grouped_gemm(dy, b.transpose(1, 2), offs, out_dtype)
+    return _row_grouped(dy, b, offs, out_dtype)
+
+
+def _row_grouped(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """out[rows of g] = a[rows of g] @ b[g] with a [M, K], b [G, K, N] (any strides)."""
+    if not a.shape[0]:  # no rows (a recompute of nothing): no group bounds read, no host sync
+        return a.new_empty(0, b.shape[2], dtype=out_dtype)
+    if _takes(a, b):
+        out = torch._grouped_mm(a, b, offs=offs)
+        return out if out.dtype == out_dtype else out.to(out_dtype)
+    out = a.new_zeros(a.shape[0], b.shape[2], dtype=out_dtype)
+    for g, (start, end) in enumerate(_group_bounds(offs)):
+        if end > start:
+            out[start:end] = (a[start:end] @ b[g]).to(out_dtype)
+    return out
 
 
 def grouped_gemm_wgrad(
     dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype
 ) -> torch.Tensor:
     """out[g] = dy[rows of g]^T @ x[rows of g] with dy [M, N], x [M, K]; empty groups give zeros."""
-    if dy.shape[0] and _aligned(dy, x):
+    if not dy.shape[0]:  # no rows: every group is empty, and no host sync reads their bounds
+        return dy.new_zeros(offs.shape[0], dy.shape[1], x.shape[1], dtype=out_dtype)
+    if _takes(dy.T, x):
         out = torch._grouped_mm(dy.T, x, offs=offs)
         return out if out.dtype == out_dtype else out.to(out_dtype)
     out = dy.new_zeros(offs.shape[0], dy.shape[1], x.shape[1], dtype=out_dtype)
@@ -55,6 +83,18 @@ def grouped_gemm_wgrad(
     return out
 
 
-def grouped_gemm_mx(a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-    """The MX semantics exactly: dequantize both operands (exact in float32), then a float32 GEMM."""
-    return grouped_gemm(a.dequantize(torch.float32), b.dequantize(torch.float32), offs, out_dtype)
+def grouped_gemm_mx(
+    a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype, b_values: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The MX semantics exactly: dequantize both operands (exact in float32), then a float32 GEMM. On
+    CUDA, whose grouped GEMM takes BF16 operands only, the BF16 values (exact while the scales stay in
+    BF16's exponent range; ``b_values`` when the caller keeps them in BF16) with float32
+    accumulation, as the sm90 kernels multiply them."""
+    if not a.data.is_cuda:
+        return grouped_gemm(a.dequantize(torch.float32), b.dequantize(torch.float32), offs, out_dtype)
+    b_bf16 = (
+        b_values
+        if b_values is not None and b_values.dtype == torch.bfloat16
+        else b.dequantize(torch.bfloat16)
+    )
+    return grouped_gemm(a.dequantize(torch.bfloat16), b_bf16, offs, out_dtype)

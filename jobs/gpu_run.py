@@ -1,40 +1,75 @@
-"""The stages of ``jobs/gpu-run.sh`` (see its header): each stage runs in a session of its own under a
-time limit (the whole session is killed at the limit), every result is a JSON line appended to
-``OUT_DIR/results.jsonl`` the moment it exists (flushed and fsynced), and ``OUT_DIR/summary.md`` is
-rewritten after every stage. OUT_DIR receives four files: results.jsonl, summary.md, log.txt (every
-stage's output, unbuffered) and mok-comparison.csv (the pipeline stage's published rows).
+"""The device run of ``jobs/gpu-run.sh`` (see its header and docs/gpu.md): the one scheduler of every
+check a lent GPU runs, so that no minute goes to a kernel already known to be bad.
+
+The order gives the most truth per minute: env (with the plan: the arch's kernels and op x variants),
+then the default kernels' smoke, correctness and timing, then each other variant's smoke, correctness
+and timing in turn (variant-major), the SASS check, then tests and pipeline, whose time is kept back
+from the start. Every check is a child process of its own, isolated (:mod:`cutlass_kernels.isolation`:
+its own session, a time limit, everything it started killed at it), and a kernel key runs in a stage
+only where every earlier stage passed it (:mod:`cutlass_kernels.gating`), so a kernel that hangs or is
+wrong costs its own limit once. Smoke runs up to 8 kernels at once, correctness up to 8 op x variants,
+timing one at a time (the GPU's time is what it measures). The tests and pipeline stages run on the
+CuTe kernels only where the three default BF16 kernels passed, else on the torch backend, and say so.
+
+Every result is a JSON line appended to ``OUT_DIR/results.jsonl`` the moment it exists (flushed and
+fsynced), and ``OUT_DIR/summary.md`` is rewritten whenever results.jsonl has grown, every few seconds
+while children run. OUT_DIR receives four files: results.jsonl, summary.md, log.txt (every child's
+output) and mok-comparison.csv (the pipeline stage's published rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
 import datetime
+import functools
 import importlib.util
+import json
 import os
+import re
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from cutlass_kernels.results import append, read  # noqa: E402  (torch-free)
+from cutlass_kernels import gating  # noqa: E402  (torch-free, like everything imported here)
+from cutlass_kernels.gating import KERNEL_STAGES, key  # noqa: E402
+from cutlass_kernels.isolation import Isolated, run_isolated  # noqa: E402
+from cutlass_kernels.plants import PLANT_ENV, Plant  # noqa: E402
+from cutlass_kernels.results import append, read  # noqa: E402
+from pipeline.data.atomic import atomic_write  # noqa: E402
 
-TOTAL_S = 360  # the whole run, so a partial rerun still fits a 15-minute device window
+TOTAL_S = 360  # the whole run, so that a partial rerun still fits a 15-minute device window
 STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
-LIMITS_S = {"env": 30, "smoke": 50, "correctness": 60, "timing": 60, "tests": 40, "pipeline": 120}
+# each stage's limit; "<stage>-kernel": each child of a kernel stage (one kernel, or one op x variant)
+LIMITS_S = {
+    "env": 30,
+    "tests": 40,
+    "pipeline": 120,
+    "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
+    "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
+    "timing-kernel": 40,  # every shape of an op x variant that fits, see TIMING_MARGIN_S
+    "sass": 30,
+}
+TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
+PARALLEL = 8  # smoke and correctness children at once (each one GPU context of ~0.5-5 GB)
 PLANTED_LIMIT_S = 5
 UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
 AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
+POLL_S = 2.0  # how often summary.md is refreshed while children run
+SPENT = "the kernel stages' time is spent"  # why a kernel step was cut
+RUN_SPENT = "the run's time is spent"  # why another step was
+RERUN_TOTAL_S = 220  # a rerun's budget: what is left of a window after a first run
 CUDA_TESTS = (
     "tests/test_moe_layer.py::test_nccl_one_rank",
     "tests/test_run_graphs.py",
@@ -43,14 +78,28 @@ CUDA_TESTS = (
 # each kind; MoK and Dist-MoE; BF16 and MXFP8 (the fp8-dispatch Dist-MoE pipeline runs MXFP8 GEMMs)
 WORKLOADS = "inference-ep8-f3072,training-ep32-f3072,packing-ep32-f3072-profile-a"
 VARIANTS = "mok-bf16,dist-moe-fp8-dispatch"
-DRY_WORKLOADS = "inference-ep8-f1536,training-ep32-f1536"
-PY_PACKAGES = ("hydra", "omegaconf", "antlr4", "submitit")
+# the dry run's: one execution, the plumbing's test (the pipeline's own tests run the rest on the CPU)
+DRY_WORKLOADS, DRY_VARIANTS = "inference-ep8-f1536", "mok-bf16"
+PY_PACKAGES = ("hydra", "omegaconf", "antlr4", "submitit", "pytest")
 PUBLISHED = "iterationMS forwardMS backwardMS usefulTFLOPsPerGPU peakAllocatedGiB nvlinkTxGBs device".split()
 PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed"]
 ENV_FIELDS = (
     "device capability driver sm_clock_mhz sm_clock_max_mhz mem_clock_max_mhz torch cuda nccl".split()
 )
 ENV_FIELDS += ["cuda-bindings", "nvidia-cutlass-dsl", "backend"]
+_VARIANT_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the run: a stage (a kernel stage for one ``variant``), or a planted one."""
+
+    stage: str
+    variant: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.stage if self.variant is None else f"{self.stage} {self.variant}"
 
 
 @dataclass
@@ -59,9 +108,14 @@ class Run:
     work: Path
     dry_run: bool
     deadline: float
-    log: Any
-    env: dict[str, str]
+    log: IO[str]
     run_id: str
+    limits: dict[str, float]
+    plants: tuple[str, ...] = ()  # kernel faults for the dry run's children
+    env: dict[str, str] = field(default_factory=dict)
+    arch: str = "sm_90a"
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
+    summarized: int = -1  # results.jsonl's size when summary.md was last written
 
     @property
     def results(self) -> Path:
@@ -73,6 +127,30 @@ class Run:
     def python(self, *args: str) -> list[str]:
         return [sys.executable, "-u", *args]
 
+    def kernels_cli(self, command: str, *args: str) -> list[str]:
+        flags = ["--results", str(self.results), "--work", str(self.work)] + (
+            ["--dry-run"] if self.dry_run else []
+        )
+        return self.python("-m", "cutlass_kernels", command, *args, *flags)
+
+    def left(self, deadline: float | None = None) -> float:
+        return (self.deadline if deadline is None else deadline) - time.monotonic()
+
+    def child(self, argv: list[str], limit: float, env: dict[str, str] | None = None) -> Isolated:
+        """``argv`` isolated under ``limit``, its output captured and then written to the log."""
+        done = run_isolated(argv, limit, env=env or self.env, cwd=ROOT)
+        with self.log_lock:
+            self.log.write(f"\n$ {' '.join(argv)}\n{done.output}")
+            self.log.flush()
+        return done
+
+    def session(self, argv: list[str], limit: float, env: dict[str, str] | None = None) -> Isolated:
+        """``argv`` isolated under ``limit``, its output straight into the log (long stages)."""
+        with self.log_lock:
+            self.log.write(f"\n$ {' '.join(argv)}\n")
+            self.log.flush()
+        return run_isolated(argv, limit, env=env or self.env, cwd=ROOT, log=self.log)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jobs/gpu-run.sh", description="GPU readiness run")
@@ -81,18 +159,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}"
     )
+    parser.add_argument(
+        "--variants",
+        default="all",
+        help="kernel variants of the kernel stages: all, or NAME,... (default first)",
+    )
     parser.add_argument("--whl", type=Path, default=ROOT / ".whl", help="the packed wheels (default: .whl/)")
     parser.add_argument(
         "--plant",
         action="append",
         default=[],
-        metavar="KIND:AFTER",
-        help="insert a planted stage (KIND fail or hang) after stage AFTER, to test the plumbing",
+        metavar="KIND:AFTER | KIND:STAGE:KEY",
+        help="a planted stage (KIND fail or hang) after stage AFTER; or, in the dry run, a planted kernel "
+        "fault (KIND hang, wrong or zero-times-inf) in STAGE (or *) for kernel keys matching KEY",
     )
-    parser.add_argument("--limit", action="append", default=[], metavar="STAGE=SECONDS")
+    parser.add_argument("--limit", action="append", default=[], metavar="NAME=SECONDS")
+    parser.add_argument("--total", type=float, default=TOTAL_S, help=f"the whole run's seconds ({TOTAL_S})")
     args = parser.parse_args(argv)
     try:
-        stages, limits = _plan(args.only, args.plant, args.limit)
+        stages, variants, limits, planted, plants = _plan(args)
     except ValueError as e:
         print(f"gpu-run: {e}", file=sys.stderr)
         return 2
@@ -102,55 +187,85 @@ def main(argv: list[str] | None = None) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-run-"))
     try:
-        return _run_all(args, stages, limits, work)
+        with open(args.out_dir / "log.txt", "a", buffering=1) as log:
+            run = Run(
+                args.out_dir,
+                work,
+                args.dry_run,
+                time.monotonic() + args.total,
+                log,
+                f"{time.time_ns() // 10**6}",
+                limits,
+                plants,
+            )
+            return _run_all(run, args, stages, variants, planted)
     finally:
-        shutil.rmtree(work, ignore_errors=True)  # unpacked wheels, compile cache, scratch dataset
+        shutil.rmtree(work, ignore_errors=True)  # unpacked wheels, compile cache, cubins, dataset
 
 
-def _run_all(args: argparse.Namespace, stages: list[str], limits: dict[str, float], work: Path) -> int:
-    with open(args.out_dir / "log.txt", "a", buffering=1) as log:
-        run = Run(
-            args.out_dir,
-            work,
-            args.dry_run,
-            time.monotonic() + TOTAL_S,
-            log,
-            {},
-            f"{time.time_ns() // 10**6}",
-        )
-        run.env = _environment(run)
-        run.record(
-            "run", status="info", argv=sys.argv[1:], started=_now(), dry_run=args.dry_run, work=str(work)
-        )
-        _unpack(run, args.whl)
-        ok = True
-        for stage in stages:
-            ok &= _stage(run, stage, limits[stage])
-            _summarize(run)
-        run.record("run", status="pass" if ok else "fail", ended=_now())
-        _summarize(run)
-    return 0 if ok else 1
-
-
-def _plan(only: str, plants: list[str], limits: list[str]) -> tuple[list[str], dict[str, float]]:
-    chosen = [s.strip() for s in only.split(",") if s.strip()]
+def _plan(
+    args: argparse.Namespace,
+) -> tuple[list[str], tuple[str, ...] | None, dict[str, float], dict[str, list[str]], tuple[str, ...]]:
+    """The stages, variants (None: all), limits, planted stages (after which stage) and kernel plants
+    the arguments ask for; a ValueError naming the bad one."""
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in chosen:
         if s not in STAGES:
             raise ValueError(f"unknown stage {s!r} in --only; allowed: {', '.join(STAGES)}")
     stages = [s for s in STAGES if s in chosen]
+    variants = None
+    if args.variants != "all":
+        variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+        bad = [v for v in variants if not _VARIANT_NAME.fullmatch(v)] or ([] if variants else [args.variants])
+        if bad:
+            raise ValueError(
+                f"--variants {bad[0]!r}: want all, or variant names (a-z, 0-9, _) separated by commas"
+            )
     table: dict[str, float] = dict(LIMITS_S)
-    for plant in plants:
-        kind, _, after = plant.partition(":")
-        if kind not in ("fail", "hang") or after not in stages:
-            raise ValueError(f"--plant {plant!r}: want fail:STAGE or hang:STAGE with STAGE one of {stages}")
-        stages.insert(stages.index(after) + 1, f"planted-{kind}")
+    planted: dict[str, list[str]] = {}
+    plants: list[str] = []
+    for plant in args.plant:
+        parts = plant.split(":")
+        if len(parts) == 3:
+            if not args.dry_run:
+                raise ValueError(f"--plant {plant!r}: planted kernel faults exist in the dry run only")
+            Plant.parse(plant)
+            plants.append(plant)
+            continue
+        kind, after = (parts + [""])[:2]
+        if len(parts) != 2 or kind not in ("fail", "hang") or after not in stages:
+            raise ValueError(
+                f"--plant {plant!r}: want fail:STAGE or hang:STAGE with STAGE one of {stages}, "
+                "or KIND:STAGE:KEY (a kernel fault, dry run only)"
+            )
+        planted.setdefault(after, []).append(f"planted-{kind}")
         table[f"planted-{kind}"] = PLANTED_LIMIT_S
-    for item in limits:
+    for item in args.limit:
         name, _, value = item.partition("=")
         if name not in table or not value.replace(".", "", 1).isdigit() or float(value) <= 0:
-            raise ValueError(f"--limit {item!r}: want STAGE=SECONDS with STAGE one of {', '.join(table)}")
+            raise ValueError(f"--limit {item!r}: want NAME=SECONDS with NAME one of {', '.join(table)}")
         table[name] = float(value)
-    return stages, table
+    if args.total <= 0:
+        raise ValueError(f"--total {args.total:g}: want a positive number of seconds")
+    return stages, variants, table, planted, tuple(plants)
+
+
+def steps(
+    stages: Sequence[str], variants: Sequence[str], planted: dict[str, list[str]] | None = None
+) -> list[Step]:
+    """The run's steps in order: env, then every variant's kernel stages in turn (``variants`` as
+    given, the default first), then tests and pipeline; a planted stage right after the first step
+    of the stage it follows."""
+    order = [Step("env")] if "env" in stages else []
+    names = sorted(variants, key=lambda v: v != "default")
+    order += [Step(s, v) for v in names for s in KERNEL_STAGES if s in stages]
+    order += [Step(s) for s in ("tests", "pipeline") if s in stages]
+    out: list[Step] = []
+    pending = dict(planted or {})
+    for step in order:
+        out.append(step)
+        out += [Step(p) for p in pending.pop(step.stage, [])]
+    return out
 
 
 def _no_gpu() -> str | None:
@@ -158,9 +273,9 @@ def _no_gpu() -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return "nvidia-smi not found"
-    done = _bounded([smi, "-L"])
-    if done.returncode != 0 or "GPU" not in done.stdout:
-        return f"nvidia-smi -L: {(done.stdout + done.stderr).strip()[:200] or 'no GPU listed'}"
+    done = run_isolated([smi, "-L"], UNPACK_S)
+    if done.rc != 0 or "GPU" not in done.output:
+        return f"nvidia-smi -L: {done.output.strip()[:200] or 'no GPU listed'}"
     return None
 
 
@@ -169,100 +284,307 @@ def _now() -> str:
 
 
 def _environment(run: Run) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in (PLANT_ENV, gating.BACKEND_ENV)}
     env |= {
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
         "CUTE_DSL_CACHE_DIR": str(run.work / "cute-cache"),  # compiled once, reused by every stage
         "MPLBACKEND": "Agg",
     }
+    if run.plants:
+        env[PLANT_ENV] = ",".join(run.plants)
     return env
 
 
-# --------------------------------------------------------------------------------------- running
+# --------------------------------------------------------------------------------------- the run
 
 
-def run_session(run: Run, argv: list[str], limit: float) -> tuple[int | None, float]:
-    """Run ``argv`` as the leader of a new session, output into the log; at ``limit`` every process
-    of the session (grandchildren in their own process groups included) is killed. (rc or None, s)."""
-    start = time.monotonic()
-    run.log.write(f"\n$ {' '.join(argv)}\n")
-    run.log.flush()
-    proc = subprocess.Popen(
-        argv, stdout=run.log, stderr=subprocess.STDOUT, env=run.env, start_new_session=True, cwd=ROOT
+def _run_all(
+    run: Run,
+    args: argparse.Namespace,
+    stages: list[str],
+    variants: tuple[str, ...] | None,
+    planted: dict[str, list[str]],
+) -> int:
+    run.env = _environment(run)
+    run.record(
+        "run", status="info", argv=sys.argv[1:], started=_now(), dry_run=run.dry_run, work=str(run.work)
     )
-    try:
-        rc: int | None = proc.wait(timeout=max(limit, 0.1))
-    except subprocess.TimeoutExpired:
-        kill_session(proc.pid)
-        proc.wait()
-        rc = None
-    kill_session(proc.pid)  # leftovers of a stage that exited but left children behind
-    return rc, time.monotonic() - start
-
-
-def kill_session(sid: int) -> None:
-    """SIGKILL every process whose session is ``sid`` (the stage's leader and all it started)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    _unpack(run, args.whl)
+    ok = True
+    plan: list[dict[str, Any]] = []
+    if "env" in stages:
+        ok &= _stage(run, Step("env"), lambda limit: _env(run, limit, plan))
+    for name in planted.get("env", []):
+        ok &= _stage(run, Step(name), _planted(run, name))
+    kernel_stages = [s for s in KERNEL_STAGES if s in stages]
+    if kernel_stages and not plan:
+        ok &= _stage(run, Step("plan"), lambda limit: _plan_child(run, limit, plan))
+    names = _variants_of(run, plan, variants)
+    # what tests and pipeline need stays theirs, whatever the kernel stages take
+    kernel_deadline = run.deadline - sum(run.limits[s] for s in ("tests", "pipeline") if s in stages)
+    kernels_done = not kernel_stages
+    for step in steps(stages, names, {k: v for k, v in planted.items() if k != "env"}):
+        if step.stage == "env":
             continue
-        pid = int(entry.name)
-        try:
-            if os.getsid(pid) == sid:
-                os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+        if step.variant is not None:
+            ok &= _kernel_step(run, step, plan, kernel_deadline)
             continue
+        if step.stage in ("tests", "pipeline") and not kernels_done:
+            _sass(run, kernel_deadline)
+            kernels_done = True
+        body = _planted(run, step.stage) if step.stage.startswith("planted-") else _gated(run, step.stage)
+        ok &= _stage(run, step, body)
+    if not kernels_done:
+        _sass(run, kernel_deadline)
+        _gate(run)  # recorded: what tests and pipeline would run on
+    if rerun := _rerun_args(run):
+        run.record("run", name="rerun", status="info", args=rerun)
+    run.record("run", status="pass" if ok else "fail", ended=_now())
+    _summarize(run, force=True)
+    return 0 if ok else 1
 
 
-def _stage(run: Run, stage: str, limit: float) -> bool:
-    limit = min(limit, run.deadline - time.monotonic())
+def _rerun_args(run: Run) -> list[str]:
+    """The arguments of a rerun that runs what this run had no time for: its kernel steps cut, in
+    whole or in part (the variants), and its other stages cut."""
+    mine = [r for r in read(run.results) if r.get("run") == run.run_id]
+    cut = [r for r in mine if r.get("reason") in (SPENT, RUN_SPENT)]
+    stages = {r["stage"] for r in cut if r["stage"] in STAGES}
+    variants = {r["variant"] for r in cut if r["stage"] in KERNEL_STAGES and r.get("variant")}
+    if not stages:
+        return []
+    args = ["--total", str(RERUN_TOTAL_S), "--only", ",".join(s for s in STAGES if s in stages)]
+    return args + (
+        ["--variants", ",".join(sorted(variants, key=lambda v: v != "default"))] if variants else []
+    )
+
+
+def _variants_of(run: Run, plan: list[dict[str, Any]], wanted: tuple[str, ...] | None) -> list[str]:
+    """The plan's variants, those ``wanted`` only; a wanted name the arch lacks is recorded."""
+    known = list(dict.fromkeys(r["variant"] for r in plan if r.get("name") == "op variant"))
+    if wanted is None:
+        return known
+    for name in wanted:
+        if name not in known:
+            run.record(
+                "plan", name="variant", status="fail", error=f"--variants {name!r} is not one of {known}"
+            )
+    return [v for v in known if v in wanted]
+
+
+def _stage(
+    run: Run, step: Step, body: Callable[[float], tuple[int | None, str]], deadline: float | None = None
+) -> bool:
+    """Run ``body`` under the step's limit (never past ``deadline``, by default the run's), then its
+    stage record."""
+    limit = min(run.limits.get(step.stage, LIMITS_S["env"]), run.left(deadline))
     if limit <= 1:
-        run.record(stage, name="stage", status="skip", reason=f"the {TOTAL_S} s budget of the run is spent")
+        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         return False
     start = time.monotonic()
-    bodies: dict[str, Callable[[Run, float], tuple[int | None, str]]] = {
-        "env": _env,
-        "smoke": _kernel_stage("smoke"),
-        "correctness": _kernel_stage("correctness"),
-        "timing": _kernel_stage("timing"),
-        "tests": _tests,
-        "pipeline": _pipeline,
-        "planted-fail": _planted("fail"),
-        "planted-hang": _planted("hang"),
-    }
-    rc, note = bodies[stage](run, limit)
-    seconds = round(time.monotonic() - start, 1)
+    rc, note = body(limit)
     status = "timeout" if rc is None else "pass" if rc == 0 else "fail"
     extra = {"reason": f"killed at its {limit:.0f} s limit"} if rc is None else {}
+    seconds = round(time.monotonic() - start, 1)
     run.record(
-        stage, name="stage", status=status, rc=rc, seconds=seconds, limit_s=round(limit), note=note, **extra
+        step.stage,
+        name="stage",
+        status=status,
+        rc=rc,
+        seconds=seconds,
+        limit_s=round(limit),
+        note=note,
+        **extra,
     )
+    _summarize(run)
     return status == "pass"
 
 
-def _flag(run: Run) -> list[str]:
-    return ["--dry-run"] if run.dry_run else []
+def _env(run: Run, limit: float, plan: list[dict[str, Any]]) -> tuple[int | None, str]:
+    if not run.dry_run and (smi := shutil.which("nvidia-smi")):
+        query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
+        done = run_isolated([smi, f"--query-gpu={query}", "--format=csv"], UNPACK_S)
+        run.record("env", name="nvidia-smi", status="info", output=done.output.strip())
+    return _plan_child(run, limit, plan, "env")
 
 
-def _kernel_stage(name: str) -> Callable[[Run, float], tuple[int | None, str]]:
-    def body(run: Run, limit: float) -> tuple[int | None, str]:
-        argv = run.python(
-            "-m", "cutlass_kernels", name, "--results", str(run.results), "--work", str(run.work)
+def _plan_child(
+    run: Run, limit: float, plan: list[dict[str, Any]], command: str = "plan"
+) -> tuple[int | None, str]:
+    """The env (or plan) child, which appends the plan: every kernel and op x variant of the arch."""
+    mark = len(read(run.results))
+    done = run.child(run.kernels_cli(command), limit)
+    plan += [r for r in read(run.results)[mark:] if r.get("name") in ("kernel", "op variant")]
+    if plan:
+        run.arch = plan[0]["arch"]
+    return done.rc, f"{sum(r['name'] == 'kernel' for r in plan)} kernels planned"
+
+
+# ------------------------------------------------------------------------------- kernel stages
+
+
+def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: float) -> bool:
+    """One kernel stage for one variant; its verdicts are in results.jsonl when it returns."""
+    bodies = {"smoke": _smoke, "correctness": _correctness, "timing": _timing}
+    start = time.monotonic()
+    if run.left(deadline) <= 1:
+        run.record(
+            step.stage,
+            name="stage",
+            variant=step.variant,
+            status="skip",
+            reason=SPENT,
         )
-        rc, _ = run_session(run, argv + _flag(run), limit)
-        return rc, ""
+        return False
+    mark = len(read(run.results))
+    bodies[step.stage](run, step.variant or "default", plan, deadline)
+    found = [r for r in read(run.results)[mark:] if r.get("verdict") is True]
+    count = {s: sum(r["status"] == s for r in found) for s in ("pass", "fail", "skip")}
+    status = "fail" if count["fail"] else "pass" if count["pass"] else "skip"
+    seconds = round(time.monotonic() - start, 1)
+    run.record(step.stage, name="stage", variant=step.variant, status=status, seconds=seconds, verdicts=count)
+    _summarize(run)
+    return status == "pass"
+
+
+def _parallel(run: Run, jobs: Sequence[Callable[[], None]]) -> None:
+    """Run ``jobs`` on PARALLEL threads, or as many as the CPUs where fewer (but 4: a hung child holds
+    its thread without using its CPU), refreshing the summary while they run."""
+    workers = max(1, min(len(jobs), PARALLEL, max(4, os.cpu_count() or 1)))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        pending = {pool.submit(job) for job in jobs}
+        while pending:
+            done, pending = concurrent.futures.wait(pending, timeout=POLL_S)
+            for future in done:
+                future.result()
+            _summarize(run)
+
+
+def _smoke(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float) -> None:
+    def one(kernel: dict[str, Any]) -> None:
+        rec = {"name": kernel["spec"], "key": kernel["key"], "variant": variant, "verdict": True}
+        rec |= {"op": kernel["op"], "out_dtype": kernel["out_dtype"]}
+        limit = min(run.limits["smoke-kernel"], run.left(deadline))
+        if limit <= 1:
+            run.record("smoke", **rec, status="skip", reason=SPENT)
+            return
+        args = ["--index", str(kernel["index"]), "--op", kernel["op"], "--out-dtype", kernel["out_dtype"]]
+        done = run.child(run.kernels_cli("smoke-one", *args, "--variant", variant), limit)
+        found = [line for line in done.output.splitlines() if line.startswith("{")]
+        if done.rc == 0 and found:
+            rec |= json.loads(found[-1])
+        else:
+            rec |= {"status": "fail", "error": done.why(limit)}
+        run.record("smoke", **rec, seconds=round(done.seconds, 2))
+
+    kernels = [k for k in plan if k.get("name") == "kernel" and k["variant"] == variant]
+    _parallel(run, [functools.partial(one, k) for k in kernels])
+
+
+def _correctness(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float) -> None:
+    """One child per op of ``variant``; every key of a child left without a verdict (killed,
+    crashed) gets a failed one."""
+
+    def one(op: str) -> None:
+        keys = [key(op, d, variant) for d in ("bfloat16", "float32")]
+        found = gating.verdicts(read(run.results))
+        refused = {k: gating.refusal(run.arch, found, "correctness", k) for k in keys}
+        if all(refused.values()):  # nothing to check: no child
+            for k, why in refused.items():
+                _verdict(run, "correctness", k, "skip", reason=why)
+            return
+        limit = min(run.limits["correctness-kernel"], run.left(deadline))
+        if limit <= 1:
+            for k in keys:
+                _verdict(run, "correctness", k, "skip", reason=SPENT)
+            return
+        mark = len(read(run.results))
+        done = run.child(run.kernels_cli("correctness-op", "--op", op, "--variant", variant), limit)
+        judged = {r["key"] for r in read(run.results)[mark:] if r.get("verdict") is True}
+        for k in keys:
+            if k not in judged:
+                _verdict(run, "correctness", k, "fail", error=done.why(limit))
+
+    ops = [r["op"] for r in plan if r.get("name") == "op variant" and r["variant"] == variant]
+    _parallel(run, [functools.partial(one, op) for op in ops])
+
+
+def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float) -> None:
+    """One child per op of ``variant`` (BF16 out, as the layers run), one after the other on a GPU,
+    whose time is what they measure (side by side in the dry run)."""
+
+    def one(op: str) -> None:
+        k = key(op, "bfloat16", variant)
+        if refused := gating.refusal(run.arch, gating.verdicts(read(run.results)), "timing", k):
+            _verdict(run, "timing", k, "skip", reason=refused)
+            return
+        limit = min(run.limits["timing-kernel"], run.left(deadline))
+        if limit <= 1:
+            _verdict(run, "timing", k, "skip", reason=SPENT)
+            return
+        budget = max(limit - TIMING_MARGIN_S, limit / 2)
+        argv = run.kernels_cli("timing-op", "--op", op, "--variant", variant, "--budget", f"{budget:.0f}")
+        done = run.child(argv, limit)
+        if done.rc == 0:
+            _verdict(run, "timing", k, "pass")
+        else:
+            _verdict(run, "timing", k, "fail", error=done.why(limit))
+
+    jobs = [
+        functools.partial(one, r["op"])
+        for r in plan
+        if r.get("name") == "op variant" and r["variant"] == variant
+    ]
+    if run.dry_run:
+        _parallel(run, jobs)
+    for job in [] if run.dry_run else jobs:
+        _parallel(run, [job])
+
+
+def _verdict(run: Run, stage: str, k: str, status: str, **why: str) -> None:
+    op, out_dtype, variant = gating.split(k)
+    fields = {"op": op, "out_dtype": out_dtype, "variant": variant, "status": status}
+    run.record(stage, name="verdict", verdict=True, key=k, **fields, **why)
+
+
+def _sass(run: Run, deadline: float) -> None:
+    """The SASS of every cubin the smoke tests kept (cuobjdump: no GPU time, but the GPU machine)."""
+    if run.dry_run:
+        run.record("sass", name="sass", status="skip", reason="the dry run compiles no kernel")
+        return
+    _stage(run, Step("sass"), lambda limit: (run.child(run.kernels_cli("sass"), limit).rc, ""), deadline)
+
+
+def _gate(run: Run) -> dict[str, str]:
+    """The environment of the tests and pipeline stages: the run's, with ``auto`` pinned to the torch
+    backend unless the default BF16 kernels passed (:func:`cutlass_kernels.gating.gate`)."""
+    shut = gating.gate(gating.verdicts(read(run.results)))
+    backend = "torch" if shut else "cute kernels"
+    run.record(
+        "gate",
+        name="default kernels",
+        status="fail" if shut else "pass",
+        backend=backend,
+        reason=shut or None,
+    )
+    return {**run.env, gating.BACKEND_ENV: "torch"} if shut else run.env
+
+
+def _gated(run: Run, stage: str) -> Callable[[float], tuple[int | None, str]]:
+    """The tests or pipeline stage's body, run on the kernels the gate lets through."""
+
+    def body(limit: float) -> tuple[int | None, str]:
+        env = _gate(run)
+        backend = f"on the torch backend ({gating.BACKEND_ENV}=torch: the default kernels did not pass)"
+        note = backend if env.get(gating.BACKEND_ENV) else "on the CuTe kernels"
+        rc, more = (_tests if stage == "tests" else _pipeline)(run, limit, env)
+        return rc, "; ".join(n for n in (note, more) if n)
 
     return body
 
 
-def _env(run: Run, limit: float) -> tuple[int | None, str]:
-    argv = run.python("-m", "cutlass_kernels", "env", "--results", str(run.results), *_flag(run))
-    if not run.dry_run and (smi := shutil.which("nvidia-smi")):
-        query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
-        done = _bounded([smi, f"--query-gpu={query}", "--format=csv"])
-        run.record("env", name="nvidia-smi", status="info", output=done.stdout.strip())
-    rc, _ = run_session(run, argv, limit)
-    return rc, ""
+# --------------------------------------------------------------------------------- other stages
 
 
 def _unpack(run: Run, whl: Path) -> None:
@@ -272,38 +594,36 @@ def _unpack(run: Run, whl: Path) -> None:
     archive, wheels = whl / "cutlass-dsl.tar.xz", sorted((whl / "py").glob("*.whl"))
     paths = []
     if archive.exists():
-        start = time.monotonic()
         site.mkdir(parents=True, exist_ok=True)
-        done = _bounded(["tar", "xJf", str(archive), "-C", str(site)])
+        done = run_isolated(["tar", "xJf", str(archive), "-C", str(site)], UNPACK_S)
         needed = importlib.util.find_spec("cutlass") is None
         run.record(
             "env",
             name="unpack cutlass-dsl",
-            status="pass" if done.returncode == 0 else "fail",
-            seconds=round(time.monotonic() - start, 2),
+            status="pass" if done.rc == 0 else "fail",
+            seconds=round(done.seconds, 2),
             bytes=archive.stat().st_size,
             on_pythonpath=needed,
-            error=done.stderr.strip()[-300:] if done.returncode else None,
+            error=done.why(UNPACK_S) if done.rc else None,
         )
         if needed:
             paths += [str(site), str(site / "nvidia_cutlass_dsl" / "dsl_packages")]
     else:
         run.record("env", name="unpack cutlass-dsl", status="skip", reason=f"{archive} absent")
     if wheels:
-        start = time.monotonic()
         target = run.work / "py"
         pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        done = _bounded([*pip, "--target", str(target), *map(str, wheels)])
+        done = run_isolated([*pip, "--target", str(target), *map(str, wheels)], UNPACK_S)
         missing = [p for p in PY_PACKAGES if importlib.util.find_spec(p) is None]
         run.record(
             "env",
             name="install py wheels",
-            status="pass" if done.returncode == 0 else "fail",
-            seconds=round(time.monotonic() - start, 2),
+            status="pass" if done.rc == 0 else "fail",
+            seconds=round(done.seconds, 2),
             wheels=[w.name for w in wheels],
             on_pythonpath=bool(missing),
             missing_before=missing,
-            error=done.stderr.strip()[-300:] if done.returncode else None,
+            error=done.why(UNPACK_S) if done.rc else None,
         )
         if missing:
             paths.append(str(target))
@@ -313,24 +633,19 @@ def _unpack(run: Run, whl: Path) -> None:
         run.env["PYTHONPATH"] = os.pathsep.join([*paths, run.env["PYTHONPATH"]])
 
 
-def _bounded(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """``argv`` with at most UNPACK_S seconds (a timeout is a failed result, exit status 124)."""
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=UNPACK_S)
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(argv, 124, "", f"timed out after {UNPACK_S} s")
-
-
-def _tests(run: Run, limit: float) -> tuple[int | None, str]:
-    if importlib.util.find_spec("pytest") is None:
-        why = "pytest is not importable on this machine (the packed wheels do not include it)"
+def _tests(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
+    pytest_path = [p for p in env["PYTHONPATH"].split(os.pathsep) if p]
+    if importlib.util.find_spec("pytest") is None and not any(
+        (Path(p) / "pytest").exists() for p in pytest_path
+    ):
+        why = "pytest is not importable on this machine (nor from the packed wheels)"
         run.record("tests", name="pytest", status="fail", error=why)
         return 1, why
     junit = run.work / "junit.xml"
     argv = run.python(
         "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", *CUDA_TESTS
     )
-    rc, _ = run_session(run, argv, limit)
+    rc = run.session(argv, limit, env).rc
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
             outcome = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
@@ -345,56 +660,57 @@ def _tests(run: Run, limit: float) -> tuple[int | None, str]:
     return (0 if rc == 5 else rc), "pytest exit 5: nothing collected" if rc == 5 else ""
 
 
-def _pipeline(run: Run, limit: float) -> tuple[int | None, str]:
+def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
     """A multirun of the selection, then aggregation of whatever shards it left, then its rows."""
     dataset = run.work / "dataset"
     scale = "ci" if run.dry_run else "full"
-    workloads = DRY_WORKLOADS if run.dry_run else WORKLOADS
-    sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={VARIANTS}"]
-    rc, seconds = run_session(
-        run, run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), limit - AGGREGATE_S
+    workloads, variants = (DRY_WORKLOADS, DRY_VARIANTS) if run.dry_run else (WORKLOADS, VARIANTS)
+    sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={variants}"]
+    sweep_limit = limit - AGGREGATE_S
+    multirun = run.session(
+        run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), sweep_limit, env
     )
+    rc = multirun.rc
     run.record(
         "pipeline",
         name="multirun",
         status="timeout" if rc is None else "pass" if rc == 0 else "fail",
         rc=rc,
-        seconds=round(seconds, 1),
+        seconds=round(multirun.seconds, 1),
         overrides=sweep,
-        reason=f"killed at {limit - AGGREGATE_S:.0f} s (the rest kept for aggregation)"
-        if rc is None
-        else None,
+        reason=f"killed at {sweep_limit:.0f} s (the rest kept for aggregation)" if rc is None else None,
     )
-    left = limit - seconds
-    agg, _ = run_session(run, run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures"), left - 10)
+    left = limit - multirun.seconds
+    agg = run.session(run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures"), left - 10, env).rc
     published = dataset / "mok-comparison.csv"
     if published.exists():
         shutil.copy(published, run.out / "mok-comparison.csv")
         with open(published) as f:
             for row in csv.DictReader(f):
-                keep = [*PUBLISHED]
                 run.record(
-                    "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in keep}
+                    "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED}
                 )
-    status = subprocess.run(
-        run.python("-m", "pipeline.status", str(dataset)),
-        capture_output=True,
-        text=True,
-        env=run.env,
-        timeout=max(left - 5, 5),
+    status = run_isolated(
+        run.python("-m", "pipeline.status", str(dataset), "--json"), max(left - 5, 5), env=env, cwd=ROOT
     )
-    for line in status.stdout.splitlines():
-        words = line.split()
-        if words and words[0] in ("failed", "missing", "running", "pending"):
-            run.record("pipeline", name=words[1], status="fail", detail=line[:600])
+    try:
+        executions = json.loads(status.output)["executions"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        run.record("pipeline", name="pipeline.status", status="fail", detail=status.why(max(left - 5, 5)))
+        executions = []
+    for e in executions:
+        if e["state"] != "done":
+            detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
+            run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
     return (rc if rc != 0 else agg), ""
 
 
-def _planted(kind: str) -> Callable[[Run, float], tuple[int | None, str]]:
+def _planted(run: Run, name: str) -> Callable[[float], tuple[int | None, str]]:
     """A stage that records a result, then fails (exit 3) or hangs with a grandchild in a process group
     of its own: the plumbing must keep the record and kill both."""
+    kind = name.removeprefix("planted-")
 
-    def body(run: Run, limit: float) -> tuple[int | None, str]:
+    def body(limit: float) -> tuple[int | None, str]:
         code = (
             "import os, subprocess, sys, time\n"
             f"sys.path.insert(0, {str(ROOT)!r})\n"
@@ -405,8 +721,7 @@ def _planted(kind: str) -> Callable[[Run, float], tuple[int | None, str]]:
             "append(__import__('pathlib').Path(sys.argv[1]), record)\n"
             "time.sleep(600) if child else sys.exit(3)\n"
         )
-        rc, _ = run_session(run, run.python("-c", code, str(run.results), kind), limit)
-        return rc, f"planted {kind}"
+        return run.session(run.python("-c", code, str(run.results), kind), limit).rc, f"planted {kind}"
 
     return body
 
@@ -414,19 +729,23 @@ def _planted(kind: str) -> Callable[[Run, float], tuple[int | None, str]]:
 # --------------------------------------------------------------------------------------- summary
 
 
-def _summarize(run: Run) -> None:
-    """Rewrite the summary; a fault in it goes to the log and never stops the run (results.jsonl holds
-    everything the summary would show)."""
+def _summarize(run: Run, force: bool = False) -> None:
+    """Rewrite the summary where results.jsonl has grown since; a fault in it goes to the log and never
+    stops the run (results.jsonl holds everything the summary would show)."""
     try:
-        write_summary(run.out)
+        size = run.results.stat().st_size if run.results.exists() else 0
+        if force or size != run.summarized:
+            run.summarized = size
+            write_summary(run.out)
     except Exception:
         import traceback
 
-        run.log.write(f"gpu-run: summary.md not rewritten:\n{traceback.format_exc()}")
+        with run.log_lock:
+            run.log.write(f"gpu-run: summary.md not rewritten:\n{traceback.format_exc()}")
 
 
 def write_summary(out: Path) -> None:
-    """``summary.md`` from results.jsonl: per stage (its latest run) the verdict, then the details."""
+    """``summary.md`` from results.jsonl: per stage (and variant) the verdict, then the details."""
     records = read(out / "results.jsonl")
     lines = ["# GPU run summary", ""]
     starts = [r for r in records if r.get("stage") == "run" and r.get("started")]
@@ -437,22 +756,32 @@ def write_summary(out: Path) -> None:
         (r for r in reversed(records) if r.get("stage") == "env" and r.get("name") == "versions"), None
     )
     if env:
-        fields = ENV_FIELDS
         lines += [
-            "Environment: " + ", ".join(f"{k} {env.get(k)}" for k in fields if env.get(k) is not None),
+            "Environment: " + ", ".join(f"{k} {env.get(k)}" for k in ENV_FIELDS if env.get(k) is not None),
             "",
         ]
-    stage_records = [r for r in records if r.get("name") == "stage"]
+    gate = next((r for r in reversed(records) if r.get("stage") == "gate"), None)
+    if gate:
+        why = f" ({gate['reason']})" if gate.get("reason") else ""
+        lines += [f"Tests and pipeline ran on: {gate['backend']}{why}", ""]
     lines += [
-        "| stage | status | seconds | limit s | pass | fail | skip |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| stage | variant | status | seconds | limit s | pass | fail | skip |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for s in stage_records:
-        items = [r for r in records if r.get("stage") == s["stage"] and r.get("name") != "stage"]
+    for s in (r for r in records if r.get("name") == "stage"):
+        items = [
+            r
+            for r in records
+            if r.get("stage") == s["stage"]
+            and r.get("name") != "stage"
+            and r.get("variant") == s.get("variant")
+        ]
+        if s["stage"] in KERNEL_STAGES:
+            items = [r for r in items if r.get("verdict") is True]
         count = {k: sum(r.get("status") == k for r in items) for k in ("pass", "fail", "skip")}
         lines.append(
-            f"| {s['stage']} | {s['status']} | {s.get('seconds', '')} | {s.get('limit_s', '')} "
-            f"| {count['pass']} | {count['fail']} | {count['skip']} |"
+            f"| {s['stage']} | {s.get('variant') or ''} | {s['status']} | {s.get('seconds', '')} "
+            f"| {s.get('limit_s', '')} | {count['pass']} | {count['fail']} | {count['skip']} |"
         )
     problems = [r for r in records if r.get("status") in ("fail", "timeout") and r.get("stage") != "run"]
     if problems:
@@ -460,28 +789,32 @@ def write_summary(out: Path) -> None:
         for r in problems:
             what = " ".join(
                 str(r[k])
-                for k in ("stage", "name", "op", "variant", "case", "out_dtype", "shape")
-                if r.get(k)
+                for k in ("stage", "name", "key", "op", "variant", "case", "out_dtype", "shape")
+                if r.get(k) and not (k in ("op", "variant", "out_dtype") and r.get("key"))
             )
             why = r.get("error") or r.get("reason") or r.get("detail") or r.get("note") or ""
             lines.append(f"- {what}: {why}".rstrip(": "))
-    timing = [r for r in records if r.get("stage") == "timing" and r.get("status") == "pass" and r.get("op")]
-    peak = next((r for r in records if r.get("name") == "dense BF16 peak"), None)
+    timing = [
+        r for r in records if r.get("stage") == "timing" and r.get("status") == "pass" and r.get("shape")
+    ]
     if timing:
+        peak = timing[0].get("dense_peak_tflops")
         lines += ["", "## Timing (BF16 out; graph-replay median unless no CUDA graphs)", ""]
         if peak:
-            lines += [f"Dense BF16 peak measured: {float(peak['tflops']):.0f} TFLOP/s", ""]
+            lines += [f"Dense BF16 peak measured: {float(peak):.4g} TFLOP/s", ""]
         head = ["shape", "op", "variant", "ms min / median / max", "TFLOP/s", "of peak", "vs _grouped_mm"]
         lines += _table([*head, "padded / useful"], [_timing_row(r) for r in timing])
+        lines += ["", "Fastest variant per shape and op:", ""]
+        lines += _table(["shape", "op", "variant", "TFLOP/s"], _best_rows(timing))
     rows = [r for r in records if r.get("stage") == "pipeline" and r.get("iterationMS") is not None]
     if rows:
         lines += ["", "## Pipeline executions", ""]
         keys = ("name", "iterationMS", "sanityMaxError", "sanityTolerance", "sanityPassed")
         lines += _table(["execution", *keys[1:]], [[r.get(k) for k in keys] for r in rows])
-    text = "\n".join(lines) + "\n"
-    tmp = out / ".summary.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "summary.md")
+    rerun = [r for r in records if r.get("stage") == "run" and r.get("name") == "rerun"]
+    if rerun and starts and rerun[-1]["run"] == starts[-1]["run"]:
+        lines += ["", f"To finish: `jobs/gpu-run.sh OUT_DIR {' '.join(rerun[-1]['args'])}`"]
+    atomic_write(out / "summary.md", "\n".join(lines) + "\n")
 
 
 def _table(head: Sequence[str], rows: list[list[Any]]) -> list[str]:
@@ -506,6 +839,15 @@ def _timing_row(r: dict[str, Any]) -> list[Any]:
         vs,
         padded,
     ]
+
+
+def _best_rows(timing: list[dict[str, Any]]) -> list[list[Any]]:
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in timing:
+        k = (r["shape"], r["op"])
+        if k not in best or r["tflops"] > best[k]["tflops"]:
+            best[k] = r
+    return [[s, op, r["variant"], f"{r['tflops']:.1f}"] for (s, op), r in best.items()]
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ COMMANDS = {
     "aggregate": "publish a dataset as CSV, JSON, figures and report.html",
     "compare": "what got faster or slower between two datasets (exit 1 if anything is slower)",
     "model": "the reduced-order layer model",
+    "estimate": "every execution's GPU path at full scale on fake tensors: memory, ops, host syncs",
 }
 
 
@@ -47,6 +48,10 @@ def _command(name: str) -> Callable[[list[str]], int | None]:
         from pipeline.compare.cli import main as compare
 
         return compare
+    if name == "estimate":
+        from pipeline.estimate.__main__ import main as estimate
+
+        return estimate
     from pipeline.model.cli import main as model
 
     return model

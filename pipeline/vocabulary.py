@@ -1,8 +1,9 @@
 """The words every stage shares, defined once and free of heavy imports.
 
 What a kind of workload times (its phases, layers and multiple of the forward GEMM work), which
-implementation / precision / pipeline combinations exist, the dtypes a scale may name, and the MXFP8
-block (owned by the kernels' format module, re-exported here).
+implementation / precision / pipeline combinations exist, the dtypes a scale may name, the forms of
+the fused SwiGLU backward, and the MXFP8 block (owned by the kernels' format module, re-exported
+here).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ __all__ = [
     "PHASES",
     "PIPELINES",
     "PRECISIONS",
+    "SWIGLU_FORMS",
     "WORK_MULTIPLE",
     "has_backward",
     "kind_phases",
@@ -49,6 +51,8 @@ PIPELINES: dict[tuple[str, str], tuple[str, ...]] = {
 # Activation / weight dtypes a scale may run in (torch names), and their bytes per element.
 DTYPES = ("bfloat16", "float32")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
+# The forms of Dist-MoE's fused SwiGLU backward (pipeline/moe/swiglu.py): a CPU's, a GPU's.
+SWIGLU_FORMS = ("blocked", "whole-tensor")
 
 
 def timed_phases(backward: bool) -> tuple[str, ...]:

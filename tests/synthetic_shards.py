@@ -19,7 +19,19 @@ import yaml
 from pipeline import REPO_ROOT
 from pipeline.bench.work import layer_config
 from pipeline.data.dataset import Dataset
-from pipeline.data.meta import ExecutionMeta, LayerState, Memory, NVLink, Provenance, Sanity, Timing, Versions
+from pipeline.data.meta import (
+    Contention,
+    EmulationCopies,
+    ExecutionMeta,
+    Kernels,
+    LayerState,
+    Memory,
+    NVLink,
+    Provenance,
+    Sanity,
+    Timing,
+    Versions,
+)
 from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
@@ -117,13 +129,13 @@ def shard_metadata(
         job_id=job_id,
         config={"workload": w.name, "variant": execution.variant.name, "scale": {"name": scale}, "seed": 0},
         shape=shape,
-        plan=plan,
         provenance=Provenance(
             git_sha="0" * 40,
             hosts=tuple(f"node{i}" for i in range(max(1, shape.ranks // 8))),
             job_ids=(job_id,),
-            launcher="synthetic",
+            backend="synthetic",
             cluster="synthetic",
+            collective="nccl" if on_gpu else "gloo",
             versions=Versions("3.11.7", "2.13.0", None, None, None, None),
         ),
         started_at="2026-01-01T00:00:00Z",
@@ -132,10 +144,21 @@ def shard_metadata(
             clock="barrier + cuda events" if on_gpu else "barrier + perf_counter",
             cuda_graphs=on_gpu,
             cuda_graphs_reason=None if on_gpu else "no CUDA graphs on cpu",
+            requested=plan,
+            plan=plan,
+        ),
+        kernels=Kernels(
+            gemm="cute-sm100" if on_gpu else "torch",
+            mxfp8=None if execution.variant.precision == "bf16" else "synthetic",
+            swiglu_backward=None if w.kind == "inference" else "synthetic",
+        ),
+        contention=Contention(
+            cores=2, ranks_per_host=shape.ranks, runnable_per_core=1.0, oversubscribed=False
         ),
         memory=Memory(
             peak_allocated_bytes=int(rng.integers(10, 60) * 2**30) if on_gpu else None,
             peak_rss_bytes=int(rng.integers(1, 8) * 2**30),
+            emulation=EmulationCopies(0, 0),
         ),
         nvlink=NVLink(
             tx_bytes_per_s=float(rng.uniform(1e10, 4e11)) if on_gpu else None,

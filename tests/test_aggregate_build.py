@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from pipeline import model
 from pipeline.aggregate import main
@@ -247,7 +248,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 2
+    assert meta["schema_version"] == 3
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
@@ -255,7 +256,7 @@ def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
     present = SUBSET[:5]
     for e in present:
         _write(tmp_path, e, 1, rng)
-    meta = aggregate(tmp_path, figures=False).document["meta"]
+    meta = aggregate(tmp_path, figures=False).document.to_json()["meta"]
     assert meta["launched"]["source"] == "matrix"
     lacking = sorted({e.execution_id for e in EXECUTIONS} - {e.execution_id for e in present})
     assert meta["missing"] == {"matrix": lacking, "launched_without_shard": lacking}
@@ -324,6 +325,82 @@ def test_report_page_is_self_contained_and_shows_the_dataset(published: Path) ->
     assert "NVIDIA H200 (13)" in page and "cpu (1)" in page  # what ran, per execution
 
 
+def test_time_figures_have_one_time_axis_per_ep(published: Path) -> None:
+    """The report's rule: both precision panels share a time axis within one EP, every kind's row
+    included; the axis reaches above the tallest column, so no column is cut."""
+    from pipeline.report.figures import time_figure
+
+    document = json.loads((published / JSON_NAME).read_text())
+    rows, pairs = document["executions"], document["pairs"]
+    for ep in sorted({r["ep"] for r in rows}):
+        fig = time_figure(ep, rows, pairs)
+        FigureCanvasAgg(fig).draw()  # limits as rendered, after autoscaling
+        panels = [ax for ax in fig.axes if ax.get_title().startswith(f"EP{ep} ")]
+        kinds = {r["kind"] for r in rows if r["ep"] == ep}
+        assert len(panels) == 2 * len(kinds)
+        limits = {ax.get_ylim() for ax in panels}
+        assert len(limits) == 1, limits
+        ((low, high),) = limits
+        chosen = {p["dist_execution_id"] for p in pairs if p["selected"]}
+        drawn = [
+            r for r in rows if r["ep"] == ep and (r["implementation"] == "mok" or r["execution_id"] in chosen)
+        ]
+        tallest = max(r["iterationMS"] for r in drawn)
+        heights = [bar.get_height() for ax in panels for bar in ax.patches]
+        assert sorted(heights) == pytest.approx(sorted(r["iterationMS"] for r in drawn))
+        assert low == 0 and high > tallest
+
+
+def test_paired_table_title_matches_every_column(published: Path) -> None:
+    """Every value column of the table is Dist-MoE / MoK, as its title says (the speedup, MoK /
+    Dist-MoE, is above the columns), and the columns are as wide as their text."""
+    from pipeline.report.figures import TABLE_TITLE, time_figure
+
+    assert TABLE_TITLE == "paired values: Dist-MoE / MoK"
+    document = json.loads((published / JSON_NAME).read_text())
+    rows, pairs = document["executions"], document["pairs"]
+    by_id = {r["execution_id"]: r for r in rows}
+    fig = time_figure(32, rows, pairs)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    (table_axes,) = [ax for ax in fig.axes if ax.get_title() == TABLE_TITLE]
+    (table,) = table_axes.tables
+    cells = table.get_celld()
+    columns = 1 + max(c for _, c in cells)
+    header = [cells[0, c].get_text().get_text() for c in range(columns)]
+    assert header == ["workload", "Dist-MoE pipeline", "iteration ms", "useful TFLOP/s per GPU"]
+    selected = [p for p in pairs if p["selected"] and "-ep32-" in p["workload_id"]]
+    body = [[cells[r, c].get_text().get_text() for c in range(columns)] for r in range(1, len(selected) + 1)]
+    for pair in selected:
+        dist, mok = by_id[pair["dist_execution_id"]], by_id[pair["mok_execution_id"]]
+        want = [
+            f"{dist['iterationMS']:.3g} / {mok['iterationMS']:.3g}",
+            f"{dist['usefulTFLOPsPerGPU']:.3g} / {mok['usefulTFLOPsPerGPU']:.3g}",
+        ]
+        assert [line[2:] for line in body if line[1] == pair["pipeline"] and line[2:] == want], pair
+    renderer = canvas.get_renderer()
+    for (row, col), cell in cells.items():
+        text = cell.get_text().get_window_extent(renderer)
+        box = cell.get_window_extent(renderer)
+        assert box.x0 <= text.x0 and text.x1 <= box.x1, (row, col, cell.get_text().get_text())
+
+
+def test_saved_state_texts_cover_no_bar_and_no_other_text(published: Path) -> None:
+    from pipeline.report.figures import saved_state_figure
+
+    document = json.loads((published / JSON_NAME).read_text())
+    fig = saved_state_figure(document["saved_state"], document["pairs"], document["executions"])
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        texts = [t.get_window_extent(renderer) for t in ax.texts]
+        bars = [b.get_window_extent(renderer) for b in ax.patches if b.get_height() > 0]
+        assert len(texts) == 2 and not texts[0].overlaps(texts[1]), ax.get_title()
+        for text in texts:
+            assert not any(text.overlaps(bar) for bar in bars), ax.get_title()
+
+
 def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, capsys) -> None:
     assert main([str(published), "--out", str(tmp_path), "--no-figures"]) == 0
     err = capsys.readouterr().err
@@ -346,7 +423,7 @@ def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> No
             "metrics cannot be computed (precision must be one of bf16, mxfp8; got 'fp4')",
         )
     ]
-    assert e.execution_id in result.missing and result.document["executions"] == []
+    assert e.execution_id in result.missing and result.document.executions == ()
 
 
 def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
@@ -359,9 +436,9 @@ def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
 
 
 def test_figures_read_at_a_glance(published: Path) -> None:
-    """Kinds on their own time axes, precisions side by side, device and scale in the title, the paired
+    """A row of panels per kind, precisions side by side, device and scale in the title, the paired
     table (Dist-MoE / MoK), MoK's budget value printed, and no legend entry without marks."""
-    from pipeline.report.figures import saved_state_figure, time_figure
+    from pipeline.report.figures import TABLE_TITLE, saved_state_figure, time_figure
 
     document = json.loads((published / JSON_NAME).read_text())
     rows, pairs = document["executions"], document["pairs"]
@@ -373,11 +450,8 @@ def test_figures_read_at_a_glance(published: Path) -> None:
         "EP32 packing BF16",
         "EP32 packing MXFP8",
     ]
-    training, packing = panels[0], panels[2]
-    assert training.get_shared_y_axes().joined(training, panels[1])
-    assert not training.get_shared_y_axes().joined(training, packing)
     assert "device NVIDIA H200, scale=full" in fig.get_suptitle()
-    (table_axes,) = [ax for ax in fig.axes if ax.get_title() == "paired values: Dist-MoE / MoK"]
+    (table_axes,) = [ax for ax in fig.axes if ax.get_title() == TABLE_TITLE]
     (table,) = table_axes.tables
     texts = [cell.get_text().get_text() for cell in table.get_celld().values()]
     assert "iteration ms" in texts and any(" / " in t for t in texts)

@@ -127,13 +127,16 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 2"),
+        (_float32_times, "columns differ from schema version 3"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
-        (_set("schema_version", value=3), "unknown schema_version 3; this reader reads 2"),
+        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 3"),
         (_set("schema_version", value=None), "unknown schema_version None"),
-        (_set("shape", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
-        (_set("shape", "windows", value=2.5), "metadata plan.windows must be an integer, got 2.5"),
+        (_set("timing", "plan", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
+        (
+            _set("timing", "plan", "windows", value=2.5),
+            "metadata timing.plan.windows must be an integer, got 2.5",
+        ),
         (_set("shape", "nominal_tokens", value=0), "metadata shape: nominal_tokens must be >= 1, got 0"),
         (_set("shape", "layer_tokens", value=None), "metadata shape.layer_tokens must be a list, got None"),
         (_set("shape", "layer_tokens", value=[16, 16]), "must name the same layers .>= 1., got \\[16, 16\\]"),
@@ -226,12 +229,14 @@ def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
 def test_reads_what_the_execution_writer_writes(tmp_path: Path) -> None:
     """The execution stage's atomic writer and this reader agree on the format."""
     meta = ExecutionMeta.from_json(_meta(_table(attempt=2)))
-    rng = np.random.default_rng()
+    rng, windows = np.random.default_rng(), meta.timing.plan.windows
     ranks = [
-        RankWindows(r, meta.job_id, "cpu", {p: list(rng.uniform(1, 2, meta.plan.windows)) for p in PHASES})
+        RankWindows(
+            r, meta.job_id, "cpu", {p: list(rng.uniform(1, 2, meta.timing.plan.windows)) for p in PHASES}
+        )
         for r in range(meta.shape.ranks)
     ]
-    identity = Identity.of(TRAINING, meta.shape.ranks, meta.plan.iterations, 2)
+    identity = Identity.of(TRAINING, meta.shape.ranks, meta.timing.plan.iterations, 2)
     shard = read_shard(write_shard(Dataset(tmp_path), identity, ranks, meta))
     assert shard.meta == meta and shard.identity == ShardIdentity(
         **asdict(identity), job_id=meta.job_id, device="cpu"

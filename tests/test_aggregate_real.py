@@ -84,6 +84,23 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / JSON_NAME).read_text())["meta"]
     assert meta["missing"]["launched_without_shard"] == [] and meta["launched"]["source"] == "ledger"
     assert len(meta["missing"]["matrix"]) == 106  # the matrix lacks all but the four that ran
+    # the matrix's own choices, whatever ran; the ways these four ran differ from the report
+    assumed = {a["what"]: a["executions"] for a in meta["assumptions"]}
+    assert [len(assumed[w]) for w in ("imbalanced inference and training", "balanced packing")] == [20, 10]
+    assert all(e in assumed["routing outside the timed iteration"] for e in (MOK, DIST, MOK_B, DIST_B))
+    deviations = {d["what"]: d for d in meta["deviations"]}
+    for what, ran in (
+        ("dtype", "float32 (4)"),
+        ("collective", "gloo (4)"),
+        ("grouped GEMM", "torch (4)"),
+        ("ranks", "2 of EP ranks (4)"),
+        ("CUDA graphs", "eager steps (4)"),
+    ):
+        assert deviations[what]["ran"] == ran and sorted(deviations[what]["executions"]) == sorted(
+            [DIST, DIST_B, MOK, MOK_B]
+        ), deviations[what]
+    assert "MXFP8 products" not in deviations  # no MXFP8 execution ran
+    assert deviations["tracked rank's tokens"]["ran"].startswith("rank 0 fed up to ")
     with (tmp_path / CSV_NAME).open() as f:
         rows = {r["execution_id"]: r for r in csv.DictReader(f)}
     assert sorted(rows) == sorted([DIST, DIST_B, MOK, MOK_B])
@@ -93,6 +110,10 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         assert row["predictedMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
         ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["dtype"], row["cudaGraphs"])
         assert ran == ("ci", "16", "64", "64", "float32", "false")
+        assert (row["collective"], row["gemm"]) == ("gloo", "torch")
+        assert float(row["runnablePerCore"]) > 0 and row["oversubscribed"] in ("true", "false")
+        # the dispatched rows saved for backward: routed rows x D x 4 bytes over the ten layers, > 0
+        assert float(row["emulationCopiesGiB"]) > 0
         assert (row["workMultiple"], row["imbalance"]) == (
             "30",
             "2.31" if "profile-a" in row["workload_id"] else "2.39",

@@ -12,10 +12,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "jobs" / "check-phases.py"
 COLUMNS = ["execution_id", "kind", "forwardMS", "iterationMS", "iterationsPerWindow"]
 
 
-def _run(tmp_path: Path, rows: list[list[object]]) -> subprocess.CompletedProcess:
+def _run(
+    tmp_path: Path, rows: list[list[object]], columns: list[str] = COLUMNS
+) -> subprocess.CompletedProcess:
     with (tmp_path / "mok-comparison.csv").open("w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(COLUMNS)
+        writer.writerow(columns)
         writer.writerows(rows)
     return subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
 
@@ -36,3 +38,16 @@ def test_inconsistent_phases_are_named(tmp_path: Path) -> None:
 def test_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path)], capture_output=True, text=True)
     assert done.returncode == 2 and "mok-comparison.csv does not exist" in done.stderr
+
+
+def test_a_ci_dataset_is_noted_as_outside_the_bound(tmp_path: Path) -> None:
+    rows: list[list[object]] = [
+        ["inf", "inference", 10.0, 10.9, 10, "ci"],
+        ["tr", "training", 3.0, 9.0, 12, "cpu"],
+    ]
+    done = _run(tmp_path, rows, [*COLUMNS, "scale"])
+    assert done.returncode == 0
+    assert "executions at scale ci: the bound is meant for scale=cpu and full" in done.stderr
+    rows[0][-1] = "full"
+    done = _run(tmp_path, rows, [*COLUMNS, "scale"])
+    assert done.returncode == 0 and done.stderr == ""

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+
 import pytest
 import torch
 
-from cutlass_kernels import bench, check
+from cutlass_kernels import bench, check, tile_schedule
 from cutlass_kernels.__main__ import main
 from cutlass_kernels.results import append, read
+
+needs_dsl = pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
+)
 
 
 @pytest.mark.parametrize("groups, rows, empty", [(256, 32768, 8), (6, 12288, 1), (3, 5, 2)])
@@ -40,13 +47,29 @@ def test_reference_is_the_per_group_product():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
-@pytest.mark.parametrize("stage", ["env", "smoke", "correctness", "timing"])
-def test_stages_without_gpu_exit_2_with_a_message(stage: str, capsys: pytest.CaptureFixture[str]):
-    assert main([stage]) == 2
+@pytest.mark.parametrize(
+    "args",
+    [["env"], ["plan"], ["smoke-one", "--index", "0", "--op", "fprop", "--out-dtype", "bfloat16"]]
+    + [["correctness-op", "--op", "mx"], ["timing-op", "--op", "wgrad"], ["sass"]],
+)
+def test_children_without_gpu_exit_2_with_a_message(args: list[str], capsys: pytest.CaptureFixture[str]):
+    assert main(args) == 2
     assert (
         capsys.readouterr().err
-        == f"python -m cutlass_kernels {stage}: the check needs a CUDA GPU, and torch sees none\n"
+        == f"python -m cutlass_kernels {args[0]}: the check needs a CUDA GPU, and torch sees none\n"
     )
+
+
+def test_planted_faults_are_the_dry_runs_alone(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("GPU_RUN_PLANT", "hang:smoke:fprop/*/default,wrong:*:mx/bfloat16/*")
+    t = check.target(dry_run=True)
+    assert t.planted("smoke", "fprop/float32/default") == "hang"
+    assert t.planted("correctness", "fprop/float32/default") is None
+    assert t.planted("timing", "mx/bfloat16/tail64") == "wrong"
+    with pytest.raises(check.NoTarget, match="GPU_RUN_PLANT plants faults in the dry run only"):
+        check.target(dry_run=False)
+    with pytest.raises(ValueError, match="planted fault 'stall:smoke:fprop/bfloat16/default': want KIND"):
+        check.plants_of("stall:smoke:fprop/bfloat16/default")
 
 
 def test_chunked_quantization_equals_whole_tensor_quantization():
@@ -65,6 +88,10 @@ def test_wgrad_error_is_measured_per_group_including_empty_ones():
     garbage_in_empty_group = exact.clone()
     garbage_in_empty_group[1, 2, 3] = 1e3
     assert check.wgrad_rel_err(garbage_in_empty_group, dy, x, sizes) > 1
+    for g in range(3):  # a NaN in any group, after finite ones too, is an infinite error
+        nan = exact.clone()
+        nan[g, 0, 0] = float("nan")
+        assert check.wgrad_rel_err(nan, dy, x, sizes) == float("inf")
 
 
 def test_reference_of_mx_operands_is_that_of_their_dequantized_values():
@@ -77,7 +104,7 @@ def test_reference_of_mx_operands_is_that_of_their_dequantized_values():
     )
 
 
-def test_a_raising_check_is_recorded_as_failed_with_its_error(tmp_path):
+def test_a_raising_check_is_recorded_as_failed_with_its_error_and_fails_its_key(tmp_path):
     results = tmp_path / "results.jsonl"
     checker = check.Checker(check.target(dry_run=True), "fprop", "default", results, seed=1)
 
@@ -86,21 +113,35 @@ def test_a_raising_check_is_recorded_as_failed_with_its_error(tmp_path):
 
     checker.attempt("case", torch.bfloat16, broken)
     checker.attempt("case", torch.float32, lambda: {"status": "pass", "max_rel_err": 1e-6})
-    failed, passed = read(results)
-    assert (failed["status"], failed["key"], checker.failures) == ("fail", "fprop/bfloat16/default", 1)
+    assert not checker.verdict(torch.bfloat16) and checker.verdict(torch.float32)
+    failed, passed, bf16, fp32 = read(results)
+    assert (failed["status"], failed["key"]) == ("fail", "fprop/bfloat16/default")
     assert "RuntimeError: illegal memory access" in failed["error"]
     assert passed["status"] == "pass" and passed["out_dtype"] == "float32"
-    assert check.failed_keys(results) == {"fprop/bfloat16/default"}
+    assert (bf16["verdict"], bf16["status"], bf16["reason"]) == (True, "fail", "1 failed case(s)")
+    assert (fp32["key"], fp32["status"]) == ("fprop/float32/default", "pass")
 
 
-def test_a_kernel_that_failed_its_smoke_test_is_skipped_later(tmp_path):
+def test_a_kernel_that_failed_its_smoke_test_is_not_checked(tmp_path):
     results = tmp_path / "results.jsonl"
-    append(results, {"stage": "smoke", "key": "wgrad/float32/default", "status": "fail", "error": "hang"})
-    checker = check.Checker(
-        check.target(dry_run=True), "wgrad", "default", results, 2, check.failed_keys(results)
+    append(
+        results,
+        {
+            "stage": "smoke",
+            "key": "wgrad/float32/default",
+            "verdict": True,
+            "status": "fail",
+            "error": "hang",
+        },
     )
-    checker.attempt("case", torch.float32, lambda: {"status": "pass"})
-    assert read(results)[-1]["status"] == "skip" and "failed its smoke test" in read(results)[-1]["reason"]
+    append(results, {"stage": "smoke", "key": "wgrad/bfloat16/default", "verdict": True, "status": "pass"})
+    assert check.correctness_op(check.target(dry_run=True), "wgrad", "default", results) == 0
+    found = read(results)
+    verdicts = {r["key"]: r for r in found if r.get("name") == "verdict"}
+    assert verdicts["wgrad/float32/default"]["status"] == "skip"
+    assert "wgrad/float32/default failed smoke: hang" in verdicts["wgrad/float32/default"]["reason"]
+    assert not [r for r in found if r.get("case") and r["out_dtype"] == "float32"]  # never run
+    assert verdicts["wgrad/bfloat16/default"]["status"] == "pass"
 
 
 def test_results_survive_a_torn_last_line_and_keep_non_finite_numbers(tmp_path):
@@ -112,17 +153,46 @@ def test_results_survive_a_torn_last_line_and_keep_non_finite_numbers(tmp_path):
 
 
 def test_an_unwritten_row_is_an_infinite_error():
-    prob = check.problem("fprop", [3, 0, 5], 16, 32, 2, torch.device("cpu"))
-    out = prob.call(torch.float32, "torch", "default")
+    prob = check.make_case("fprop", [3, 0, 5], 16, 32, 2, torch.device("cpu"))
+    out = prob.call(check.target(dry_run=True), "correctness", torch.float32, "default")
     assert prob.error(out) < check.tolerance(torch.float32, "torch")
     out[4] = float("nan")  # a row of group 2 the kernel never wrote (NaN-prefilled)
     assert prob.error(out) == float("inf")
 
 
-def test_wgrad_ignores_rows_past_the_last_group_end():
-    prob = check.problem("wgrad", [3, 0, 5], 16, 32, 4, torch.device("cpu"))
-    assert float(prob.lhs[-4:].float().abs().min()) > 9e3  # large values a kernel must not sum in
-    assert prob.error(prob.call(torch.float32, "torch", "default")) < 1e-2
+@pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad", "mx"])
+def test_rows_past_the_last_group_end_hold_nan_and_inf_that_the_reference_never_sees(op: str):
+    prob = check.make_case(op, [3, 0, 5], 16, 32, 4, torch.device("cpu"))
+    tails = [prob.lhs[-4:], *([prob.rhs[-4:]] if op == "wgrad" else [])]
+    for tail in tails:
+        assert tail[0].isnan().all() and (tail[1] == float("inf")).all() and (tail[2] == -float("inf")).all()
+    assert prob.lhs[:-4].isfinite().all()
+    out = prob.call(check.target(dry_run=True), "correctness", torch.float32, "default")
+    assert prob.error(out) < 1e-2  # the torch reference reads no row past offs[-1]
+
+
+@pytest.mark.parametrize("sizes", [[3, 0, 70, 130], [64, 5, 0], [100]])
+def test_a_planted_zero_times_inf_in_wgrads_tail_rows_is_caught_by_the_inputs(sizes: list[int]):
+    """The sm90 in-place wgrad before its fix: the last group's last chunk read past offs[-1], dY's
+    rows there zeroed, X's not. The NaN / Inf tails make that NaN; finite ones would hide it."""
+    prob = check.make_case("wgrad", sizes, 16, 32, 5, torch.device("cpu"))
+    for out_dtype in (torch.bfloat16, torch.float32):
+        buggy = check.in_place_tail_bug(prob.lhs, prob.rhs, prob.offs, out_dtype)
+        assert prob.error(buggy) == float("inf")
+    finite = dataclasses.replace(prob, lhs=prob.lhs.nan_to_num(posinf=1e4, neginf=-1e4, nan=1e4))
+    finite.rhs = prob.rhs.nan_to_num(posinf=1e4, neginf=-1e4, nan=1e4)
+    buggy = check.in_place_tail_bug(finite.lhs, finite.rhs, finite.offs, torch.float32)
+    assert finite.error(buggy) < 1e-5  # 0 x 1e4 = 0: the old finite tails could not see it
+
+
+def test_an_element_still_holding_the_prefill_is_unwritten_and_a_computed_nan_is_not():
+    for dtype in (torch.bfloat16, torch.float32):
+        int_dtype, bits = check._UNWRITTEN_BITS[dtype]
+        out = torch.full((4,), bits, dtype=int_dtype).view(dtype)
+        assert out.isnan().all()
+        out[1] = float("nan")  # what a kernel computing 0 x Inf writes
+        out[2] = 1.0
+        assert check.unwritten(out).tolist() == [True, False, False, True]
 
 
 @pytest.mark.parametrize("op", ["fprop", "dgrad", "wgrad", "mx"])
@@ -130,10 +200,10 @@ def test_operands_that_would_not_reach_the_kernel_fail_the_case(op: str):
     """CPU tensors never reach a CuTe kernel: a check that would test the torch fallback instead fails."""
     pytest.importorskip("cutlass")
     cute = check.Target(torch.device("cpu"), "cute-sm90", "sm_90a", False)
-    prob = check.problem(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
+    prob = check.make_case(op, [3, 0, 70], 64, 64, 0, torch.device("cpu"))
     path = check.kernel_path(cute, prob, torch.bfloat16)
     assert "torch fallback: " in path and (op != "mx" or path.startswith("BF16 values, "))
-    result = check._check_case(cute, prob, torch.bfloat16, "default")
+    result = check._check_output(cute, prob, torch.bfloat16, "default")
     assert result["status"] == "fail" and "would not reach the kernel" in result["error"]
 
 
@@ -150,3 +220,37 @@ def test_sass_counts_spills_inside_the_mma_loop_apart_from_the_others():
     )
     assert check.sass_counts(sass) == {"mma": 2, "local": 3, "local_in_mma_loop": 1}
     assert check.sass_counts("FADD R1, R2, R3 ;") == {"mma": 0, "local": 0, "local_in_mma_loop": 0}
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("cutlass") is None, reason="the CUTLASS Python DSL cannot be imported"
+)
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_the_smoke_problem_takes_every_walker_over_several_tiles_and_every_ring_around(arch: str):
+    """With two persistent walkers (CTAs, or clusters), each takes three tiles or more (so the two
+    accumulator stages wrap) of 8 K tiles or more (so a ring of at most 7 stages wraps in every tile)."""
+    from cutlass_kernels import registry
+
+    for spec in registry.all_specs(arch):
+        kernel = registry.kernel_for(spec)
+        # the walk's tile: sm90 clusters pair M tiles, sm100 clusters of CTA pairs pair N tiles
+        walk_m, walk_n = (
+            spec.tile_m * getattr(kernel, "cluster_m", 1),
+            spec.tile_n * getattr(kernel, "cluster_n", 1),
+        )
+        tile_k = 128 if spec.mx else 64
+        k = check.SMOKE_MX_K if spec.mx else check.SMOKE_K
+        offs = torch.tensor(check.SMOKE_SIZES).cumsum(0).tolist()
+        if spec.op == "wgrad":  # per group an N x K grid of dW, reducing over the group's 64-row chunks
+            problem = tile_schedule.GroupedProblem(True, walk_m, walk_n, tile_schedule.WGRAD_CHUNK)
+            shape = tile_schedule.WalkShape(-(-check.SMOKE_N // walk_m), -(-k // walk_n), 0, check.SMOKE_N)
+        else:
+            out_n, reduction = (k, check.SMOKE_N) if spec.op == "dgrad" else (check.SMOKE_N, k)
+            problem = tile_schedule.GroupedProblem(False, walk_m, walk_n, tile_k)
+            shape = tile_schedule.WalkShape(0, -(-out_n // walk_n), reduction // tile_k, offs[-1])
+        for walker in range(check.SMOKE_WALKERS):
+            tiles = list(tile_schedule.walk(problem, offs, shape, walker, check.SMOKE_WALKERS))
+            assert len(tiles) >= 3, spec.name
+            assert sum(t.k_end - t.k_begin for t in tiles) >= 16, spec.name  # every ring wraps twice
+            if spec.op != "wgrad":  # and within every tile (wgrad: within the 600-row group's)
+                assert min(t.k_end - t.k_begin for t in tiles) >= 8, spec.name

@@ -1,5 +1,6 @@
 """The torch grouped-GEMM backend against per-group float64 products on fresh random data (ragged and
-empty groups, both of its code paths), and the dispatch's input errors."""
+empty groups, both of its code paths, operands unaligned in one dimension or given as views), and the
+dispatch's input errors."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cutlass_kernels import (
     grouped_gemm_wgrad,
     quantize_mx,
     resolve_backend,
+    torch_backend,
 )
 
 # (64, 48): 16-byte aligned rows, the torch._grouped_mm path; (20, 12): unaligned bf16 rows, the
@@ -82,6 +84,61 @@ def test_wgrad_matches_float64_and_zeroes_empty_groups(k: int, n: int, dtype: to
         torch.testing.assert_close(dw[g].double(), ref, **_tol(dtype, torch.float32))
         if s == e:
             assert not dw[g].any()
+
+
+# (K, N) with exactly one dimension off 16-byte rows in bfloat16 (the first four also in float32): each
+# entry point multiplies operands whose aligned and unaligned dimensions sit in different places.
+ONE_SIDE_UNALIGNED = [(32, 18), (18, 32), (34, 16), (16, 34), (40, 20), (20, 40), (36, 24), (24, 36)]
+
+
+def _views(gen: torch.Generator, m: int, k: int, n: int, dtype: torch.dtype, layout: str):
+    """a [M, K], dy [M, N], b [G, N, K]: contiguous, or as views (b transposed in memory, a and dy
+    column windows of wider buffers, starting 1 element in)."""
+    a, dy, b = (torch.randn(*s, generator=gen).to(dtype) for s in ((m, k), (m, n), (5, n, k)))
+    if layout == "views":
+        a = torch.cat([torch.zeros(m, 1, dtype=dtype), a, torch.zeros(m, 3, dtype=dtype)], 1)[:, 1 : k + 1]
+        dy = torch.cat([torch.zeros(m, 1, dtype=dtype), dy], 1)[:, 1:]
+        b = b.transpose(1, 2).contiguous().transpose(1, 2)
+    return a, dy, b
+
+
+@pytest.mark.parametrize("k, n", ONE_SIDE_UNALIGNED)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "views"])
+def test_entry_points_on_unaligned_operands_match_float64(k: int, n: int, dtype: torch.dtype, layout: str):
+    gen = torch.Generator().manual_seed(31 * k + n)
+    sizes = [3, 0, 7, 1, 5]  # ragged, with an empty group
+    m = sum(sizes)
+    a, dy, b = _views(gen, m, k, n, dtype, layout)
+    offs = _offs(sizes)
+
+    out = grouped_gemm(a, b, offs, out_dtype=torch.float32, backend="torch")
+    dx = grouped_gemm_dgrad(dy, b, offs, out_dtype=torch.float32, backend="torch")
+    dw = grouped_gemm_wgrad(dy, a, offs, out_dtype=torch.float32, backend="torch")
+
+    assert out.shape == (m, n) and dx.shape == (m, k) and dw.shape == (5, n, k)
+    tol = _tol(dtype, torch.float32)
+    for g, (s, e) in enumerate(_bounds(sizes)):
+        a64, dy64, b64 = a[s:e].double(), dy[s:e].double(), b[g].double()
+        torch.testing.assert_close(out[s:e].double(), a64 @ b64.T, **tol)
+        torch.testing.assert_close(dx[s:e].double(), dy64 @ b64, **tol)
+        torch.testing.assert_close(dw[g].double(), dy64.T @ a64, **tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("k, n", [*SHAPES, *ONE_SIDE_UNALIGNED, (30, 15)])
+def test_layout_rule_never_hands_grouped_mm_what_it_refuses(k: int, n: int, dtype: torch.dtype):
+    """Whatever the backend judges ``torch._grouped_mm`` takes, it takes: the operands of all three
+    entry points exactly as the backend passes them (b transposed for fprop, dy.T for wgrad)."""
+    a, dy, b = _views(torch.Generator().manual_seed(1), 8, k, n, dtype, "contiguous")
+    offs = _offs([5, 0, 3, 0, 0])
+    passed = {"fprop": (a, b.transpose(1, 2)), "dgrad": (dy, b), "wgrad": (dy.T, a)}
+    for operands in passed.values():
+        if torch_backend._takes(*operands):
+            torch._grouped_mm(*operands, offs=offs)  # raises if the rule were wrong
+        else:
+            with pytest.raises(RuntimeError, match="16 bytes"):
+                torch._grouped_mm(*operands, offs=offs)
 
 
 @pytest.mark.parametrize("mode", ["exact", "fast"])

@@ -76,8 +76,8 @@ def extra_variants(registry, monkeypatch: pytest.MonkeyPatch):
         return f"N={problem.n} is not a multiple of 512" if problem.n % 512 else ""
 
     added = (
-        registry.Variant("narrow", ("fprop", "dgrad"), narrow, tile_mn=(128, 128)),
-        registry.Variant("picky", ("fprop", "wgrad"), narrow, refuses=n512),
+        registry.KernelVariant("narrow", ("fprop", "dgrad"), narrow, tile_mn=(128, 128)),
+        registry.KernelVariant("picky", ("fprop", "wgrad"), narrow, refuses=n512),
     )
     inplace = registry.variant("sm_90a", "inplace")
     monkeypatch.setitem(registry._VARIANTS, "sm_90a", (registry._VARIANTS["sm_90a"][0], inplace, *added))
@@ -411,3 +411,17 @@ def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(
         stores = int(re.search(r"(\d+) bytes spill stores", info.stderr).group(1))
         out_dtype = "float32" if "-float32_" in name else "bfloat16"
         assert stores <= SPILL_BYTES.get((arch, out_dtype), 0), f"{ptx.name}: {info.stderr[-600:]}"
+
+
+@needs_dsl
+def test_every_sm90_variant_gives_each_named_barrier_one_user(registry):
+    for v in registry._VARIANTS["sm_90a"]:
+        for op in v.ops:
+            kernel = v.kernel(registry.spec_for("sm_90a", op, torch.bfloat16, torch.bfloat16, v.name))
+            ids = list(kernel.named_barriers().values())
+            assert len(set(ids)) == len(ids) and 0 not in ids  # 0 is sync_threads'
+    in_place = registry.Sm90GroupedGemm(k_grouped=True, in_place=True)
+    assert in_place.named_barriers() == {"zeroing": 1}
+    in_place.tma_store = True  # what __init__ refuses: the staged epilogue would share barrier 1
+    with pytest.raises(ValueError, match="share an id"):
+        in_place.named_barriers()

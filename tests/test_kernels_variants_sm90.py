@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cutlass_kernels import tile_schedule
-from tests.test_kernels_schedule import _naive_tiles, _offs
+from tests.test_kernels_schedule import _naive_tiles, _offs, cta_tiles
 
 TILE_M, HALF_M = 128, 64
 
@@ -54,9 +54,7 @@ def test_cluster_pairs_cover_every_row_once_and_share_the_b_tile(seed: int):
     covered, idle, split = [], 0, 0
     for cluster in range(clusters):
         # the walk of a cluster: both CTAs decode the same (group, pair, N tile), hence the same B tile
-        for group, pair_row, end, n in tile_schedule.cta_tiles(
-            _offs(sizes), 2 * TILE_M, n_tiles, cluster, clusters
-        ):
+        for group, pair_row, end, n in cta_tiles(_offs(sizes), 2 * TILE_M, n_tiles, cluster, clusters):
             shares = [_cta_share(pair_row, end, rank) for rank in range(2)]
             covered += [(group, r, n) for row, row_end in shares for r in range(row, row_end)]
             idle += sum(row >= row_end for row, row_end in shares)
@@ -77,13 +75,13 @@ def test_cluster_pairs_of_the_k_grouped_walk_cover_every_output_row(rows_out: in
     # K-grouped: every group owns a whole grid of row pairs over its rows_out output rows of C
     groups, n_tiles = 3, 2
     pairs = tile_schedule.m_tiles(rows_out, 2 * TILE_M)
+    problem = tile_schedule.GroupedProblem(True, 2 * TILE_M, 256, tile_schedule.WGRAD_CHUNK)
+    shape = tile_schedule.WalkShape(pairs, n_tiles, 0, rows_out)
     covered = []
-    for tile in range(groups * pairs * n_tiles):
-        group, pair, n = tile_schedule.decode_k_grouped(tile, pairs, n_tiles)
-        first, end = group * rows_out + pair * 2 * TILE_M, (group + 1) * rows_out
+    for w in tile_schedule.walk(problem, [10, 10, 20], shape, 0, 1):
         for rank in range(2):
-            row, row_end = _cta_share(first, end, rank)
-            covered += [(group, r - group * rows_out, n) for r in range(row, row_end)]
+            row, row_end = _cta_share(w.row, w.row_end, rank)
+            covered += [(w.group, r - w.group * rows_out, w.n_tile) for r in range(row, row_end)]
     expected = [(g, r, n) for g in range(groups) for r in range(rows_out) for n in range(n_tiles)]
     assert sorted(covered) == sorted(expected)
 

@@ -6,7 +6,7 @@ Stages, bottom to top (a module may import its own stage and those below):
   2 pipeline.matrix, pipeline.model, pipeline.metrics
   3 pipeline.moe, pipeline.data
   4 pipeline.bench
-  5 pipeline.launch, pipeline.report
+  5 pipeline.launch, pipeline.estimate (the full-scale GPU path on fake tensors), pipeline.report
   6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
   7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli, every
     ``__main__`` module
@@ -37,6 +37,7 @@ STAGES = {
     "pipeline.data": 3,
     "pipeline.bench": 4,
     "pipeline.launch": 5,
+    "pipeline.estimate": 5,
     "pipeline.report": 5,
     "pipeline.status": 6,
     "pipeline.compose": 6,

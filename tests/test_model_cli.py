@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.model.cli import main
+from pipeline.model.reduced_order import PROFILE_SUMMARY
 
 ROOT = Path(__file__).parents[1]
 PUBLISHED_FILE = ROOT / "pipeline/model/published-inputs.json"
@@ -35,8 +36,9 @@ def test_module_prints_the_published_json_keys():
     assert result["inputs"] == json.loads(PUBLISHED_FILE.read_text())
     assert list(result["outputs"])[0] == "format" and list(result["outputs"])[-1] == "verdict"
     assert len(result["outputs"]) == 25
-    assert list(result["profile"]) == ["drop_vs_capacity", "waste_vs_capacity", "expert_loads"]
-    assert [len(v) for v in result["profile"].values()] == [48, 48, 40]
+    curves = ["drop_vs_capacity", "waste_vs_capacity", "expert_loads"]
+    assert list(result["profile"]) == [*curves, *PROFILE_SUMMARY]
+    assert [len(result["profile"][k]) for k in curves] == [48, 48, 40]
     # The published run's outputs in the published form (values within their published rounding).
     out, prof = result["outputs"], result["profile"]
     assert round(out["sparsity_percent"], 2) == 3.12
@@ -95,6 +97,17 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, named):
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0]
+
+
+def test_a_published_document_as_inputs_takes_overrides_and_refuses_stray_keys(capsys, tmp_path):
+    doc = _json(capsys, "--json")
+    path = tmp_path / "published.json"
+    path.write_text(json.dumps(doc))
+    assert _json(capsys, "--inputs", str(path), "top_k=4", "--json")["inputs"]["top_k"] == 4
+    path.write_text(json.dumps(doc | {"load_imbalance": 0.5}))
+    assert main(["--inputs", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "load_imbalance" in err[0]
 
 
 def test_inputs_file_must_hold_an_object(capsys, tmp_path):

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pipeline.model.normal_load import expected_empty, expected_overflow, quantile_midpoints
+from pipeline.model.normal_load import (
+    expected_empty,
+    expected_overflow,
+    hastings_quantile,
+    quantile_midpoints,
+)
 
 
 def _integrated(capacity: float, sigma: float) -> tuple[float, float]:
@@ -53,12 +59,27 @@ def test_zero_spread_is_the_deterministic_limit():
         assert expected_overflow(capacity, 0.0) == max(1 - capacity, 0)
         assert expected_empty(capacity, 0.0) == max(capacity - 1, 0)
         assert expected_overflow(capacity, 1e-9) == pytest.approx(max(1 - capacity, 0), abs=1e-9)
-    assert quantile_midpoints(0.0, 5) == [1.0] * 5
+    assert quantile_midpoints(0.0, 5, hastings_quantile) == [1.0] * 5
 
 
 def test_quantile_midpoints_match_scipy():
     sigma = 0.37
-    got = quantile_midpoints(sigma, 40)
+    got = quantile_midpoints(sigma, 40, NormalDist().inv_cdf)
     want = stats.norm(1.0, sigma).ppf((np.arange(40) + 0.5) / 40)
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert math.fsum(got) / 40 == pytest.approx(1.0, abs=1e-12)  # symmetric about the mean
+
+
+def test_hastings_quantile_is_the_approximation_within_its_bound():
+    """Abramowitz & Stegun 26.2.23: |error| < 4.5e-4 over (0, 1), symmetric, and not the exact
+    quantile (its error reaches 4.4e-4 near p = 0.0125, where the published largest load lies)."""
+    p = np.concatenate([np.linspace(1e-9, 1e-3, 200), np.linspace(1e-3, 1 - 1e-3, 4001)])
+    p = np.concatenate([p, 1 - p[:200]])
+    err = np.array([hastings_quantile(float(x)) for x in p]) - stats.norm.ppf(p)
+    assert np.abs(err).max() < 4.5e-4
+    assert np.abs(err).max() > 4.0e-4
+    for x in (0.0125, 0.2, 0.4):
+        assert hastings_quantile(1 - x) == pytest.approx(-hastings_quantile(x), abs=1e-12)
+    assert hastings_quantile(0.9875) - stats.norm.ppf(0.9875) == pytest.approx(4.43e-4, abs=1e-6)
+    with pytest.raises(ValueError, match="probability"):
+        hastings_quantile(1.0)

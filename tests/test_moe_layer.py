@@ -1,5 +1,8 @@
 """Both implementations, every pipeline, float32 and bfloat16, on 1, 2 and 4 gloo ranks (and no group),
 against the float64 token-repeat reference: outputs, input gradients, expert and shared gradients.
+The same checks on a table of shapes whose rows are not 16-byte aligned in a GEMM dimension (the
+layout ``torch._grouped_mm`` refuses, which the torch backend must route around in every GEMM of
+forward and backward), on 1 and 2 ranks.
 
 Tolerances (normwise relative error, u = unit roundoff of the layer dtype):
 - float32: 1e-5 (u = 6e-8, with headroom for reduction order).
@@ -18,9 +21,10 @@ import pytest
 import torch
 
 from tests.distributed import run_ranks
-from tests.moe_cases import ALL_CASES, Case, run_case
+from tests.moe_cases import ALL_CASES, DTYPES, UNALIGNED_CASES, Case, run_case
 
 WORLDS = (0, 1, 2, 4)
+UNALIGNED_WORLDS = (1, 2)
 TENSORS = ("y", "dx", "dw1", "dw2", "dshared_w1", "dshared_w2")
 
 
@@ -36,21 +40,47 @@ def results() -> dict[tuple[str, int], list[dict]]:
     return {("gloo", w): run_ranks(w, _all_cases, "cpu") for w in WORLDS}
 
 
+def _unaligned_cases(rank: int, world: int) -> dict[str, dict]:
+    return {c.name: run_case(rank, world, c) for c in UNALIGNED_CASES}
+
+
+@pytest.fixture(scope="module")
+def unaligned_results() -> dict[int, list[dict]]:
+    return {w: run_ranks(w, _unaligned_cases) for w in UNALIGNED_WORLDS}
+
+
 def tolerance(case: Case) -> float:
     if case.dtype == "float32":
         return 1e-5
     return 0.04 if case.precision == "mxfp8" else 2.0**-6
 
 
-@pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"ranks{w}" if w else "nogroup")
-@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
-def test_matches_float64_reference(results, world: int, case: Case) -> None:
-    ranks = results[("gloo", world)]
+def _check_against_reference(ranks: list[dict], case: Case) -> None:
     for name in TENSORS:
         assert any(res[case.name][name]["ref_norm"] > 0 for res in ranks), f"{name} is zero everywhere"
         for rank, res in enumerate(ranks):
             err = res[case.name][name]
             assert err["rel_fro"] <= tolerance(case), f"rank {rank} {name}: {err} > {tolerance(case)}"
+
+
+@pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"ranks{w}" if w else "nogroup")
+@pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
+def test_matches_float64_reference(results, world: int, case: Case) -> None:
+    _check_against_reference(results[("gloo", world)], case)
+
+
+@pytest.mark.parametrize("world", UNALIGNED_WORLDS, ids=lambda w: f"ranks{w}")
+@pytest.mark.parametrize("case", UNALIGNED_CASES, ids=lambda c: c.name)
+def test_unaligned_shapes_match_float64_reference(unaligned_results, world: int, case: Case) -> None:
+    _check_against_reference(unaligned_results[world], case)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unaligned_table_has_ten_shapes_per_dtype_and_implementation(dtype: str) -> None:
+    for implementation in ("mok", "dist-moe"):
+        cases = [c for c in UNALIGNED_CASES if (c.dtype, c.implementation) == (dtype, implementation)]
+        assert len({(c.d_model, c.d_ff) for c in cases}) >= 10
+        assert {c.scenario for c in cases} == {"plan", "ragged"}
 
 
 @pytest.mark.parametrize("world", (1, 2, 4))

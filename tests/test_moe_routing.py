@@ -92,3 +92,16 @@ def test_for_rank_range() -> None:
 def test_validate_routing_names_the_problem(idx, weight, message) -> None:
     with pytest.raises(ValueError, match=message):
         validate_routing(idx, weight, num_tokens=2, num_experts=8, top_k=2)
+
+
+@pytest.mark.parametrize(("world", "factor"), [(4, 2.0), (8, 7.5), (1, 1.0)])
+def test_what_one_rank_receives_is_what_the_sources_route_to_it(world: int, factor: float) -> None:
+    """``sent_to`` (what one destination receives, drawing that destination's permutations only) is
+    the count of each source's own routing to that destination's experts."""
+    plan = routing_plan(96, 48, 6, world, factor, seed=4)
+    local = plan.local_experts
+    for source in range(world):
+        idx, _ = plan.for_rank(source)
+        counts = torch.bincount(idx.flatten(), minlength=plan.num_experts).view(world, local)
+        for dest in range(world):
+            assert torch.equal(plan.sent_to(source, dest), counts[dest]), (source, dest)

@@ -6,7 +6,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.moe.swiglu import BLOCK_ELEMENTS, swiglu_backward, swiglu_backward_fused
+from pipeline.moe.swiglu import (
+    BLOCK_ELEMENTS,
+    FUSED_FORMS,
+    forced_form,
+    fused_form,
+    swiglu_backward,
+    swiglu_backward_blocked,
+    swiglu_backward_fused,
+    swiglu_backward_whole,
+)
 
 TOLERANCE = {torch.float64: 2e-6, torch.float32: 2e-6, torch.bfloat16: 1e-2}  # float32 arithmetic
 
@@ -20,7 +29,7 @@ def _reference(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return h64.grad, a.detach()
 
 
-@pytest.mark.parametrize("backward", [swiglu_backward, swiglu_backward_fused])
+@pytest.mark.parametrize("backward", [swiglu_backward, swiglu_backward_blocked, swiglu_backward_whole])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
     ("rows", "f"),
@@ -69,3 +78,33 @@ def test_dist_moe_fuses_and_mok_does_not() -> None:
     common = {"d_model": 32, "d_ff": 32, "num_experts": 4, "top_k": 2, "precision": "bf16"}
     assert MoEConfig(**common, implementation="dist-moe", pipeline="bf16").fused_swiglu_backward
     assert not MoEConfig(**common, implementation="mok", pipeline="native").fused_swiglu_backward
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_two_fused_forms_agree_bit_for_bit(dtype: torch.dtype) -> None:
+    """The GPU's whole-tensor form computes what the CPU's blocked pass does, element for element."""
+    gen = torch.Generator().manual_seed(9)
+    rows = 2 * BLOCK_ELEMENTS // 96 + 7  # blocks and a ragged last one
+    h, da = (
+        (3 * torch.randn(rows, 192, generator=gen)).to(dtype),
+        torch.randn(rows, 96, generator=gen).to(dtype),
+    )
+    for whole, blocked in zip(swiglu_backward_whole(da, h), swiglu_backward_blocked(da, h), strict=True):
+        assert torch.equal(whole, blocked)
+
+
+def test_each_device_has_its_form_and_a_form_can_be_forced() -> None:
+    assert fused_form(torch.device("cpu")) == "blocked"
+    assert fused_form(torch.device("cuda", 0)) == "whole-tensor"  # a GPU's: one call, no Python loop
+    with forced_form("whole-tensor"):
+        assert fused_form(torch.device("cpu")) == "whole-tensor"
+        gen = torch.Generator().manual_seed(2)
+        h, da = torch.randn(30, 64, generator=gen), torch.randn(30, 32, generator=gen)
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(swiglu_backward_fused(da, h), swiglu_backward_whole(da, h), strict=True)
+        )
+    assert fused_form(torch.device("cpu")) == "blocked"
+    with pytest.raises(ValueError, match=f"form 'loop'; allowed: {', '.join(FUSED_FORMS)}"):
+        with forced_form("loop"):
+            pass

@@ -6,7 +6,7 @@ from pipeline.bench.graphs import capture
 from pipeline.bench.timing import Clock, time_windows
 from pipeline.bench.work import build_work
 from pipeline.matrix import VARIANT_BY_NAME, WORKLOAD_BY_NAME, Execution
-from pipeline.matrix.scale import Scale, shape_for
+from pipeline.matrix.scale import Scale, TimingPlan, shape_for
 
 ONE_RANK_CI = Scale("ci", 16, 64, 48, 384, 6, 1, 1, "float32", 0, 1, 1)
 
@@ -27,7 +27,7 @@ def test_packing_iteration_order():
 
     for i, layer in enumerate(work.stack.layers):
         layer.register_forward_hook(watch(i))
-    time_windows(work.forward, work.backward, Clock(torch.device("cpu")), warmup=0, windows=1, iterations=1)
+    time_windows(work.steps(), Clock(torch.device("cpu")), TimingPlan(warmup=0, windows=1, iterations=1))
 
     forwards = [("forward", i) for i in range(10)]
     backwards = [("backward", i) for i in reversed(range(10))]
@@ -37,7 +37,7 @@ def test_packing_iteration_order():
     assert all(p.grad is None for p in work.stack.parameters())
     log.clear()
     # NVLink sampling repeats the timed steps' whole iterations, in the same order
-    capture(work.forward, work.backward, torch.device("cpu"), warmup=0).iteration()
+    capture(work.steps(), torch.device("cpu"), warmup=0).iteration()
     assert log == forwards + backwards
 
 

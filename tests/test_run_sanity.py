@@ -80,18 +80,18 @@ def test_a_correct_execution_records_and_publishes_its_verdict(tmp_path):
     done = execution(dataset, "training-ep32-f1536", "dist-moe-fp8-dispatch")
     assert done.returncode == 0, done.stderr[-3000:]
     (path,) = Dataset(dataset).shard_dir("training-ep32-f1536-mxfp8-dist-moe-fp8-dispatch").iterdir()
-    verdict = read_shard(path).meta["sanity"]
-    assert verdict["passed"] is True and set(verdict["errors"]) == {"y", "dx", "dw1", "dw2"}
+    verdict = read_shard(path).meta.sanity
+    assert verdict.passed is True and set(verdict.errors) == {"y", "dx", "dw1", "dw2"}
     activations = sanity.SLICE_TOKENS * 6 * 32  # top-6, d_ff 1536 / 48 at scale=ci
-    assert verdict["tolerance"] == sanity.tolerance(torch.float32, "mxfp8", activations)
-    assert 0 < verdict["max_error"] <= verdict["tolerance"] < 1e-2
+    assert verdict.tolerance == sanity.tolerance(torch.float32, "mxfp8", activations)
+    assert 0 < verdict.max_error <= verdict.tolerance < 1e-2
     published = run("pipeline.aggregate", str(dataset))
     assert published.returncode == 0, published.stderr[-3000:]
     with open(dataset / "mok-comparison.csv") as f:
         (row,) = list(csv.DictReader(f))
     assert row["sanityPassed"] == "true"
-    assert float(row["sanityTolerance"]) == pytest.approx(verdict["tolerance"], rel=1e-3)
-    assert float(row["sanityMaxError"]) == pytest.approx(verdict["max_error"], rel=1e-3)
+    assert float(row["sanityTolerance"]) == pytest.approx(verdict.tolerance, rel=1e-3)
+    assert float(row["sanityMaxError"]) == pytest.approx(verdict.max_error, rel=1e-3)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "mxfp8"])

@@ -72,21 +72,24 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
         phases = (
             ["forward", "backward", "combined"] if workload.kind == "packing" else ["forward", "combined"]
         )
-        shape = meta["shape"]
+        shape, plan = meta["shape"], meta["timing"]["plan"]
         assert (meta["schema_version"], meta["execution_id"], meta["attempt"]) == (
             SCHEMA_VERSION,
             execution_id,
             1,
         )
-        assert (shape["ranks"], shape["ep"], shape["windows"], shape["min_window_ms"]) == (
+        assert (shape["ranks"], shape["ep"], plan["windows"], plan["min_window_ms"]) == (
             2,
             workload.ep,
             5,
             20,
         )
         # iterations per window: the scale's 2, or more until a combined window lasts 20 ms
-        iterations = shape["iterations"]
-        assert iterations >= 2 and meta["config"]["scale"]["iterations"] == 2
+        iterations = plan["iterations"]
+        assert (
+            iterations >= 2
+            and meta["timing"]["requested"]["iterations"] == 2 == meta["config"]["scale"]["iterations"]
+        )
         keys = sorted((r["rank"], r["phase"], r["window"]) for r in rows)
         assert keys == sorted((k, p, w) for k in range(2) for p in phases for w in range(5))
         assert {(r["execution_id"], r["attempt"], r["ranks"], r["iterations"]) for r in rows} == {
@@ -108,7 +111,10 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
         assert meta["nvlink"]["tx_bytes_per_s"] is None and "no CUDA device" in meta["nvlink"]["reason"]
         assert meta["memory"]["peak_rss_bytes"] > 0 and meta["memory"]["peak_allocated_bytes"] is None
         provenance = meta["provenance"]
-        assert provenance["launcher"] == "local" and provenance["versions"]["torch"]
+        assert (provenance["backend"], provenance["collective"]) == ("local", "gloo") and provenance[
+            "versions"
+        ]["torch"]
+        assert meta["kernels"]["gemm"] == "torch" and meta["contention"]["runnable_per_core"] > 0
         assert re.fullmatch(r"[0-9a-f]{40}", provenance["git_sha"]) and len(provenance["hosts"]) == 1
         assert provenance["job_ids"] == [rows[0]["job_id"]]
         # the progress line: id, the slowest-rank median iteration time, the shard

@@ -97,7 +97,9 @@ def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
                 ]
                 launcher, config = composed(*overrides, f"dataset_dir={tmp_path}")
                 jobs.append((overrides, config))
-    arrays = sorted({job.job_id.split("_")[0] for job in submit_arrays(plan(jobs), launcher)}, key=int)
+    arrays = sorted(
+        {job.job_id.split("_")[0] for job in submit_arrays(plan(jobs, launcher), launcher)}, key=int
+    )
     try:
         listing = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i %D"]
         tasks = subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split()

@@ -1,23 +1,27 @@
 """Join the execution's ``torch.distributed`` group from submitit's job environment.
 
-One process per rank: NCCL with one GPU each when the execution runs on CUDA, gloo on CPUs. The
-rendezvous address is the job's first host; the port is derived from the job id, so every task of a
-job (on any node) computes the same one without talking to the others first.
+One process per rank: NCCL with one GPU each when the execution runs on CUDA, gloo on CPUs. Rank 0
+opens the group's store on a port the system picks (so two jobs on one host never ask for the same
+one) and writes its address into the attempt's log folder, which every task of a submitit job shares
+(on any node); the other ranks read it there and connect.
 """
 
 from __future__ import annotations
 
 import os
-import zlib
+import time
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import submitit
 import torch
 import torch.distributed as dist
 
+from pipeline.data.atomic import atomic_write
+
 DEVICES = ("auto", "cpu", "cuda")
-PORT_BASE, PORT_SPAN = 20000, 20000
+POLL_S = 0.05  # how often a rank looks for rank 0's address
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Context:
     device: torch.device
     job_id: str
     hostname: str
+    collective: str  # the process group's backend: nccl on GPUs, gloo on CPUs
 
 
 def resolve_device(preference: str) -> str:
@@ -43,12 +48,10 @@ def resolve_device(preference: str) -> str:
     return preference
 
 
-def rendezvous_port(job_id: str) -> int:
-    return PORT_BASE + zlib.crc32(job_id.encode()) % PORT_SPAN
-
-
-def init(device: str, timeout_s: float) -> Context:
-    """Initialize the default process group of this job's tasks and pick this rank's device."""
+def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
+    """Initialize the default process group of this job's tasks and pick this rank's device;
+    ``folder`` (the attempt's log folder) is where rank 0 leaves the group's address, named by the
+    job and the ``attempt`` (a requeued job keeps its id and its folder, not its attempt)."""
     env = submitit.JobEnvironment()
     kind = resolve_device(device)
     if kind == "cuda":
@@ -58,10 +61,11 @@ def init(device: str, timeout_s: float) -> Context:
         target = torch.device("cpu")
         # Ranks sharing a node split its cores; oversubscribed threads would dominate the timings.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // (env.num_tasks // env.num_nodes)))
-    host = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
+    collective = "nccl" if kind == "cuda" else "gloo"
+    store = _store(env, folder / f".rendezvous-{env.job_id}-{attempt}", timeout_s)
     dist.init_process_group(
-        backend="nccl" if kind == "cuda" else "gloo",
-        init_method=f"tcp://{host}:{rendezvous_port(env.job_id)}",
+        backend=collective,
+        store=store,
         rank=env.global_rank,
         world_size=env.num_tasks,
         timeout=timedelta(seconds=timeout_s),
@@ -73,7 +77,28 @@ def init(device: str, timeout_s: float) -> Context:
         device=target,
         job_id=env.job_id,
         hostname=env.hostnames[env.node],  # the scheduler's node name: nodes may share a machine
+        collective=collective,
     )
+
+
+def _store(env: submitit.JobEnvironment, address: Path, timeout_s: float) -> dist.TCPStore:
+    """The group's store: rank 0 serves it on a free port and writes ``host:port`` to ``address``;
+    every other rank waits for that file (up to ``timeout_s``) and connects."""
+    timeout = timedelta(seconds=timeout_s)
+    if env.global_rank == 0:
+        host = "127.0.0.1" if env.num_nodes == 1 else env.hostnames[0]
+        store = dist.TCPStore(host, 0, env.num_tasks, True, timeout=timeout, wait_for_workers=False)
+        atomic_write(address, f"{host}:{store.port}")
+        return store
+    deadline = time.monotonic() + timeout_s
+    while not address.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"rank 0 of job {env.job_id} left no address in {address} within {timeout_s:g} s"
+            )
+        time.sleep(POLL_S)
+    host, port = address.read_text().rsplit(":", 1)
+    return dist.TCPStore(host, int(port), env.num_tasks, False, timeout=timeout)
 
 
 def close() -> None:

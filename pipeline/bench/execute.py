@@ -10,8 +10,9 @@ import numpy as np
 import torch.distributed as dist
 
 from pipeline import REPO_ROOT
-from pipeline.bench import distributed, graphs, nvlink, sanity
+from pipeline.bench import contention, distributed, graphs, nvlink, sanity
 from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
+from pipeline.bench.kernels import kernels
 from pipeline.bench.spec import JobSpec
 from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import build_work
@@ -40,6 +41,7 @@ class RankResult:
 
     windows: RankWindows
     host: str
+    runnable_per_core: float | None
     saved_state: list[SavedState]
     nvlink: NVLink
     peak_allocated_bytes: int | None
@@ -48,7 +50,7 @@ class RankResult:
 
 def run_execution(spec: JobSpec) -> Summary | None:
     """Body of each task of the job. Returns rank 0's summary, else None."""
-    ctx = distributed.init(spec.device, GROUP_TIMEOUT_S)
+    ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
     execution_id, dataset, shape = spec.execution_id, spec.dataset, spec.shape
     try:
         if ctx.world_size != shape.ranks:
@@ -61,13 +63,17 @@ def run_execution(spec: JobSpec) -> Summary | None:
         clock = Clock(ctx.device)
         steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
         plan = calibrated(spec.timing, steps, clock)
-        times = time_windows(steps, clock, plan)
+        with contention.sampled() as host:
+            times = time_windows(steps, clock, plan)
         ended_at = ledger.now()
+        combined_ms = float(np.median(times["combined"])) / plan.iterations
+        repetitions = nvlink.repetitions(combined_ms, NVLINK_SAMPLE_S, ctx.device)
         mine = RankResult(
             windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
             host=ctx.hostname,
+            runnable_per_core=host.per_core(),
             saved_state=work.saved_state(),
-            nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, NVLINK_SAMPLE_S),
+            nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
             peak_allocated_bytes=peak_allocated_bytes(ctx.device),
             peak_rss_bytes=peak_rss_bytes(),
         )
@@ -84,21 +90,26 @@ def run_execution(spec: JobSpec) -> Summary | None:
                 job_id=ctx.job_id,
                 config=spec.config,
                 shape=shape,
-                plan=plan,
                 provenance=Provenance(
                     git_sha=git_sha(REPO_ROOT),
                     hosts=tuple(sorted({r.host for r in ranks})),
                     job_ids=tuple(sorted({r.windows.job_id for r in ranks})),
-                    launcher=spec.backend,
+                    backend=spec.backend,
                     cluster=spec.cluster,
+                    collective=ctx.collective,
                     versions=versions(ctx.device),
                 ),
                 started_at=started_at,
                 ended_at=ended_at,
-                timing=Timing(clock.name, steps.graphs, steps.reason),
+                timing=Timing(clock.name, steps.graphs, steps.reason, requested=spec.timing, plan=plan),
+                kernels=kernels(work.config, ctx.device, work.grads is not None),
+                contention=contention.contention(
+                    [r.runnable_per_core for r in ranks], ctx.world_size // len({r.host for r in ranks})
+                ),
                 memory=Memory(
                     peak_allocated_bytes=_max(r.peak_allocated_bytes for r in ranks),
                     peak_rss_bytes=_max(r.peak_rss_bytes for r in ranks),
+                    emulation=work.emulation_copies(),
                 ),
                 nvlink=nvlink.averaged([r.nvlink for r in ranks]),
                 saved_state=layer_states(shape.layer_loads, ranks[0].saved_state),

@@ -1,13 +1,16 @@
 """NVLink TX/RX byte rates of this rank's GPU through NVML's GPM metrics, sampled while the workload
 repeats for at least a given time (a diagnostic pass, separate from timing).
 
-The workload holds collectives, so every rank must repeat it the same number of times: the ranks agree
-after each repetition whether all of them have run long enough, and they all run the loop whatever
-NVML could or could not read on their own GPU.
+The workload holds collectives, so every rank must repeat it the same number of times: the ranks
+agree on that count once, before the loop (from the iteration time the timing windows measured,
+the largest any rank needs), so the repetitions run back to back with no collective or host
+synchronization of their own between them; and every rank runs them whatever NVML could or could not
+read on its own GPU.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -20,23 +23,28 @@ from pipeline.data.meta import NVLink
 MIB = 1024 * 1024
 
 
-def repeat_for(work: Callable[[], None], min_seconds: float, device: torch.device) -> float:
-    """Repeat ``work`` on every rank until all ranks have run it for ``min_seconds``; seconds taken."""
+def repetitions(iteration_ms: float, min_seconds: float, device: torch.device) -> int:
+    """How many repetitions of an iteration of ``iteration_ms`` last ``min_seconds`` on the slowest
+    rank: one collective, before any repetition."""
+    count = torch.tensor([math.ceil(min_seconds * 1e3 / max(iteration_ms, 1e-3))], device=device)
+    if dist.is_initialized():
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
+def repeat(work: Callable[[], None], times: int, device: torch.device) -> float:
+    """Run ``work`` ``times`` times back to back; the seconds until the device has finished them."""
     started = time.perf_counter()
-    while True:
+    for _ in range(times):
         work()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        enough = torch.tensor([int(time.perf_counter() - started >= min_seconds)], device=device)
-        if dist.is_initialized():
-            dist.all_reduce(enough, op=dist.ReduceOp.MIN)
-        if enough.item():
-            return time.perf_counter() - started
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - started
 
 
-def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: float) -> NVLink:
-    """This GPU's NVLink byte rates over at least ``min_seconds`` of ``work``; null rates with the
-    reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
+def nvlink_rates(device: torch.device, work: Callable[[], None], times: int) -> NVLink:
+    """This GPU's NVLink byte rates over ``times`` repetitions of ``work`` (:func:`repetitions`); null
+    rates with the reason wherever the counters cannot be read (no GPU, no NVML, no GPM support)."""
     if device.type != "cuda":  # the same on every rank of an execution: no loop to keep in step
         return unread("no CUDA device: NVLink counters need a GPU")
     try:
@@ -49,10 +57,10 @@ def nvlink_rates(device: torch.device, work: Callable[[], None], min_seconds: fl
         samples = (pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc())
         pynvml.nvmlGpmSampleGet(handle, samples[0])
     except Exception as err:  # NVML raises its own error types for every unsupported case
-        repeat_for(work, min_seconds, device)
+        repeat(work, times, device)
         return unread(f"{type(err).__name__}: {err}")
     try:
-        seconds = repeat_for(work, min_seconds, device)
+        seconds = repeat(work, times, device)
         pynvml.nvmlGpmSampleGet(handle, samples[1])
         query = pynvml.c_nvmlGpmMetricsGet_t()
         query.version = pynvml.NVML_GPM_METRICS_GET_VERSION

@@ -2,8 +2,8 @@
 
 Inference is one layer forward (no autograd), training one layer forward + backward, packing ten
 independent layers: all ten forwards, then the ten backwards in reverse order (``build_stack``).
-Weights (identical on every rank), inputs and routing plans are seeded, so every attempt of an
-execution runs the same numbers.
+Weights (each rank draws its own experts, the same values for an expert at every EP size), inputs
+and routing plans are seeded, so every attempt of an execution runs the same numbers.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from pipeline.bench.steps import Steps
-from pipeline.data.meta import Policy, SavedState
+from pipeline.data.meta import EmulationCopies, Policy, SavedState
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
@@ -81,6 +81,22 @@ class Work:
         """The eager steps of this work."""
         return Steps(self.forward, self.backward if self.grads is not None else None)
 
+    @property
+    def config(self) -> MoEConfig:
+        """The config every layer of the stack shares."""
+        return self.stack.layers[0].cfg
+
+    def emulation_copies(self) -> EmulationCopies:
+        """Bytes only these layers hold (after a forward): the dequantized MXFP8 weight values kept
+        beside the quantized weights, and, with a backward, the dispatched rows each layer's routed
+        GEMMs save for it (the last forward's routed rows x D)."""
+        values = sum(layer.mx_value_bytes() for layer in self.stack.layers)
+        rows = 0
+        if self.grads is not None:
+            element = torch.empty((), dtype=self.config.dtype).element_size()
+            rows = sum(s.routed_rows for s in self.stack.saved_state) * self.config.d_model * element
+        return EmulationCopies(mx_weight_values=values, saved_dispatched_rows=rows)
+
     def policy(self) -> Policy:
         """The stack's allocation policy at the nominal T (what its budgets are sized for)."""
         layer = self.stack.layers[0]
@@ -99,15 +115,17 @@ def build_work(execution: Execution, shape: Shape, rank: int, device: torch.devi
     cfg = layer_config(execution, shape)
     plans = routing_plans(shape, seed)
     training = has_backward(execution.workload.kind)
-    # Building a layer prepares its quantized weights, and the stack its policy's buffers, so they
-    # exist before any timing.
-    weights = [ExpertWeights.random(cfg, seed * 1000 + layer, device) for layer in range(len(plans))]
+    # This rank's experts only, drawn on the device (every EP size draws the same values for an
+    # expert). Building a layer prepares its quantized weights, and the stack its policy's buffers,
+    # so they exist before any timing.
+    weights = [
+        ExpertWeights.local(cfg, rank, shape.ranks, seed, device, layer) for layer in range(len(plans))
+    ]
     stack = build_stack(cfg, weights, backward=training)
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + rank)
+    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + rank)
 
     def tensor(tokens: int) -> torch.Tensor:
-        t = torch.randn(tokens, shape.d_model, generator=gen)
-        return t.to(device=device, dtype=cfg.dtype)
+        return torch.randn(tokens, shape.d_model, generator=gen, device=device).to(cfg.dtype)
 
     xs = [tensor(tokens).requires_grad_(training) for tokens in shape.layer_tokens]
     routes = [(idx.to(device), weight.to(device)) for idx, weight in (p.for_rank(rank) for p in plans)]

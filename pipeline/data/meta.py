@@ -4,13 +4,12 @@ The job builds an :class:`ExecutionMeta` and writes ``to_json()``; a reader gets
 ``ExecutionMeta.from_json``, which checks every field against its annotation and then the records'
 own rules (:mod:`pipeline.data.codec`), so a shard's metadata is valid exactly when it constructs.
 The report reads it by attribute. ``docs/dataset.md`` lists every field; the JSON keys are the field
-names, with one exception kept from schema 2: the scale's timing request and the timing that ran
-(:class:`~pipeline.matrix.scale.TimingPlan`) are written inside the ``shape`` object.
+names.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pipeline.bounds import at_least
@@ -139,24 +138,72 @@ class Versions:
 
 @dataclass(frozen=True)
 class Provenance:
-    """Where and with what the execution ran: ``launcher`` is the backend (local or slurm) and
-    ``cluster`` the cluster preset (``local`` with the local backend)."""
+    """Where and with what the execution ran: the launch ``backend`` (local or slurm), the ``cluster``
+    preset (``local`` with the local backend) and the process group's ``collective`` (nccl or gloo)."""
 
     git_sha: str | None
     hosts: tuple[str, ...]
     job_ids: tuple[str, ...]
-    launcher: str
+    backend: str
     cluster: str
+    collective: str
     versions: Versions
 
 
 @dataclass(frozen=True)
 class Timing:
-    """How the windows were timed: the clock, and CUDA graphs or why not."""
+    """How the windows were timed: the clock, CUDA graphs or why not, the timing the scale asked
+    for (``requested``) and the one that ran (``plan``: calibrated iterations and windows)."""
 
     clock: str
     cuda_graphs: bool
     cuda_graphs_reason: str | None
+    requested: TimingPlan
+    plan: TimingPlan
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """What computed the layers: the grouped-GEMM backend (``torch``, ``cute-sm90``, ``cute-sm100``),
+    how MXFP8 products were formed (None for BF16 layers) and the SwiGLU backward's form (None where
+    the kind has no backward)."""
+
+    gemm: str
+    mxfp8: str | None
+    swiglu_backward: str | None
+
+
+@dataclass(frozen=True)
+class Contention:
+    """How crowded the host was during the timing windows (:mod:`pipeline.bench.contention`): the
+    cores a rank could run on, ranks per host, the median runnable processes per core of the most
+    crowded rank (None where unknown) and whether that was oversubscribed."""
+
+    cores: int
+    ranks_per_host: int
+    runnable_per_core: float | None
+    oversubscribed: bool | None
+
+    def __post_init__(self) -> None:
+        at_least(self, 1, "cores", "ranks_per_host")
+        at_least(self, 0, "runnable_per_core")
+
+
+@dataclass(frozen=True)
+class EmulationCopies:
+    """Bytes the tracked rank held that only this project's layers keep (within the peak): the
+    dequantized copies of MXFP8 weights kept beside them, and the dispatched rows every routed GEMM
+    saves for its backward outside the policy's budget, at most all layers' at once."""
+
+    mx_weight_values: int
+    saved_dispatched_rows: int
+
+    def __post_init__(self) -> None:
+        at_least(self, 0, "mx_weight_values", "saved_dispatched_rows")
+
+    @property
+    def total(self) -> int:
+        return self.mx_weight_values + self.saved_dispatched_rows
 
 
 @dataclass(frozen=True)
@@ -165,6 +212,7 @@ class Memory:
 
     peak_allocated_bytes: int | None
     peak_rss_bytes: int | None
+    emulation: EmulationCopies
 
     def __post_init__(self) -> None:
         at_least(self, 0, "peak_allocated_bytes", "peak_rss_bytes")
@@ -187,7 +235,7 @@ class NVLink:
 class ExecutionMeta:
     """Everything a shard says about its execution attempt besides its window rows."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
 
     schema_version: int
     execution_id: str
@@ -196,11 +244,12 @@ class ExecutionMeta:
     job_id: str
     config: dict[str, Any]  # the resolved Hydra config of the execution, as composed (free-form)
     shape: Shape
-    plan: TimingPlan  # the timing that ran (written inside ``shape``)
     provenance: Provenance
     started_at: str
     ended_at: str
     timing: Timing
+    kernels: Kernels
+    contention: Contention
     memory: Memory
     nvlink: NVLink
     saved_state: tuple[LayerState, ...]
@@ -219,30 +268,18 @@ class ExecutionMeta:
             raise MetaError(f"saved_state has {len(self.saved_state)} layers, shape.layer_loads {layers}")
 
     def to_json(self) -> dict[str, object]:
-        """The JSON object the shard stores (tuples as lists; the timing plan inside ``shape``)."""
-        out = encode(self)
-        out["shape"] |= out.pop("plan")
-        return dict(out)
+        """The JSON object the shard stores."""
+        out: dict[str, object] = encode(self)
+        return out
 
     @classmethod
     def from_json(cls, data: object) -> ExecutionMeta:
         """The metadata a shard stores, checked field by field; a :class:`MetaError` names the first
         field that is missing, of the wrong type or out of bounds."""
-        if not isinstance(data, dict):
-            raise MetaError("metadata is not a JSON object")
-        version = data.get("schema_version")
+        version = data.get("schema_version") if isinstance(data, dict) else None
         if version != cls.VERSION:
             raise MetaError(f"unknown schema_version {version!r}; this reader reads {cls.VERSION}")
-        shape = data.get("shape")
-        if not isinstance(shape, dict):
-            raise MetaError("metadata has no 'shape' object")
-        plan_keys = {f.name for f in fields(TimingPlan)}
-        split = {
-            **data,
-            "shape": {k: v for k, v in shape.items() if k not in plan_keys},
-            "plan": {k: v for k, v in shape.items() if k in plan_keys},
-        }
         try:
-            return decode(cls, split)
+            return decode(cls, data)
         except RecordError as err:
             raise MetaError(f"metadata {err}") from None

@@ -166,7 +166,7 @@ def _check_names(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> No
             raise ShardError(path, f"file name says {key}={named[key]!r} but the shard says {rows!r}")
     # d_ff differs at reduced scales: rows name the nominal one
     for key, said in (
-        ("iterations", meta.plan.iterations),
+        ("iterations", meta.timing.plan.iterations),
         ("ranks", meta.shape.ranks),
         ("ep", meta.shape.ep),
     ):
@@ -179,7 +179,7 @@ def _check_names(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> No
 def _check_complete(
     path: Path, meta: ExecutionMeta, kind: str, phase: np.ndarray, rank: np.ndarray, window: np.ndarray
 ) -> None:
-    ranks, windows = meta.shape.ranks, meta.plan.windows
+    ranks, windows = meta.shape.ranks, meta.timing.plan.windows
     if rank.min() < 0 or rank.max() >= ranks or window.min() < 0 or window.max() >= windows:
         raise ShardError(path, f"rank or window outside the declared {ranks} ranks x {windows} windows")
     present = sorted({PHASES[i] for i in np.unique(phase)})

@@ -24,7 +24,7 @@ from pipeline.data.codec import RecordError, decode, encode
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
 LOCAL_CLUSTER = "local"
 # What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
-PRESET_KEYS = ("name", "ranks_per_node", "gpus")
+PRESET_KEYS = ("name", "ranks_per_node", "gpus", "gpu_memory_gb", "arch")
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Command line of the reduced-order model: inputs from a JSON file and/or key=value arguments.
 
-Without ``--inputs`` the published run's inputs are the starting point. Bad input is one line on
-stderr and exit status 2.
+The file holds the inputs object or a whole published document (its ``inputs`` are taken). Without
+``--inputs`` the published run's inputs are the starting point. Bad input is one line on stderr and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.model.reduced_order import run
+from pipeline.model.reduced_order import document_inputs, run
 
 PUBLISHED_INPUTS = Path(__file__).with_name("published-inputs.json")
 
@@ -95,7 +96,8 @@ def parser() -> argparse.ArgumentParser:
         "--inputs",
         type=Path,
         metavar="FILE",
-        help="JSON object of inputs (default: the published run's inputs)",
+        help="JSON object of inputs, or a published document {inputs, outputs, profile} "
+        "(default: the published run's inputs)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object {inputs, outputs, profile}")
     p.add_argument("--plot", type=Path, metavar="DIR", help="write the profile curves as PNG files to DIR")
@@ -105,7 +107,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        values = load_inputs(args.inputs or PUBLISHED_INPUTS) | parse_assignments(args.assignments)
+        given = document_inputs(load_inputs(args.inputs or PUBLISHED_INPUTS))
+        values = dict(given) | parse_assignments(args.assignments)
         result = run(values)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -17,9 +17,14 @@ Semantics (each output follows one stated rule):
   (``expert compute`` or ``all-to-all``).
 - sparsity_percent is the published active share of the experts, top_k / num_experts.
 
-The published document's forms: profile curves are ``[capacity_factor, percent]`` pairs, expert loads
-run from the most to the least loaded expert, and the verdict is a class (``<load>-<efficiency>``,
-e.g. ``balanced-efficient``) followed by its explanation.
+The published document's forms: ``format`` describes the run (``T=32768 E64 top-2 d4096 ff14336 bf16
+EP8``); profile curves are ``[capacity_factor, percent]`` pairs, expert loads run from the most to the
+least loaded expert (quantiles by the approximation the published run used,
+:func:`~pipeline.model.normal_load.hastings_quantile`), and the profile repeats the summary a plot of
+it needs; the verdict is a class (``<load>-<efficiency>``, e.g. ``balanced-efficient``) followed by
+its explanation. Numbers are printed at the published precision where it is known (``PRINTED``):
+whole dropped tokens (2228), percentages to two decimals (sparsity 3.12), loads to four (1.6726);
+the others unrounded. :func:`evaluate` gives the unrounded values.
 """
 
 from __future__ import annotations
@@ -28,9 +33,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 
 from pipeline.model.checks import experts_layout, integer, real
-from pipeline.model.normal_load import expected_empty, expected_overflow, quantile_midpoints
+from pipeline.model.normal_load import (
+    expected_empty,
+    expected_overflow,
+    hastings_quantile,
+    quantile_midpoints,
+)
 
-FORMAT = "moe-reduced-order-model/1"
 CURVE_POINTS = 48
 CURVE_CAPACITY_RANGE = (0.5, 4.0)
 LOAD_QUANTILES = 40
@@ -44,6 +53,33 @@ WASTE_WARN_PERCENT = 20.0
 COMM_WARN_PERCENT = 50.0
 BALANCED_DROP_PERCENT = 5.0
 EFFICIENT_MFU_PERCENT = 50.0
+# The element type named in ``format`` by its bytes (the published run: 2.0, "bf16").
+ELEMENT_NAMES = {4.0: "fp32", 2.0: "bf16", 1.0: "fp8", 0.5: "fp4"}
+# Decimals of the published document's numbers where its precision is known; others stay unrounded.
+PRINTED = {
+    "dropped_tokens": 0,
+    "drop_percent": 2,
+    "padding_waste_percent": 2,
+    "slot_utilization_percent": 2,
+    "sparsity_percent": 2,
+    "comm_fraction_percent": 2,
+    "mfu_percent": 2,
+}
+LOAD_DECIMALS = 4
+DOCUMENT_KEYS = ("inputs", "outputs", "profile", "model")
+# The summary the published profile carries beside its curves, in its order (capacity_norm: the
+# capacity on the loads' scale, in units of the mean load).
+PROFILE_SUMMARY = (
+    "capacity_norm",
+    "num_experts",
+    "top_k",
+    "sparsity_percent",
+    "compute_savings_x",
+    "drop_percent",
+    "padding_waste_percent",
+    "comm_fraction_percent",
+    "capacity_factor",
+)
 
 
 @dataclass(frozen=True)
@@ -94,6 +130,15 @@ class ModelInputs:
         return asdict(self)
 
 
+def describe(m: ModelInputs) -> str:
+    """The run in one line, as the published ``format``: ``T=32768 E64 top-2 d4096 ff14336 bf16 EP8``."""
+    element = ELEMENT_NAMES.get(m.elem_bytes, f"{m.elem_bytes:g}B")
+    return (
+        f"T={m.batch_size * m.seq_length} E{m.num_experts} top-{m.top_k} d{m.d_model} ff{m.d_ff} "
+        f"{element} EP{m.expert_parallel}"
+    )
+
+
 def verdict_class(bottleneck: str, mfu: float, drop: float) -> str:
     """``<load>-<efficiency>``: balanced | imbalanced, then efficient | compute-bound | comm-bound."""
     load = "balanced" if drop <= BALANCED_DROP_PERCENT else "imbalanced"
@@ -119,7 +164,7 @@ def _verdict(bottleneck: str, mfu: float, drop: float, waste: float, comm: float
 
 
 def evaluate(m: ModelInputs) -> dict[str, object]:
-    """The published outputs, in the published order."""
+    """The published outputs in the published order, unrounded."""
     tokens = m.batch_size * m.seq_length
     routed = tokens * m.top_k
     mean_load = routed / m.num_experts
@@ -141,7 +186,7 @@ def evaluate(m: ModelInputs) -> dict[str, object]:
     bottleneck = BOTTLENECK_COMPUTE if compute_ms >= all2all_ms else BOTTLENECK_ALL2ALL
     mfu = 100.0 * achieved / m.compute_tops
     return {
-        "format": FORMAT,
+        "format": describe(m),
         "tokens": tokens,
         "routed_assignments": routed,
         "mean_load_per_expert": mean_load,
@@ -156,7 +201,7 @@ def evaluate(m: ModelInputs) -> dict[str, object]:
         "expert_weights_gb": m.num_experts * expert_params * m.elem_bytes / 1e9,
         "moe_tflop": moe_tflop,
         "dense_equiv_tflop": dense_tflop,
-        "compute_savings_x": dense_tflop / moe_tflop,
+        "compute_savings_x": tokens / capacity,  # dense / MoE work: the FLOPs per slot cancel
         "all2all_gb": all2all_gb,
         "compute_time_ms": compute_ms,
         "all2all_time_ms": all2all_ms,
@@ -175,19 +220,56 @@ def capacity_grid() -> list[float]:
     return [low + (high - low) * i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
 
 
-def profile(m: ModelInputs) -> dict[str, list]:
-    """Drop and padding waste (percent) against capacity factor as ``[x, y]`` pairs, and the load
-    distribution's quantile midpoints, most loaded expert first."""
+def printed(outputs: Mapping[str, object]) -> dict[str, object]:
+    """The outputs at the published document's precision (``PRINTED``)."""
+    return {k: _rounded(v, PRINTED[k]) if k in PRINTED else v for k, v in outputs.items()}
+
+
+def _rounded(value: object, decimals: int) -> object:
+    assert isinstance(value, float)
+    return round(value) if decimals == 0 else round(value, decimals)
+
+
+def profile(m: ModelInputs, outputs: Mapping[str, object]) -> dict[str, object]:
+    """Drop and padding waste (percent) against capacity factor as ``[x, y]`` pairs, the load
+    distribution's quantile midpoints (most loaded expert first), and the summary beside them, taken
+    from ``outputs`` (printed) and the inputs."""
     sigma = m.load_imbalance
     grid = capacity_grid()
+    loads = quantile_midpoints(sigma, LOAD_QUANTILES, hastings_quantile)
+    given = {
+        "capacity_norm": m.capacity_factor,  # capacity / mean load
+        "num_experts": m.num_experts,
+        "top_k": m.top_k,
+        "capacity_factor": m.capacity_factor,
+    }
     return {
         "drop_vs_capacity": [[c, 100.0 * expected_overflow(c, sigma)] for c in grid],
         "waste_vs_capacity": [[c, 100.0 * expected_empty(c, sigma) / c] for c in grid],
-        "expert_loads": sorted(quantile_midpoints(sigma, LOAD_QUANTILES), reverse=True),
-    }
+        "expert_loads": sorted((round(x, LOAD_DECIMALS) for x in loads), reverse=True),
+    } | {k: given[k] if k in given else outputs[k] for k in PROFILE_SUMMARY}
+
+
+def document_inputs(values: Mapping[str, object]) -> Mapping[str, object]:
+    """The inputs of ``values``: the inputs object itself, or a whole published document
+    (``{"inputs": ..., "outputs": ..., "profile": ...}``) whose ``inputs`` it takes (the rest is what
+    the model recomputes)."""
+    if "inputs" not in values:
+        return values
+    stray = sorted(set(values) - set(DOCUMENT_KEYS))
+    if stray:
+        raise ValueError(
+            f"a published document holds only {', '.join(DOCUMENT_KEYS)}; got also {', '.join(stray)}"
+        )
+    inputs = values["inputs"]
+    if not isinstance(inputs, Mapping):
+        raise ValueError(f"a published document's inputs must be an object, got {type(inputs).__name__}")
+    return inputs
 
 
 def run(values: Mapping[str, object]) -> dict[str, object]:
-    """The model's whole answer: ``{"inputs", "outputs", "profile"}``."""
-    m = ModelInputs.from_mapping(values)
-    return {"inputs": m.as_dict(), "outputs": evaluate(m), "profile": profile(m)}
+    """The model's whole answer in the published document's form: ``{"inputs", "outputs", "profile"}``.
+    ``values`` is the inputs object or a published document."""
+    m = ModelInputs.from_mapping(document_inputs(values))
+    outputs = printed(evaluate(m))
+    return {"inputs": m.as_dict(), "outputs": outputs, "profile": profile(m, outputs)}

@@ -8,7 +8,7 @@ layer dtype, and gradients come back in the layer dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -36,15 +36,29 @@ class DispatchPlan:
 
     @classmethod
     def build(cls, topk_idx: torch.Tensor, num_experts: int, group: Group) -> DispatchPlan:
+        """The plan of this rank's routing: one count exchange over ``group``, then :meth:`from_counts`."""
         local = num_experts // group.size
+        send_counts = torch.bincount(topk_idx.reshape(-1), minlength=num_experts).view(group.size, local)
+        return cls.from_counts(topk_idx, send_counts, exchange_counts(send_counts, group))
+
+    @classmethod
+    def from_counts(
+        cls, topk_idx: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor
+    ) -> DispatchPlan:
+        """The plan from this rank's routing, its row counts per (destination, local expert)
+        ``send_counts`` [W, E/W] and what each source sends to each of its local experts
+        ``recv_counts`` [W, E/W] (the count exchange's result). Host-synchronizing: the splits
+        become Python lists."""
         flat = topk_idx.reshape(-1)
         order = torch.sort(flat, stable=True).indices
-        send_counts = torch.bincount(flat, minlength=num_experts).view(group.size, local)
-        recv_counts = exchange_counts(send_counts, group)  # [source, local expert]
+        ranks, local = recv_counts.shape
+        recv_splits = recv_counts.sum(1).tolist()
         perm = perm_inverse = None
-        if group.size > 1:
+        if ranks > 1:
             expert_of_row = torch.repeat_interleave(
-                torch.arange(local, device=flat.device).repeat(group.size), recv_counts.reshape(-1)
+                torch.arange(local, device=flat.device).repeat(ranks),
+                recv_counts.reshape(-1),
+                output_size=sum(recv_splits),
             )
             perm = torch.sort(expert_of_row, stable=True).indices
             perm_inverse = torch.argsort(perm)
@@ -52,10 +66,25 @@ class DispatchPlan:
             order=order,
             token_of_row=order // topk_idx.shape[1],
             send_splits=send_counts.sum(1).tolist(),
-            recv_splits=recv_counts.sum(1).tolist(),
+            recv_splits=recv_splits,
             perm=perm,
             perm_inverse=perm_inverse,
             offs=torch.cumsum(recv_counts.sum(0), 0).to(torch.int32),
+        )
+
+    def to(self, device: torch.device) -> DispatchPlan:
+        """The same plan with its index tensors on ``device``."""
+
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return replace(
+            self,
+            order=self.order.to(device),
+            token_of_row=self.token_of_row.to(device),
+            perm=move(self.perm),
+            perm_inverse=move(self.perm_inverse),
+            offs=self.offs.to(device),
         )
 
 

@@ -14,6 +14,7 @@ from pipeline.moe.dispatch import DispatchPlan, combine, dispatch
 from pipeline.moe.experts import MXOperands, Release, grouped_swiglu, shared_swiglu
 from pipeline.moe.policy import MoKBudget, SavedState, SharedSlot, make_policy
 from pipeline.moe.routing import validate_routing
+from pipeline.moe.swiglu import fused_form
 from pipeline.moe.weights import ExpertWeights
 
 
@@ -31,19 +32,21 @@ class MoELayer(torch.nn.Module):
     ) -> None:
         super().__init__()
         self.cfg, self.group = cfg, Group.resolve(group)
-        local = cfg.local_experts(self.group.size)
-        _check_weights(cfg, weights)
-        lo = self.group.rank * local
-        self.w1 = torch.nn.Parameter(weights.w1[lo : lo + local].clone())
-        self.w2 = torch.nn.Parameter(weights.w2[lo : lo + local].clone())
-        self.shared_w1 = torch.nn.Parameter(weights.shared_w1.clone())
-        self.shared_w2 = torch.nn.Parameter(weights.shared_w2.clone())
+        w1, w2, shared_w1, shared_w2 = _own_weights(cfg, weights, self.group)
+        self.w1, self.w2 = torch.nn.Parameter(w1), torch.nn.Parameter(w2)
+        self.shared_w1, self.shared_w2 = torch.nn.Parameter(shared_w1), torch.nn.Parameter(shared_w2)
         self.policy = policy if policy is not None else make_policy(cfg)
         self.index = index  # this layer's place in its stack (MoK's per-layer buffer)
         self.saved_state: SavedState | None = None
         self._mx_weights: tuple | None = None
         self._plan_cache: tuple[torch.Tensor, int, DispatchPlan] | None = None
         self.prepare()
+
+    @property
+    def swiglu_backward_form(self) -> str:
+        """The SwiGLU backward this layer runs: ``unfused`` (MoK), else the fused form of its device
+        (:func:`pipeline.moe.swiglu.fused_form`)."""
+        return fused_form(self.w1.device) if self.cfg.fused_swiglu_backward else "unfused"
 
     def prepare(self) -> None:
         """Quantize the expert weights once (MXFP8); call again after changing the weights."""
@@ -52,6 +55,13 @@ class MoELayer(torch.nn.Module):
         mode = self.cfg.mx_scale_mode
         w1, w2 = quantize_mx(self.w1.detach(), mode), quantize_mx(self.w2.detach(), mode)
         self._mx_weights = (w1, w2, w1.dequantize(self.cfg.dtype), w2.dequantize(self.cfg.dtype))
+
+    def mx_value_bytes(self) -> int:
+        """Bytes of the dequantized weight values an MXFP8 layer keeps beside its quantized weights
+        (for backward and for kernels that multiply BF16 values); 0 for a BF16 layer."""
+        if self._mx_weights is None:
+            return 0
+        return sum(t.numel() * t.element_size() for t in self._mx_weights[2:])
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
@@ -92,6 +102,17 @@ class MoELayer(torch.nn.Module):
         self._plan_cache = (topk_idx, topk_idx._version, plan)
         return plan
 
+    def use_plan(self, topk_idx: torch.Tensor, plan: DispatchPlan) -> None:
+        """Dispatch ``topk_idx`` (unmodified) with ``plan`` from now on, as if a forward had built it:
+        for a caller that planned the routing elsewhere (the estimate plans on the host what a fake
+        process group cannot exchange)."""
+        if plan.order.shape[0] != topk_idx.numel() or plan.offs.device != self.w1.device:
+            raise ValueError(
+                f"the plan is for {plan.order.shape[0]} rows on {plan.offs.device}; this routing has "
+                f"{topk_idx.numel()} rows and the layer is on {self.w1.device}"
+            )
+        self._plan_cache = (topk_idx, topk_idx._version, plan)
+
     def _mx_operands(self, rows: torch.Tensor, rows_mx) -> MXOperands | None:
         if self._mx_weights is None:
             return None
@@ -115,18 +136,39 @@ def _straight_through(rows: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return rows + (values - rows).detach()
 
 
-def _check_weights(cfg: MoEConfig, w: ExpertWeights) -> None:
-    e, f, d, s = cfg.num_experts, cfg.d_ff, cfg.d_model, cfg.num_shared
-    expected = {"w1": (e, 2 * f, d), "w2": (e, d, f), "shared_w1": (s, 2 * f, d), "shared_w2": (s, d, f)}
+def _own_weights(cfg: MoEConfig, w: ExpertWeights, group: Group) -> tuple[torch.Tensor, ...]:
+    """This rank's (w1, w2, shared_w1, shared_w2): cloned out of full weights, or taken as they are
+    from this rank's own (``ExpertWeights.local``)."""
+    local = cfg.local_experts(group.size)
+    lo = group.rank * local
+    experts = cfg.num_experts if w.first is None else local
+    if w.first is not None and w.first != lo:
+        raise ValueError(
+            f"weights hold experts from {w.first}; rank {group.rank} of {group.size} owns "
+            f"{lo}..{lo + local - 1}"
+        )
+    f, d, s = cfg.d_ff, cfg.d_model, cfg.num_shared
+    expected = {
+        "w1": (experts, 2 * f, d), "w2": (experts, d, f), "shared_w1": (s, 2 * f, d), "shared_w2": (s, d, f)
+    }  # fmt: skip
     for name, shape in expected.items():
         t = getattr(w, name)
         if tuple(t.shape) != shape or t.dtype != cfg.dtype:
             raise ValueError(
                 f"weights.{name} must be {cfg.dtype} of shape {list(shape)}, got {t.dtype} {list(t.shape)}"
             )
+    if w.first is not None:
+        return w.w1, w.w2, w.shared_w1, w.shared_w2
+    return (
+        w.w1[lo : lo + local].clone(),
+        w.w2[lo : lo + local].clone(),
+        w.shared_w1.clone(),
+        w.shared_w2.clone(),
+    )
 
 
 def build_layer(cfg: MoEConfig, weights: ExpertWeights, group: dist.ProcessGroup | None = None) -> MoELayer:
     """One layer on ``group`` (None = the default group, or a single process when none is initialized),
-    with its policy's buffers allocated on the weights' device when T is known (``budget_tokens``)."""
+    from full weights or this rank's own (``ExpertWeights.local``), with its policy's buffers
+    allocated on the weights' device when T is known (``budget_tokens``)."""
     return MoELayer(cfg, weights, group, make_policy(cfg, 1, weights.w1.device))

@@ -9,7 +9,7 @@ experts, then picks the experts inside each destination at random (seeded per ra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import torch
 
@@ -102,7 +102,10 @@ class RoutingPlan:
         interleaved by fractional position so that each source's contiguous share of slots holds each
         destination in proportion; rows then sum to T x K and columns to ``received_rows``."""
         counts = torch.tensor(self.received_rows, dtype=torch.float64)
-        labels = torch.repeat_interleave(torch.arange(self.world_size), counts.to(torch.int64))
+        total = self.world_size * self.num_tokens * self.top_k
+        labels = torch.repeat_interleave(
+            torch.arange(self.world_size), counts.to(torch.int64), output_size=total
+        )
         rank_in_dest = torch.cat([torch.arange(int(c)) for c in counts])
         position = (rank_in_dest + 0.5) / counts[labels]
         order = torch.sort(position, stable=True).indices
@@ -111,27 +114,52 @@ class RoutingPlan:
 
     def for_rank(self, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(topk_idx [T, K] int64 global expert ids, topk_weight [T, K] float32) of source ``rank``."""
+        t, k, local = self.num_tokens, self.top_k, self.local_experts
+        dest, nth = self._deal(rank)
+        # Within a destination, a token's j-th slot takes the j-th expert of a random local permutation.
+        perms = torch.stack([self._permutations(rank, d) for d in range(self.world_size)], dim=1)
+        local_id = perms[torch.arange(t)[:, None], dest, nth]
+        topk_idx = dest * local + local_id
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + rank)
+        return topk_idx, torch.softmax(torch.randn(t, k, generator=gen), dim=-1)
+
+    def sent_to(self, rank: int, dest: int) -> torch.Tensor:
+        """Rows source ``rank`` sends to each local expert of rank ``dest`` [E/W], as :meth:`for_rank`
+        routes them, drawing that destination's permutations only (host-side planning of what one
+        rank receives, without every source's whole routing)."""
+        dest_of, nth = self._deal(rank)
+        tokens, slots = (dest_of == dest).nonzero(as_tuple=True)
+        chosen = self._permutations(rank, dest)[tokens, nth[tokens, slots]]
+        return torch.bincount(chosen, minlength=self.local_experts)
+
+    def _deal(self, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Source ``rank``'s destination per slot [T, K], and each slot's rank among the token's slots
+        to the same destination [T, K]."""
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} out of range; allowed: 0..{self.world_size - 1}")
-        t, k, local = self.num_tokens, self.top_k, self.local_experts
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + rank)
+        t, k = self.num_tokens, self.top_k
         # Deal this source's destination labels, sorted, with stride T: token i gets slots i, i+T, ...
         # A destination with n rows then lands at most ceil(n / T) <= local times on one token.
-        dest = torch.repeat_interleave(torch.arange(self.world_size), self.send_matrix[rank])
+        dest = torch.repeat_interleave(
+            torch.arange(self.world_size), self.send_matrix[rank], output_size=t * k
+        )
         dest = dest.view(k, t).T  # [T, K]
-        # Within a destination, a token's j-th slot takes the j-th expert of a random local permutation.
         nth = torch.zeros_like(dest)
         for j in range(1, k):
             nth[:, j] = (dest[:, :j] == dest[:, j : j + 1]).sum(dim=1)
-        perms = torch.rand(t, self.world_size, local, generator=gen).argsort(dim=-1)
-        local_id = perms[torch.arange(t)[:, None], dest, nth]
-        topk_idx = dest * local + local_id
-        logits = torch.randn(t, k, generator=gen)
-        return topk_idx, torch.softmax(logits, dim=-1)
+        return dest, nth
+
+    def _permutations(self, rank: int, dest: int) -> torch.Tensor:
+        """Per token, a random order of ``dest``'s local experts [T, E/W], seeded per (source, dest)."""
+        seed = (self.seed * 1_000_003 + rank) * 65_537 + 1 + dest
+        gen = torch.Generator().manual_seed(seed)
+        return torch.rand(self.num_tokens, self.local_experts, generator=gen).argsort(dim=-1)
 
 
+@lru_cache(maxsize=256)
 def routing_plan(
     num_tokens: int, num_experts: int, top_k: int, world_size: int, load_factor: float = 1.0, seed: int = 0
 ) -> RoutingPlan:
-    """A seeded plan; see :class:`RoutingPlan`."""
+    """A seeded plan; see :class:`RoutingPlan`. The same arguments give the same (immutable) plan
+    object, so its send matrix is computed once per process."""
     return RoutingPlan(num_tokens, num_experts, top_k, world_size, float(load_factor), seed)

@@ -7,14 +7,22 @@ in H's dtype, with float32 arithmetic.
 
 - ``swiglu_backward``: the unfused form (MoK's native policy): whole-tensor steps, each a full pass
   over memory with its own temporary, then a concatenation.
-- ``swiglu_backward_fused``: Dist-MoE's fused backward: one pass over blocks of rows, each block's
-  float32 temporaries small enough to stay in cache, written straight into the two outputs. A single
-  function over the tensors, so torch.compile or a Triton / CuTe DSL kernel can take its place.
+- ``swiglu_backward_fused``: Dist-MoE's fused backward, written straight into the two outputs. Its
+  form depends on the device (``fused_form``): on a CPU one pass over blocks of rows whose float32
+  temporaries stay in cache (``blocked``: 15 torch ops a block, which on a GPU would be one kernel
+  launch each, hundreds of thousands per packing iteration); on a GPU one call over the whole tensors
+  (``whole-tensor``: 11 torch ops, three float32 temporaries of [rows, F]), the place the CuTe DSL
+  kernel takes when it lands (one launch). Both compute the same values bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import torch
+
+from pipeline.vocabulary import SWIGLU_FORMS
 
 # Elements (rows x F) per block of the fused pass: its float32 temporaries (a few blocks' worth)
 # stay in a core's cache (benchmarks/swiglu_backward.py).
@@ -40,7 +48,12 @@ def swiglu_backward(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, to
 
 
 def swiglu_backward_fused(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(d(gate, up) [rows, 2F], A [rows, F]) in one blocked pass."""
+    """(d(gate, up) [rows, 2F], A [rows, F]) in the fused form of ``h``'s device."""
+    return FUSED_FORMS[fused_form(h.device)](da, h)
+
+
+def swiglu_backward_blocked(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused backward as one pass over blocks of rows (the CPU's form)."""
     f = _check(da, h)
     dh = torch.empty_like(h)
     a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
@@ -52,7 +65,9 @@ def swiglu_backward_fused(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tens
 
 
 def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor, f: int) -> None:
-    """One block of rows; ``gate`` may be a view of ``h`` (float32), so it is never written."""
+    """One block of rows; ``gate`` may be a view of ``h`` (float32), so it is never written. The
+    block's operands are copied to float32: contiguous float32 steps are a CPU's fastest, and the
+    copies of a block stay in cache."""
     gate, up, d = h[:, :f].float(), h[:, f:].float(), da.float()
     sig = torch.sigmoid(gate)
     silu = gate * sig
@@ -61,3 +76,54 @@ def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor,
     slope = (gate - silu).add_(1.0).mul_(sig)
     dh[:, :f].copy_(slope.mul_(up).mul_(d))
     dh[:, f:].copy_(silu.mul_(d))
+
+
+def swiglu_backward_whole(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused backward over the whole tensors at once (a GPU's form until its kernel lands): the
+    same values as the blocked pass, with ``up`` and ``da`` read in their own dtype (elementwise ops
+    promote them on the fly) rather than copied, so its float32 temporaries are three [rows, F]."""
+    f = _check(da, h)
+    dh = torch.empty_like(h)
+    a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
+    gate, up = h[:, :f].to(torch.float32, copy=True), h[:, f:]  # a copy: h is never written
+    sig = torch.sigmoid(gate)
+    silu = gate * sig
+    torch.mul(silu, up, out=a)
+    torch.mul(silu, da, out=dh[:, f:])
+    dh[:, :f].copy_(gate.sub_(silu).add_(1.0).mul_(sig).mul_(up).mul_(da))
+    return dh, a
+
+
+FUSED_FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] = dict(
+    zip(SWIGLU_FORMS, (swiglu_backward_blocked, swiglu_backward_whole), strict=True)
+)
+GPU_FORM = "whole-tensor"  # the CuTe kernel's entry (cutlass_kernels.api) replaces it when it lands
+_forced: str | None = None
+
+
+def fused_form(device: torch.device) -> str:
+    """The form ``swiglu_backward_fused`` runs on ``device`` (a fake CUDA tensor counts as a GPU's)."""
+    if _forced is not None:
+        return _forced
+    return GPU_FORM if device.type == "cuda" else "blocked"
+
+
+@contextmanager
+def forced_form(form: str) -> Iterator[None]:
+    """Run the fused backward in ``form`` on every device meanwhile (benchmarks, and the estimate's
+    figures of the blocked loop on a GPU). Process-wide, not per thread: autograd runs GPU backwards
+    on a thread of its own."""
+    global _forced
+    if form not in FUSED_FORMS:
+        raise ValueError(f"fused SwiGLU backward form {form!r}; allowed: {', '.join(FUSED_FORMS)}")
+    previous, _forced = _forced, form
+    try:
+        yield
+    finally:
+        _forced = previous
+
+
+def backward_form(fused: bool, device: torch.device) -> str:
+    """The form of the SwiGLU backward a layer runs on ``device``: MoK's ``unfused`` whole-tensor
+    steps, or Dist-MoE's fused backward in the form :func:`fused_form` names."""
+    return f"fused, {fused_form(device)}" if fused else "unfused"

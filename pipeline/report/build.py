@@ -12,7 +12,9 @@ from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
 from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS, counts
+from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.report import executions, pairs
+from pipeline.report.deviations import deviations
 from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Missing, PackingEvidence
 from pipeline.report.figures import write_figures
 from pipeline.report.launched import launched
@@ -43,6 +45,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = list(scan.skipped)
     rows: list[Row] = []
     states: list[PackingEvidence] = []
+    estimated = executions.estimated_columns(scan.newest.values())
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)
@@ -51,7 +54,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
         except ValueError as exc:
             skipped.append(Skipped(shard_file, f"metrics cannot be computed ({exc})"))
             continue
-        rows.append({**row, "shard": shard_file})
+        rows.append({**row, **estimated[execution_id], "shard": shard_file})
         if shard.identity.kind == "packing":
             states.append(packing_evidence(shard))
     skipped.sort(key=lambda s: s.path)
@@ -76,6 +79,8 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             ),
             shards_read=tuple(scan.read),
             shards_skipped=tuple(skipped),
+            assumptions=ASSUMPTIONS,
+            deviations=tuple(deviations(scan.newest[str(r["execution_id"])] for r in rows)),
         ),
         executions=tuple(rows),
         pairs=tuple(pair_rows),

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pipeline.data.codec import encode
 from pipeline.data.meta import LayerState, Policy
 from pipeline.data.scan import Skipped
+from pipeline.matrix.assumptions import Assumption
+from pipeline.report.deviations import Deviation
 from pipeline.report.publish import Row
 
 
@@ -48,6 +50,8 @@ class Meta:
     missing: Missing
     shards_read: tuple[str, ...]
     shards_skipped: tuple[Skipped, ...]
+    assumptions: tuple[Assumption, ...]  # the matrix's choices the report does not state
+    deviations: tuple[Deviation, ...]  # where what ran differs from what the report measured
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ the verdict; empty for shards written before the gate existed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 
 from pipeline import model
 from pipeline.data.reader import Shard
+from pipeline.estimate import table
 from pipeline.matrix.scale import Shape
 from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
 from pipeline.report.publish import Row
@@ -53,12 +55,19 @@ RUN_COLUMNS = (
     "iterationsPerWindow",
     "workMultiple",
     "dtype",
+    "collective",
+    "gemm",
     "clock",
     "cudaGraphs",
     "cudaGraphsReason",
+    "runnablePerCore",
+    "oversubscribed",
+    "emulationCopiesGiB",
     "seed",
     "git_sha",
 )
+# The execution's GPU path at full scale on fake tensors (pipeline.estimate), on the dataset's preset.
+ESTIMATE_COLUMNS = table.COLUMNS
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -82,6 +91,7 @@ COLUMNS = (
     "sanityTolerance",
     "sanityPassed",
     *RUN_COLUMNS,
+    *ESTIMATE_COLUMNS,
 )
 
 
@@ -141,13 +151,21 @@ def what_ran(shard: Shard) -> Row:
         "top_k": shape.top_k,
         "shared_experts": shape.num_shared,
         "imbalance": sum(loads) / len(loads),
-        "windows": meta.plan.windows,
-        "iterationsPerWindow": meta.plan.iterations,
+        "windows": meta.timing.plan.windows,
+        "iterationsPerWindow": meta.timing.plan.iterations,
         "workMultiple": WORK_MULTIPLE[shard.identity.kind],
         "dtype": shape.dtype,
+        "collective": meta.provenance.collective,
+        "gemm": meta.kernels.gemm,
         "clock": meta.timing.clock,
         "cudaGraphs": meta.timing.cuda_graphs,
         "cudaGraphsReason": meta.timing.cuda_graphs_reason,
+        "runnablePerCore": meta.contention.runnable_per_core,
+        "oversubscribed": meta.contention.oversubscribed,
+        "emulationCopiesGiB": (
+            meta.memory.emulation.mx_weight_values + meta.memory.emulation.saved_dispatched_rows
+        )
+        / GIB,
         "seed": meta.config.get("seed"),
         "git_sha": meta.provenance.git_sha,
     }
@@ -166,3 +184,11 @@ def layer_shape(kind: str, precision: str, shape: Shape) -> model.LayerShape:
 
 def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
+
+
+def estimated_columns(shards: Iterable[Shard]) -> dict[str, Row]:
+    """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
+    shard's cluster preset, or the report's hardware where the dataset ran on none."""
+    preset = {s.execution_id: table.preset_of(s.meta.provenance.cluster) for s in shards}
+    found = table.estimates(preset.items())
+    return {e: table.columns(found[(e, p)]) for e, p in preset.items()}

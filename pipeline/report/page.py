@@ -40,6 +40,8 @@ def report_html(document: Document, shards: Mapping[str, Shard], pngs: Mapping[s
         TITLE,
         [
             _what_ran(document.meta, published),
+            _deviations(document.meta),
+            _assumptions(document.meta),
             _completeness(document.meta, document.executions),
             html.section(
                 "Iteration time per EP degree",
@@ -73,6 +75,35 @@ def _what_ran(meta: Meta, shards: list[Shard]) -> str:
             "below is followed by the number of executions that recorded it."
         ),
         html.table(["field", "values (executions)"], rows),
+    )
+
+
+def _deviations(meta: Meta) -> str:
+    if not meta.deviations:
+        return html.section(
+            "Deviations from the report", html.paragraph("None: every execution ran as the report measured.")
+        )
+    rows: list[list[html.Cell]] = [
+        [d.what, d.report, (d.ran, "missing"), d.effect, str(len(d.executions))] for d in meta.deviations
+    ]
+    return html.section(
+        "Deviations from the report",
+        html.paragraph(
+            "Where what ran differs from what the report measured, from what each shard recorded "
+            "(meta.deviations of the JSON lists the executions of each)."
+        ),
+        html.table(["what", "the report", "ran here (executions)", "what it means", "executions"], rows),
+    )
+
+
+def _assumptions(meta: Meta) -> str:
+    rows: list[list[html.Cell]] = [[a.what, a.choice, str(len(a.executions))] for a in meta.assumptions]
+    return html.section(
+        "Choices the report does not state",
+        html.paragraph(
+            "The matrix's own choices (meta.assumptions of the JSON lists the executions of each)."
+        ),
+        html.table(["what", "this dataset's choice", "executions"], rows),
     )
 
 
@@ -145,7 +176,7 @@ def _pairs(pairs: Sequence[Row]) -> str:
 
 def _executions(rows: Sequence[Row]) -> str:
     columns = ["execution", "ranks", "iteration ms", "forward ms", "backward ms", "useful TFLOP/s per GPU"]
-    columns += ["device", "attempt"]
+    columns += ["device", "attempt", "host"]
     body: list[list[html.Cell]] = [
         [
             str(r["execution_id"]),
@@ -156,14 +187,24 @@ def _executions(rows: Sequence[Row]) -> str:
             html.number(optional_number(r, "usefulTFLOPsPerGPU")),
             str(r["device"]),
             str(r["attempt"]),
+            _host(r),
         ]
         for r in rows
     ]
     return html.section(
         "Executions",
-        html.paragraph("Times are the slowest rank's median over its timing windows, per iteration."),
+        html.paragraph(
+            "Times are the slowest rank's median over its timing windows, per iteration; host: runnable "
+            "processes per core while it was timed, marked where the host was oversubscribed."
+        ),
         html.table(columns, body, numeric=columns[1:6]),
     )
+
+
+def _host(row: Row) -> html.Cell:
+    load = optional_number(row, "runnablePerCore")
+    text = "unknown" if load is None else f"{load:.2f} per core"
+    return (f"{text}, oversubscribed", "missing") if row["oversubscribed"] else text
 
 
 def _saved_state(states: Sequence[PackingEvidence], pngs: Mapping[str, bytes]) -> str:

@@ -40,7 +40,9 @@ FIELDS: dict[str, Callable[[Shard], Any]] = {
     "cuda": lambda shard: shard.meta.provenance.versions.cuda,
     "nccl": lambda shard: shard.meta.provenance.versions.nccl,
     "python": lambda shard: shard.meta.provenance.versions.python,
-    "launcher": lambda shard: shard.meta.provenance.launcher,
+    "backend": lambda shard: shard.meta.provenance.backend,
+    "collective": lambda shard: shard.meta.provenance.collective,
+    "gemm": lambda shard: shard.meta.kernels.gemm,
     "hosts": lambda shard: shard.meta.provenance.hosts,
     "cuda_graphs": lambda shard: shard.meta.timing.cuda_graphs,
 }

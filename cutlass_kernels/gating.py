@@ -1,0 +1,82 @@
+"""Which kernels a stage of the device run may run: the ones that passed every earlier stage.
+
+The kernel stages are ``smoke``, ``correctness`` and ``timing``, in that order. Each ends, for every
+kernel it ran, in a *verdict* record of the results file (``verdict: true``; its ``status`` pass or
+fail), keyed by ``op/out_dtype/variant``. A key may run in a stage only where every earlier stage
+passed it, and also passed the kernel that serves it: the MX op on an arch without block-scaled MMA
+runs the BF16 fprop kernel (``mx/bfloat16/v`` is served by ``fprop/bfloat16/v``), whose smoke test
+is the MX op's. A key with no verdict from an earlier stage (never run, cut by the time limit) has
+not passed it. The latest verdict counts, so a rerun into the same results file replaces one.
+
+The tests and pipeline stages run on the CuTe kernels only where the three default BF16 kernels
+passed smoke and correctness and did not fail timing (:func:`gate`); elsewhere they run on the torch
+backend. Torch-free, for the runner as for the checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from cutlass_kernels.vocabulary import BF16_OPS, kernel_op
+
+KERNEL_STAGES = ("smoke", "correctness", "timing")
+GATE_KEYS = tuple(f"{op}/bfloat16/default" for op in BF16_OPS)
+# pins what backend="auto" resolves to (cutlass_kernels.api); the runner sets it when the gate is shut
+BACKEND_ENV = "CUTLASS_KERNELS_BACKEND"
+
+
+def key(op: str, out_dtype: str, variant: str) -> str:
+    """The key of a kernel check: ``op/out_dtype/variant`` (``out_dtype`` a torch dtype name)."""
+    return f"{op}/{out_dtype}/{variant}"
+
+
+def split(k: str) -> tuple[str, str, str]:
+    op, out_dtype, variant = k.split("/")
+    return op, out_dtype, variant
+
+
+def kernel_key(arch: str, k: str) -> str:
+    """The key of the kernel that serves ``k`` on ``arch`` (itself but for MX without block scaling)."""
+    op, out_dtype, variant = split(k)
+    return key(kernel_op(arch, op), out_dtype, variant)
+
+
+def verdicts(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(stage, key) -> the latest verdict record."""
+    return {(r["stage"], r["key"]): r for r in records if r.get("verdict") is True and r.get("key")}
+
+
+def refusal(arch: str, found: dict[tuple[str, str], dict[str, Any]], stage: str, k: str) -> str:
+    """Why ``k`` may not run in ``stage`` (``""``: it may): the first earlier stage that did not pass
+    it or its kernel."""
+    if stage not in KERNEL_STAGES:
+        raise ValueError(f"stage {stage!r} is not allowed; allowed: {', '.join(KERNEL_STAGES)}")
+    served_by = kernel_key(arch, k)
+    for earlier in KERNEL_STAGES[: KERNEL_STAGES.index(stage)]:
+        # the smoke test is the kernel's; the later checks are of the op, and of its kernel
+        needed = [served_by] if earlier == "smoke" else list(dict.fromkeys([k, served_by]))
+        for need in needed:
+            got = found.get((earlier, need))
+            if got is None:
+                return f"{need} has no {earlier} verdict (not run, or cut)"
+            if got.get("status") != "pass":
+                why = got.get("error") or got.get("reason") or got.get("status")
+                return f"{need} failed {earlier}: {why}"[:300]
+    return ""
+
+
+def gate(found: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """Why the tests and pipeline stages must not run on the CuTe kernels (``""``: they may): one of
+    the default BF16 kernels did not pass smoke or correctness, or failed timing."""
+    for k in GATE_KEYS:
+        for stage in ("smoke", "correctness"):
+            got = found.get((stage, k))
+            if got is None or got.get("status") != "pass":
+                return f"{k} did not pass {stage}" + (
+                    f": {got.get('error') or got.get('reason')}" if got else ""
+                )
+        timed = found.get(("timing", k))
+        if timed is not None and timed.get("status") != "pass":
+            return f"{k} failed timing: {timed.get('error') or timed.get('reason')}"
+    return ""

@@ -1,0 +1,112 @@
+"""Which kernels each stage of the device run may run (``cutlass_kernels.gating``), the gate of its
+tests and pipeline stages, and the order of its steps (``jobs/gpu_run.steps``), on records as the
+stages write them."""
+
+from __future__ import annotations
+
+import pytest
+
+from cutlass_kernels import gating
+from jobs.gpu_run import Step, steps
+
+
+def verdict(stage: str, k: str, status: str = "pass", **why: str) -> dict:
+    return {"stage": stage, "name": "verdict", "verdict": True, "key": k, "status": status, **why}
+
+
+def passed_all(k: str, stages: tuple[str, ...] = gating.KERNEL_STAGES) -> list[dict]:
+    return [verdict(s, k) for s in stages]
+
+
+def refusal(arch: str, records: list[dict], stage: str, k: str) -> str:
+    return gating.refusal(arch, gating.verdicts(records), stage, k)
+
+
+def test_a_key_runs_only_after_passing_every_earlier_stage():
+    k = "dgrad/float32/tail64"
+    assert refusal("sm_90a", [], "smoke", k) == ""
+    assert "no smoke verdict" in refusal("sm_90a", [], "correctness", k)  # never run, or cut
+    records = [verdict("smoke", k)]
+    assert refusal("sm_90a", records, "correctness", k) == ""
+    assert "no correctness verdict" in refusal("sm_90a", records, "timing", k)
+    hung = [*records, verdict("correctness", k, "fail", error="timed out after 50 s (hang?)")]
+    assert refusal("sm_90a", hung, "timing", k) == f"{k} failed correctness: timed out after 50 s (hang?)"
+    wrong = [verdict("smoke", k, "fail", error="wrong result")]
+    assert "failed smoke: wrong result" in refusal("sm_90a", wrong, "correctness", k)
+    assert "failed smoke" in refusal("sm_90a", wrong, "timing", k)
+
+
+def test_the_latest_verdict_counts():
+    k = "fprop/bfloat16/default"
+    assert refusal("sm_90a", [verdict("smoke", k, "fail"), verdict("smoke", k)], "correctness", k) == ""
+    assert refusal("sm_90a", [verdict("smoke", k), verdict("smoke", k, "fail")], "correctness", k)
+
+
+def test_hopper_mx_is_keyed_to_its_fprop_kernel_and_blackwell_mx_to_its_own():
+    mx, fprop = "mx/bfloat16/cluster2x1", "fprop/bfloat16/cluster2x1"
+    assert gating.kernel_key("sm_90a", mx) == fprop and gating.kernel_key("sm_100a", mx) == mx
+    # the fprop kernel's failed smoke test keeps the MX op out of every later stage on sm90
+    failed_fprop = [verdict("smoke", fprop, "fail", error="hang")]
+    assert f"{fprop} failed smoke" in refusal("sm_90a", failed_fprop, "correctness", mx)
+    assert f"{fprop} failed smoke" in refusal("sm_90a", failed_fprop, "timing", mx)
+    # its own correctness, and its kernel's, are both needed for timing
+    ok = [verdict("smoke", fprop), verdict("correctness", fprop)]
+    assert "no correctness verdict" in refusal("sm_90a", ok, "timing", mx)
+    assert refusal("sm_90a", [*ok, verdict("correctness", mx)], "timing", mx) == ""
+    assert "failed correctness" in refusal("sm_90a", [*ok, verdict("correctness", mx, "fail")], "timing", mx)
+    # an MX op wrong on its own leaves fprop free
+    assert refusal("sm_90a", [*ok, verdict("correctness", mx, "fail")], "timing", fprop) == ""
+    # on sm100 the MX kernel is its own: fprop's failure does not touch it
+    assert refusal("sm_100a", [*failed_fprop, verdict("smoke", mx)], "correctness", mx) == ""
+
+
+def test_the_gate_needs_the_three_default_bf16_kernels():
+    good = [r for k in gating.GATE_KEYS for r in passed_all(k)]
+    assert gating.gate(gating.verdicts(good)) == ""
+    no_timing = [r for k in gating.GATE_KEYS for r in passed_all(k, ("smoke", "correctness"))]
+    assert gating.gate(gating.verdicts(no_timing)) == ""  # timing not run: the checks passed
+    others = [
+        verdict("smoke", "fprop/float32/default", "fail"),
+        verdict("correctness", "mx/bfloat16/default", "fail"),
+    ]
+    assert gating.gate(gating.verdicts(good + others)) == ""  # only the three gate
+    hung = [*good, verdict("smoke", "wgrad/bfloat16/default", "fail", error="timed out after 45 s (hang?)")]
+    assert (
+        gating.gate(gating.verdicts(hung))
+        == "wgrad/bfloat16/default did not pass smoke: timed out after 45 s (hang?)"
+    )
+    cut = [r for r in good if r["key"] != "dgrad/bfloat16/default" or r["stage"] != "correctness"]
+    assert gating.gate(gating.verdicts(cut)) == "dgrad/bfloat16/default did not pass correctness"
+    slow = [*good, verdict("timing", "fprop/bfloat16/default", "fail", error="timed out")]
+    assert gating.gate(gating.verdicts(slow)) == "fprop/bfloat16/default failed timing: timed out"
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ValueError, match="'tests' is not allowed; allowed: smoke, correctness, timing"):
+        gating.refusal("sm_90a", {}, "tests", "fprop/bfloat16/default")
+
+
+def test_steps_run_the_defaults_first_then_each_variant_in_turn_then_tests_and_pipeline():
+    order = steps(
+        ["env", "smoke", "correctness", "timing", "tests", "pipeline"], ["tail64", "default", "inplace"]
+    )
+    assert [s.label for s in order] == [
+        "env",
+        *(f"{s} {v}" for v in ("default", "tail64", "inplace") for s in gating.KERNEL_STAGES),
+        "tests",
+        "pipeline",
+    ]
+    planted = steps(
+        ["smoke", "timing", "tests"],
+        ["default", "cta2"],
+        {"smoke": ["planted-fail"], "tests": ["planted-hang"]},
+    )
+    assert planted == [
+        Step("smoke", "default"),
+        Step("planted-fail"),
+        Step("timing", "default"),
+        Step("smoke", "cta2"),
+        Step("timing", "cta2"),
+        Step("tests"),
+        Step("planted-hang"),
+    ]
