@@ -23,7 +23,8 @@ also writes the first K draws of every setting as parquet files and runs the com
 them, which must give the same document.
 
     python benchmarks/compare_error_rates.py [--draws 2000] [--settings NAME,...] [--jobs 2]
-        [--check 1] [--seed 1] [--json FILE] [--table FILE]
+        [--check 1] [--seed 1] [--json FILE]
+    python benchmarks/compare_error_rates.py --table FILE  # the table of results already appended
 
 ``--settings`` takes names or prefixes (``gpu-``, ``cpu-all``); ``--list`` lists them.
 """
@@ -411,7 +412,13 @@ def main() -> None:
         "--json", type=Path, default=None, help="append each setting's result here (JSON lines)"
     )
     parser.add_argument("--list", action="store_true", help="list the settings and exit")
+    parser.add_argument(
+        "--table", type=Path, default=None, help="print the table of the JSON lines in this file and exit"
+    )
     args = parser.parse_args()
+    if args.table:
+        print(table([json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]))
+        return
     chosen = settings()
     if args.list:
         print("\n".join(s.name + s.note for s in chosen))
@@ -442,10 +449,6 @@ def main() -> None:
         f"{wall:.0f} s wall with {args.jobs} process(es) on {platform.machine()} "
         f"({multiprocessing.cpu_count()} CPUs), seed {args.seed}"
     )
-    if args.json:
-        args.json.write_text(
-            json.dumps({"results": results, "wall_seconds": wall, "seed": args.seed}, indent=1)
-        )
 
 
 if __name__ == "__main__":

@@ -171,6 +171,8 @@ def main() -> int:
         "comparisons": len(pairs),
         "comparisons_exit_1": sum(p["exit"] for p in pairs),
         "times_slower": sum(len(p["slower"]) for p in pairs),
+        "times_faster": sum(len(p["faster"]) for p in pairs),
+        "comparisons_flagging_any": sum(bool(p["slower"] or p["faster"]) for p in pairs),
         "times_compared": sum(len(p["document"]["times"]) for p in pairs),
         "copy_caught": sum(c["caught"] for c in copies),
         "copy_others_flagged": sum(bool(c["others_flagged"]) for c in copies),
@@ -182,7 +184,7 @@ def main() -> int:
         b = p["bounds"]
         print(
             f"{Path(p['base']).name} vs {Path(p['new']).name}: exit {p['exit']}, bounds x{b['low']:.3f} - "
-            f"x{b['high']:.3f} (median x{b['median']:.3f}), slower {p['slower']}"
+            f"x{b['high']:.3f} (median x{b['median']:.3f}), slower {p['slower']}, faster {p['faster']}"
         )
     for label, results in (("copy of run 1", copies), ("in run 2", reruns)):
         for c in results:

@@ -172,7 +172,7 @@ def test_settings_that_differ_are_listed(datasets, tmp_path) -> None:
     assert document["counts"]["unchanged"] == 25
 
 
-def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
+def test_bad_options_are_one_line_and_exit_two(datasets, capsys) -> None:
     base = str(datasets[0])
     cases = [
         ([base, base, "--threshold", "abc"], "argument --threshold: invalid float value: 'abc'"),
@@ -184,9 +184,16 @@ def test_bad_options_are_one_line_and_exit_two(datasets) -> None:
         ([base, base, "--multiplicity", "bonf"], "argument --multiplicity: invalid choice: 'bonf'"),
         ([base], "the following arguments are required: new"),
     ]
-    for arguments, message in cases:
-        error = compare_error(arguments)
-        assert error.startswith(f"python -m pipeline.compare: error: {message}"), error
+    # One case as a real process (what a shell sees); the rest through main() in this process, which
+    # exits the same way, without paying an interpreter start and the imports for each.
+    (first, first_message), *rest = cases
+    assert compare_error(first).startswith(f"python -m pipeline.compare: error: {first_message}")
+    for arguments, message in rest:
+        with pytest.raises(SystemExit) as exit_info:
+            main(arguments)
+        out, err = capsys.readouterr()
+        assert exit_info.value.code == 2 and out == "" and err.count("\n") == 1, (arguments, out, err)
+        assert err.startswith(f"python -m pipeline.compare: error: {message}"), err
 
 
 def compare_error(arguments: list[str]) -> str:
