@@ -6,6 +6,7 @@ completion for the commands, their options and the Hydra overrides of ``run`` an
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Callable
 
@@ -25,39 +26,24 @@ COMMANDS = {
 }
 
 
+# Each command's main as "module:attribute", imported only when it is called (each pulls in its own stack).
+MAINS = {
+    "run": "pipeline.run:cli",
+    "list": "pipeline.compose.matrix_cli:main",
+    "status": "pipeline.status.__main__:main",
+    "resubmit": "pipeline.resubmit:main",
+    "aggregate": "pipeline.aggregate:main",
+    "compare": "pipeline.compare.cli:main",
+    "model": "pipeline.model.cli:main",
+    "estimate": "pipeline.estimate.__main__:main",
+}
+
+
 def entry(name: str) -> Callable[[list[str]], int | None]:
-    """The command's main, imported only when it is called (each pulls in its own stack)."""
-    if name == "run":
-        from pipeline.run import cli as run
-
-        return run
-    if name == "list":
-        from pipeline.compose.matrix_cli import main as matrix
-
-        return matrix
-    if name == "status":
-        from pipeline.status.__main__ import main as status
-
-        return status
-    if name == "resubmit":
-        from pipeline.resubmit import main as resubmit
-
-        return resubmit
-    if name == "aggregate":
-        from pipeline.aggregate import main as aggregate
-
-        return aggregate
-    if name == "compare":
-        from pipeline.compare.cli import main as compare
-
-        return compare
-    if name == "estimate":
-        from pipeline.estimate.__main__ import main as estimate
-
-        return estimate
-    from pipeline.model.cli import main as model
-
-    return model
+    """The main of command ``name`` (one of :data:`COMMANDS`)."""
+    module, attribute = MAINS[name].split(":")
+    main: Callable[[list[str]], int | None] = getattr(importlib.import_module(module), attribute)
+    return main
 
 
 def usage() -> str:

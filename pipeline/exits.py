@@ -107,3 +107,15 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def dataset_parser(module: str, doc: str | None) -> ArgumentParser:
+    """The parser of a command that reads a dataset: named as it was called, its module's docstring as
+    ``--help`` text, one-line errors, and the dataset folder as its first argument."""
+    parser = ArgumentParser(
+        prog=prog(module),
+        description=help_text(doc or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
+    return parser

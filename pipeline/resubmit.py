@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from pipeline.compose.select import compose_each
 from pipeline.data.comparable import KEYS, text
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings
-from pipeline.exits import ArgumentParser, help_text, prog, run_command
+from pipeline.exits import dataset_parser, run_command
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import FAILED
 from pipeline.launch.plan import Outcome, plan
@@ -178,12 +177,7 @@ def resubmit(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog=prog("pipeline.resubmit"),
-        description=help_text(__doc__ or ""),
-        formatter_class=RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
+    parser = dataset_parser("pipeline.resubmit", __doc__)
     parser.add_argument(
         "launcher_keys", nargs="*", metavar="hydra.launcher.KEY=VALUE", help="change a launcher setting"
     )

@@ -11,15 +11,9 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.compose import job_config
-from pipeline.compose.select import select
-from pipeline.data import ledger
-from pipeline.data.comparable import Comparable
-from pipeline.data.dataset import Dataset
 from pipeline.exits import BAD_INPUT
-from pipeline.launch.settings import LaunchSettings
+from tests.intents import ONE, intended_dataset
 
-ONE = ["workload=inference-ep8-f1536", "variant=mok-bf16"]
 # (command, arguments, what the line says); {d} is a dataset with a sweep's intent, {e} an empty
 # folder, {f} a file, {x} a folder that does not exist
 CASES = [
@@ -87,15 +81,7 @@ def places(tmp_path_factory) -> dict[str, str]:
     """A dataset whose ledger holds a sweep's intent (scale=ci, seed 0; nothing ran), an empty
     folder, a file and a path that does not exist."""
     root = tmp_path_factory.mktemp("bad-inputs")
-    dataset = Dataset(root / "dataset")
-    (overrides, config), *_ = select([*ONE, "scale=ci", f"dataset_dir={dataset.root}"])
-    settings = LaunchSettings(backend="local", cluster="local", gpus=None, timeout_min=60)
-    intent = ledger.Intended(
-        (ledger.Intention("inference-ep8-f1536-bf16-mok-native", tuple(overrides)),),
-        settings=settings.to_json(),
-        comparable=Comparable.of_config(job_config(config)),
-    )
-    ledger.append(dataset, intent)
+    dataset = intended_dataset(root / "dataset")
     (root / "empty").mkdir()
     (root / "file").write_text(json.dumps(["not", "inputs"]) + "\n{")
     return {"d": str(dataset.root), "e": str(root / "empty"), "f": str(root / "file"), "x": str(root / "no")}

@@ -25,9 +25,9 @@ from pipeline.data.schema import METADATA_KEY
 from pipeline.launch.plan import cause, validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
+from tests.intents import ONE, intended_dataset
 from tests.synthetic_shards import shard_table, write_table
 
-ONE = ["workload=inference-ep8-f1536", "variant=mok-bf16"]
 THREE = [
     "inference-ep8-f1536-bf16-mok-native",
     "inference-ep8-f1536-bf16-dist-moe-bf16",
@@ -40,21 +40,6 @@ SWEEP = [
     "scale=ci",
     "hydra/launcher=local",
 ]
-
-
-def intended_dataset(folder: Path) -> Dataset:
-    """A dataset whose ledger holds the intent of a scale=ci sweep of one execution (seed 0), as
-    ``pipeline.run`` records it before it submits anything; nothing ran."""
-    dataset = Dataset(folder)
-    (overrides, config), *_ = select([*ONE, "scale=ci", f"dataset_dir={dataset.root}"])
-    settings = LaunchSettings(backend="local", cluster="local", gpus=None, timeout_min=60)
-    intent = ledger.Intended(
-        (ledger.Intention("inference-ep8-f1536-bf16-mok-native", tuple(overrides)),),
-        settings=settings.to_json(),
-        comparable=Comparable.of_config(job_config(config)),
-    )
-    ledger.append(dataset, intent)
-    return dataset
 
 
 def call(*arguments: str) -> int:

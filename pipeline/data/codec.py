@@ -16,13 +16,25 @@ import math
 import types
 import typing
 from functools import cache
-from typing import Any, TypeVar, Union
+from typing import Any, Self, TypeVar, Union
 
 T = TypeVar("T")
 
 
 class RecordError(ValueError):
     """JSON that does not construct the record; the message names the field and why."""
+
+
+class JsonRecord:
+    """A frozen dataclass that is its own JSON object: :func:`encode` there, :func:`decode` back."""
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = encode(self)
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> Self:
+        return decode(cls, data)
 
 
 def encode(value: Any) -> Any:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pipeline.bounds import at_least
-from pipeline.data.codec import RecordError, decode, encode
+from pipeline.data.codec import JsonRecord, RecordError, decode
 from pipeline.matrix.scale import Shape, TimingPlan
 
 
@@ -232,7 +232,7 @@ class NVLink:
 
 
 @dataclass(frozen=True)
-class ExecutionMeta:
+class ExecutionMeta(JsonRecord):
     """Everything a shard says about its execution attempt besides its window rows."""
 
     VERSION: ClassVar[int] = 3
@@ -266,11 +266,6 @@ class ExecutionMeta:
         layers = len(self.shape.layer_loads)
         if len(self.saved_state) != layers:
             raise MetaError(f"saved_state has {len(self.saved_state)} layers, shape.layer_loads {layers}")
-
-    def to_json(self) -> dict[str, object]:
-        """The JSON object the shard stores."""
-        out: dict[str, object] = encode(self)
-        return out
 
     @classmethod
     def from_json(cls, data: object) -> ExecutionMeta:

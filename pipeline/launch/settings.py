@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipeline.bounds import check_bounds
-from pipeline.data.codec import RecordError, decode, encode
+from pipeline.data.codec import JsonRecord, RecordError
 from pipeline.data.comparable import LOCAL_CLUSTER
 
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
@@ -84,7 +84,7 @@ _AMOUNTS = ("gpus_per_node", "signal_delay_s", "max_timeouts")  # at least 0 whe
 
 
 @dataclass(frozen=True)
-class LaunchSettings:
+class LaunchSettings(JsonRecord):
     """The settings one sweep runs with, end to end: its ``backend`` (``local`` or ``slurm``), the
     ``cluster`` preset (``local`` with the local backend) and whether that preset gives each task a
     GPU (``gpus``; None with the local backend), then every launcher key (those of the other backend
@@ -127,14 +127,6 @@ class LaunchSettings:
         check_bounds(self, {**dict.fromkeys(_COUNTS, 1), **dict.fromkeys(_AMOUNTS, 0)})
         if self.mem_gb is not None and not self.mem_gb > 0:
             raise ValueError(f"mem_gb must be > 0, got {self.mem_gb}")
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = encode(self)
-        return out
-
-    @classmethod
-    def from_json(cls, data: object) -> LaunchSettings:
-        return decode(cls, data)
 
     def changed(self, changes: Mapping[str, object]) -> LaunchSettings:
         """These settings with some launcher keys changed (a resubmission's ``--set``); the backend

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline.data.codec import encode
+from pipeline.data.codec import JsonRecord
 from pipeline.data.meta import LayerState, Policy
 from pipeline.data.scan import Skipped
 from pipeline.matrix.assumptions import Assumption
@@ -76,14 +76,10 @@ class PackingEvidence:
 
 
 @dataclass(frozen=True)
-class Document:
+class Document(JsonRecord):
     """``mok-comparison.json``: meta, one row per execution and per pair, packing evidence."""
 
     meta: Meta
     executions: tuple[Row, ...]
     pairs: tuple[Row, ...]
     saved_state: tuple[PackingEvidence, ...]
-
-    def to_json(self) -> dict[str, object]:
-        out: dict[str, object] = encode(self)
-        return out

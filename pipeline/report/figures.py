@@ -245,30 +245,19 @@ def _saved_state_bars(ax: Axes, state: PackingEvidence) -> None:
         ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
         # The panel's first line, above the bars (HEADROOM), where it cannot cover a layer's
         # columns as a label at the tick would; Dist-MoE's lines follow below it.
-        ax.text(
-            0.02,
-            0.97,
-            f"MoK budget {budget[0]:.2f} x T x K",
-            transform=ax.transAxes,
-            ha="left",
-            va="top",
-            fontsize=7,
-            color=MOK_BUDGET,
-        )
+        _panel_note(ax, 0.02, 0.97, f"MoK budget {budget[0]:.2f} x T x K", MOK_BUDGET)
         return
     share = max((layer.budget_rows for layer in layers), default=0) / unit
     overflow = f"capacity flags: {state.capacity_flags}"
-    ax.text(
-        0.98,
-        0.89,
-        f"Dist-MoE {state.pipeline}: one slot, {share:.3g} x T x K per layer\n"
-        f"pooled over {len(layers)} layers, {overflow}",
-        transform=ax.transAxes,
-        ha="right",
-        va="top",
-        fontsize=7,
-        color=DIST_TEXT,
-    )
+    text = f"Dist-MoE {state.pipeline}: one slot, {share:.3g} x T x K per layer\n"
+    text += f"pooled over {len(layers)} layers, {overflow}"
+    _panel_note(ax, 0.98, 0.89, text, DIST_TEXT)
+
+
+def _panel_note(ax: Axes, x: float, y: float, text: str, color: str) -> None:
+    """Small text hanging from (x, y) in axes fractions, aligned to the nearer side of the panel."""
+    ha = "left" if x < 0.5 else "right"
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va="top", fontsize=7, color=color)
 
 
 def _shape(row: Row) -> tuple[str, str]:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
-from argparse import RawDescriptionHelpFormatter
 from collections import Counter
 
-from pipeline.exits import ArgumentParser, help_text, prog, run_command
+from pipeline.exits import dataset_parser, run_command
 from pipeline.launch.jobs import FAILED
 from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_survey
 
@@ -49,12 +48,7 @@ def as_json(s: ExecutionStatus) -> dict[str, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog=prog("pipeline.status"),
-        description=help_text(__doc__ or ""),
-        formatter_class=RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
+    parser = dataset_parser("pipeline.status", __doc__)
     parser.add_argument("--state", choices=STATES, action="append", help="show only executions in STATE")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of lines")
     args = parser.parse_args(argv)
