@@ -24,7 +24,7 @@ from tests.slurm_support import (
 pytestmark = needs_cluster
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
-LONGER = "scale.iterations=30"  # runs for seconds after it starts: long enough to act on it
+LONGER = "scale.iterations=80"  # runs for seconds after it starts: long enough to act on it
 STATE_DIR = Path(os.environ.get("MOE_SLURM_DIR", "/var/tmp/moe-slurm"))
 
 

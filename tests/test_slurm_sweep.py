@@ -84,8 +84,9 @@ def composed(*overrides: str) -> tuple[dict, dict]:
 
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
-    """A 2-node and a 4-node shape, each its own array; queued on the debug partition (the bench one
-    refuses a job of more ranks than the host has cores) and cancelled."""
+    """A 2-node and a 4-node shape, each its own array (in datasets of their own: a dataset holds one
+    setting of max_ranks); queued on the debug partition (the bench one refuses a job of more ranks
+    than the host has cores) and cancelled."""
     jobs = []
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -98,7 +99,9 @@ def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
                     f"max_ranks={max_ranks}",
                 ]
                 launcher, config = composed(
-                    *overrides, f"dataset_dir={tmp_path}", "hydra.launcher.partition=debug"
+                    *overrides,
+                    f"dataset_dir={tmp_path / f'ranks{max_ranks}'}",
+                    "hydra.launcher.partition=debug",
                 )
                 jobs.append((overrides, config))
     arrays = sorted(
