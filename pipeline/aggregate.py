@@ -45,6 +45,18 @@ def unpublished(result: Aggregate) -> list[str]:
     return sorted((meant | {s.execution_id for s in result.skipped}) - published)
 
 
+def _cannot_estimate() -> str | None:
+    """Why estimates cannot be computed here (the fake CUDA shim cannot be built), or None; building
+    it now, once, if it is missing."""
+    from pipeline.estimate.fake_cuda import FakeCudaError, prepare
+
+    try:
+        prepare()
+    except FakeCudaError as err:
+        return str(err)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(
         prog=prog("pipeline.aggregate"), description=help_text(__doc__ or "").splitlines()[0]
@@ -67,6 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     if not Dataset(args.dataset).shard_files():
         print(f"pipeline.aggregate: {args.dataset} holds no shards: nothing to publish", file=sys.stderr)
         return FAILED
+    if args.estimate and (reason := _cannot_estimate()):
+        print(
+            f"pipeline.aggregate: --estimate: {reason}; publishing the kept estimates only", file=sys.stderr
+        )
+        args.estimate = False
     try:
         result = aggregate(
             args.dataset, args.out, figures=not args.no_figures, workers=args.workers, estimate=args.estimate

@@ -462,6 +462,22 @@ def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unaske
     assert not list((tmp_path / "cache").glob("fake_cuda-*"))  # the shim was never built
 
 
+def test_estimate_without_a_compiler_publishes_the_kept_ones_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    write_table(tmp_path / "d", shard_table(SUBSET[0], 1, np.random.default_rng(), ranks=4))
+    assert main([str(tmp_path / "d"), "--estimate", "--no-figures"]) == 0
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "--estimate" in line]
+    assert line == (
+        "pipeline.aggregate: --estimate: fake CUDA tensors need a C++ compiler (g++ or $CXX) to build their "
+        "shim once; publishing the kept estimates only"
+    )
+    (row,) = json.loads((tmp_path / "d" / JSON_NAME).read_text())["executions"]
+    assert row["estimatedPeakGiB"] is None
+
+
 def test_module_entry_point_and_bad_arguments(tmp_path: Path) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "pipeline.aggregate", str(tmp_path / "absent")], capture_output=True, text=True
