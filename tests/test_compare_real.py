@@ -127,8 +127,9 @@ def test_the_same_dataset_and_a_rerun_report_nothing_slower(sweeps, capsys) -> N
     assert document["only_in_base"] == document["only_in_new"] == []
     # the tree may move between (or during) the two sweeps; nothing else can
     assert {d["setting"] for d in document["settings_differ"]} <= {"git_sha"}
-    # two runs on a shared CPU differ; the run-to-run part says by how much
-    assert any(s["between_sigma"] > 0 for s in document["noise"])
+    # the run-to-run part is estimated per stratum: zero where the runs differ no more than their
+    # windows do (as on a quiet host), never negative
+    assert all(s["between_sigma"] >= 0 for s in document["noise"])
     assert document["bounds"]["times"]["low"] >= 1.05
 
 
