@@ -24,7 +24,9 @@ from tests.slurm_support import (
 pytestmark = needs_cluster
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
-LONGER = "scale.iterations=80"  # runs for seconds after it starts: long enough to act on it
+# A floor on the wall time of the windows, not a count of iterations (a fast host ran 80 iterations
+# before the test could act): every attempt times at least 2 x 6 s after it starts, on any host.
+LONGER = "++scale.min_timed_ms=6000"
 STATE_DIR = Path(os.environ.get("MOE_SLURM_DIR", "/var/tmp/moe-slurm"))
 
 
