@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from functools import cache
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import torch
 
@@ -123,53 +123,59 @@ def _check_operands(
         )
 
 
-def grouped_gemm(
-    a: torch.Tensor,
-    b: torch.Tensor,
+class Options(TypedDict, total=False):
+    """Keyword options of the float GEMMs: the output dtype (the operands' when None or absent), the
+    backend and the variant (both ``auto`` when absent)."""
+
+    out_dtype: torch.dtype | None
+    backend: str
+    variant: str
+
+
+def _float_gemm(
+    op: str,
+    first: tuple[str, torch.Tensor],
+    second: tuple[str, torch.Tensor, int],
+    axes: tuple[int, int],
+    extent: str,
     offs: torch.Tensor,
-    *,
-    out_dtype: torch.dtype | None = None,
-    backend: str = "auto",
-    variant: str = "auto",
+    groups: int,
+    options: Options,
+) -> torch.Tensor:
+    """Check the operands of one float GEMM and run ``op`` on the backend ``options`` resolve to."""
+    if unknown := sorted(options.keys() - Options.__optional_keys__):
+        allowed = ", ".join(sorted(Options.__optional_keys__))
+        raise TypeError(f"{op}() got unexpected keyword argument(s) {', '.join(unknown)}; allowed: {allowed}")
+    _check_operands(first, second, axes, extent)
+    x = first[1]
+    _check_offs(offs, groups, x.device)
+    impl, extra = _impl(options.get("backend", "auto"), x.device, options.get("variant", "auto"))
+    out_dtype = options.get("out_dtype") or x.dtype
+    return getattr(impl, op)(x, second[1], offs, out_dtype, *extra)
+
+
+def grouped_gemm(
+    a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, **options: Unpack[Options]
 ) -> torch.Tensor:
     """``out[rows of g] = a[rows of g] @ b[g]^T``; a [M, K], b [G, N, K] -> [M, N]. FP32 accumulation."""
-    _check_operands(("a", a), ("b", b, 3), (1, 2), "K")
-    _check_offs(offs, b.shape[0], a.device)
-    impl, extra = _impl(backend, a.device, variant)
-    return impl.grouped_gemm(a, b, offs, out_dtype or a.dtype, *extra)
+    return _float_gemm("grouped_gemm", ("a", a), ("b", b, 3), (1, 2), "K", offs, b.shape[0], options)
 
 
 def grouped_gemm_dgrad(
-    dy: torch.Tensor,
-    b: torch.Tensor,
-    offs: torch.Tensor,
-    *,
-    out_dtype: torch.dtype | None = None,
-    backend: str = "auto",
-    variant: str = "auto",
+    dy: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, **options: Unpack[Options]
 ) -> torch.Tensor:
     """Input gradient of :func:`grouped_gemm`: ``out[rows of g] = dy[rows of g] @ b[g]``; dy [M, N]."""
-    _check_operands(("dy", dy), ("b", b, 3), (1, 1), "N")
-    _check_offs(offs, b.shape[0], dy.device)
-    impl, extra = _impl(backend, dy.device, variant)
-    return impl.grouped_gemm_dgrad(dy, b, offs, out_dtype or dy.dtype, *extra)
+    return _float_gemm("grouped_gemm_dgrad", ("dy", dy), ("b", b, 3), (1, 1), "N", offs, b.shape[0], options)
 
 
 def grouped_gemm_wgrad(
-    dy: torch.Tensor,
-    x: torch.Tensor,
-    offs: torch.Tensor,
-    *,
-    out_dtype: torch.dtype | None = None,
-    backend: str = "auto",
-    variant: str = "auto",
+    dy: torch.Tensor, x: torch.Tensor, offs: torch.Tensor, **options: Unpack[Options]
 ) -> torch.Tensor:
     """Weight gradient of :func:`grouped_gemm`: ``out[g] = dy[rows of g]^T @ x[rows of g]`` -> [G, N, K],
     grouped along the reduction dimension; empty groups give zeros."""
-    _check_operands(("dy", dy), ("x", x, 2), (0, 0), "M")
-    _check_offs(offs, offs.shape[0], dy.device)
-    impl, extra = _impl(backend, dy.device, variant)
-    return impl.grouped_gemm_wgrad(dy, x, offs, out_dtype or dy.dtype, *extra)
+    return _float_gemm(
+        "grouped_gemm_wgrad", ("dy", dy), ("x", x, 2), (0, 0), "M", offs, offs.shape[0], options
+    )
 
 
 def grouped_gemm_mx(

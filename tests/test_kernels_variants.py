@@ -258,6 +258,15 @@ def test_the_torch_backend_takes_only_auto():
         api.grouped_gemm_wgrad(torch.randn(8, 16), a, offs, variant="x")
 
 
+def test_an_unknown_keyword_is_refused_not_ignored():
+    b = torch.randn(2, 16, 32)
+    offs = torch.tensor([3, 8], dtype=torch.int32)
+    with pytest.raises(
+        TypeError, match=r"grouped_gemm_dgrad\(\) got unexpected .* outdtype; allowed: backend, "
+    ):
+        api.grouped_gemm_dgrad(torch.randn(8, 16), b, offs, outdtype=torch.bfloat16)  # type: ignore[call-arg]
+
+
 @pytest.mark.parametrize("mode", ["exact", "fast"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_unquantized_mx_activations_give_the_quantized_product_bit_for_bit(mode: str, dtype: torch.dtype):
