@@ -147,7 +147,9 @@ def _continued_fraction(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarr
 
 
 def _lgamma(x: np.ndarray) -> np.ndarray:
-    """log Gamma(x) for x > 0, elementwise: shifted up to x >= 7, then Stirling's series."""
+    """log Gamma(x) for x > 0, elementwise: shifted up to x >= 7, then Stirling's series to 1/y^11
+    (within 1e-13 of ``math.lgamma`` relative, 4e-12 absolute at 2,000; to 1/y^7 it was 2e-11
+    absolute, which a t tail near 1 - I amplified past 1e-10 relative)."""
     y = np.asarray(x, np.float64).copy()
     shift = np.zeros_like(y)
     for _ in range(7):
@@ -155,7 +157,9 @@ def _lgamma(x: np.ndarray) -> np.ndarray:
         shift -= np.where(small, np.log(np.where(small, y, 1.0)), 0.0)
         y = np.where(small, y + 1, y)
     f = 1 / (y * y)
-    series = (1 / 12 - f * (1 / 360 - f * (1 / 1260 - f / 1680))) / y
+    series = (
+        1 / 12 - f * (1 / 360 - f * (1 / 1260 - f * (1 / 1680 - f * (1 / 1188 - f * 691 / 360360))))
+    ) / y
     return shift + (y - 0.5) * np.log(y) - y + 0.5 * math.log(2 * math.pi) + series
 
 

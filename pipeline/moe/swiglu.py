@@ -87,8 +87,9 @@ def _block(da: torch.Tensor, h: torch.Tensor, dh: torch.Tensor, a: torch.Tensor,
 
 def swiglu_backward_whole(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused backward over the whole tensors at once (a GPU's form where the kernel cannot run): the
-    same values as the blocked pass, with ``up`` and ``da`` read in their own dtype (elementwise ops
-    promote them on the fly) rather than copied, so its float32 temporaries are three [rows, F]."""
+    blocked pass's arithmetic (the same values on one CPU thread), with ``up`` and ``da`` read in their
+    own dtype (elementwise ops promote them on the fly) rather than copied, so its float32 temporaries
+    are three [rows, F]."""
     f = _check(da, h)
     dh = torch.empty_like(h)
     a = torch.empty(h.shape[0], f, dtype=h.dtype, device=h.device)
