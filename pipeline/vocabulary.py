@@ -53,6 +53,7 @@ DTYPES = ("bfloat16", "float32")
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
 # The forms of Dist-MoE's fused SwiGLU backward (pipeline/moe/swiglu.py): a CPU's, a GPU's in torch
 # ops, the CuTe DSL kernel's.
+DEVICES = ("auto", "cpu", "cuda")  # what a config's ``device`` may say
 SWIGLU_FORMS = ("blocked", "whole-tensor", "cute-kernel")
 
 

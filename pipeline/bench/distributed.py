@@ -19,8 +19,8 @@ import torch
 import torch.distributed as dist
 
 from pipeline.data.atomic import atomic_write
+from pipeline.vocabulary import DEVICES
 
-DEVICES = ("auto", "cpu", "cuda")
 POLL_S = 0.05  # how often a rank looks for rank 0's address
 
 

@@ -23,8 +23,6 @@ from pathlib import Path
 
 import submitit
 
-from pipeline.bench.distributed import resolve_device
-from pipeline.bench.execute import run_execution
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.exits import Interrupted, held
@@ -39,6 +37,9 @@ class LocalBackend:
     def run(
         self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
+        from pipeline.bench.distributed import resolve_device
+        from pipeline.bench.execute import run_execution
+
         for p in planned:
             gpus = resolve_device(p.device) == "cuda"  # the plan checked that the device is here
             job = None

@@ -13,12 +13,9 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from pipeline.bench.distributed import DEVICES, resolve_device
-from pipeline.bench.execute import Summary
 from pipeline.bench.spec import JobSpec
-from pipeline.bench.work import routing_plans
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
@@ -27,6 +24,10 @@ from pipeline.launch.jobs import Job, JobState
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
+from pipeline.vocabulary import DEVICES
+
+if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
+    from pipeline.bench.execute import Summary
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings)
     for overrides, config in jobs:
         try:
             execution, shape, timing = validate(config)
-            routing_plans(shape, config["seed"])
+            _routing_plans(shape, config["seed"])
             _device_here(config, settings)
         except ValueError as err:
             errors.setdefault(str(err), []).append(_job_name(overrides))
@@ -162,10 +163,19 @@ def check_settings(dataset: Dataset, settings: list[Comparable]) -> None:
             )
 
 
+def _routing_plans(shape: Shape, seed: int) -> None:
+    """Plan every rank's routing once, so that a workload its ranks cannot realize is refused here."""
+    from pipeline.bench.work import routing_plans
+
+    routing_plans(shape, seed)
+
+
 def _device_here(config: dict[str, Any], settings: LaunchSettings) -> None:
     """Refuse what cannot run where the jobs go: a device the local host lacks, and ``scale=full`` on
     CPUs unless ``device=cpu`` asks for it (the default scale would start up to 64 CPU ranks at
     D = 7,168 on a machine without a GPU)."""
+    from pipeline.bench.distributed import resolve_device
+
     device = config["device"]
     if settings.backend == "local":
         gpus = resolve_device("auto") == "cuda"

@@ -25,18 +25,20 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
 from submitit.helpers import DelayedSubmission
 
-from pipeline.bench.distributed import resolve_device
-from pipeline.bench.execute import Summary, run_execution
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
 from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
 from pipeline.launch.settings import LaunchSettings
+
+if TYPE_CHECKING:  # the job's modules import torch, which the submitting side and status need not
+    from pipeline.bench.execute import Summary
 
 POLL_S = 2.0  # how often a waiting sweep looks at its jobs
 # Launcher keys that are submitit SlurmExecutor parameters of the same name.
@@ -66,6 +68,9 @@ class SlurmTask:
         self.settings = settings
 
     def __call__(self, spec: JobSpec) -> Summary | None:
+        from pipeline.bench.distributed import resolve_device
+        from pipeline.bench.execute import run_execution
+
         try:  # the device is resolved here, on the job's node, not on the submitting host
             resolve_device(spec.device)
         except ValueError as err:
