@@ -1,4 +1,5 @@
-"""Fixtures shared by test modules: every CuTe kernel of an arch compiled once per session."""
+"""Fixtures shared by test modules: every CuTe kernel of an arch compiled once per session, and one
+real ten-execution scale=ci sweep that the tests read (and never write)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.sweeps import CI_SWEEP, run_sweep
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +34,13 @@ def compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
         return folders[arch]
 
     return compile_arch
+
+
+@pytest.fixture(scope="session")
+def ci_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The dataset of the :data:`CI_SWEEP` (two workloads x five variants) and the command's result;
+    run once per session, on first use: tests copy it before changing anything."""
+    dataset = tmp_path_factory.mktemp("ci-sweep")
+    done = run_sweep(dataset, *CI_SWEEP)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dataset, done

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -22,36 +20,19 @@ from pipeline.data.schema import METADATA_KEY
 from pipeline.report import aggregate
 from pipeline.report.page import REPORT_NAME
 from pipeline.report.publish import rounded
+from tests.sweeps import CI_SWEEP, run_sweep
 from tests.test_compare_synthetic import compare_error
 
 pytestmark = pytest.mark.slow
-WORKLOADS = "inference-ep8-f1536,packing-ep32-f3072-profile-a"
-
-
-def _sweep(dataset: Path) -> Path:
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pipeline.run",
-            "--multirun",
-            f"workload={WORKLOADS}",
-            "variant=glob(*)",
-            "scale=ci",
-            f"dataset_dir={dataset}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return dataset
 
 
 @pytest.fixture(scope="session")
-def sweeps(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def sweeps(ci_sweep, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The same ten-execution sweep run twice, one after the other."""
-    return _sweep(tmp_path_factory.mktemp("first")), _sweep(tmp_path_factory.mktemp("rerun"))
+    rerun = tmp_path_factory.mktemp("rerun")
+    done = run_sweep(rerun, *CI_SWEEP)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return ci_sweep[0], rerun
 
 
 def _copy(dataset: Path, to: Path, without: tuple[str, ...] = ()) -> Path:

@@ -44,15 +44,8 @@ def nothing_launched(dataset: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_ci_sweep_writes_one_complete_shard_per_execution(tmp_path):
-    done = run(
-        "--multirun",
-        "workload=inference-ep8-f1536,packing-ep32-f3072-profile-a",
-        "variant=glob(*)",
-        "scale=ci",
-        f"dataset_dir={tmp_path}",
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+def test_ci_sweep_writes_one_complete_shard_per_execution(ci_sweep):
+    tmp_path, done = ci_sweep
     lines = done.stdout.splitlines()
     assert lines[-1] == "10 executions: 10 done, 0 failed"
     # a start and an end line per execution, each with the counts, the elapsed time and an ETA
