@@ -152,9 +152,7 @@ def shard_metadata(
             mxfp8=None if execution.variant.precision == "bf16" else "synthetic",
             swiglu_backward=None if w.kind == "inference" else "synthetic",
         ),
-        contention=Contention(
-            cores=2, ranks_per_host=shape.ranks, runnable_per_core=1.0, oversubscribed=False
-        ),
+        contention=Contention(cores=2, ranks_per_host=shape.ranks, cpu_wait_share=0.01, oversubscribed=False),
         memory=Memory(
             peak_allocated_bytes=int(rng.integers(10, 60) * 2**30) if on_gpu else None,
             peak_rss_bytes=int(rng.integers(1, 8) * 2**30),

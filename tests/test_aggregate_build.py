@@ -255,7 +255,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 3
+    assert meta["schema_version"] == 4
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:

@@ -127,10 +127,10 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 3"),
+        (_float32_times, "columns differ from schema version 4"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
-        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 3"),
+        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 4"),
         (_set("schema_version", value=None), "unknown schema_version None"),
         (_set("timing", "plan", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
         (

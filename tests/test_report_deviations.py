@@ -62,7 +62,7 @@ def test_every_deviation_names_its_executions(tmp_path: Path):
     cpu = shard_table(MX, 1, rng, ranks=2, scale="ci")  # float32, gloo, torch GEMMs, 2 of 32 ranks
     crowded = _with(
         shard_table(PACKING, 1, rng, ranks=64, device="NVIDIA GB300"),
-        contention=Contention(4, 8, runnable_per_core=2.5, oversubscribed=True),
+        contention=Contention(4, 8, cpu_wait_share=0.6, oversubscribed=True),
     )
     found = {d.what: d for d in deviations([read_shard(write_table(tmp_path, t)) for t in (cpu, crowded)])}
     assert set(found) == {
@@ -76,12 +76,18 @@ def test_every_deviation_names_its_executions(tmp_path: Path):
     assert found["tracked rank's tokens"].ran.startswith("rank 0 fed up to ")  # imbalance 2.0 on 2 of 32
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
 def test_the_sampler_sees_a_crowded_host():
-    """Busy processes beyond the cores push the runnable processes per core past the mark, above
-    what the host had without them (whatever else the host runs)."""
+    """Busy processes beyond the cores make a busy thread wait for a core for more than a third of its
+    runnable time, more than it waited without them (whatever else the host runs)."""
     cores = contention.cores()
     with contention.sampled() as quiet:
-        time.sleep(0.5)
+        _spin(0.5)
     busy = [
         subprocess.Popen(
             [sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"]
@@ -91,15 +97,22 @@ def test_the_sampler_sees_a_crowded_host():
     try:
         time.sleep(0.5)
         with contention.sampled() as crowded:
-            time.sleep(1.0)
+            _spin(1.0)
     finally:
         for p in busy:
             p.kill()
             p.wait()
-    assert quiet.per_core() is not None and crowded.per_core() is not None
-    assert crowded.per_core() > contention.OVERSUBSCRIBED and crowded.per_core() > quiet.per_core()
-    record = contention.contention([quiet.per_core(), crowded.per_core()], 2)
-    assert record.oversubscribed and record.runnable_per_core == crowded.per_core() and record.cores == cores
+    calm, denied = quiet.wait_share(), crowded.wait_share()
+    assert calm is not None and denied is not None
+    assert denied > contention.OVERSUBSCRIBED and denied > calm
+    record = contention.contention([calm, denied], 2)
+    assert record.oversubscribed and record.cpu_wait_share == denied and record.cores == cores
+    with contention.sampled() as idle:  # a block that never ran on a CPU says nothing
+        pass
+    assert (
+        contention.Sampler(idle.start).wait_share() is None
+        and contention.Sampler(None, (1, 1)).wait_share() is None
+    )
 
 
 @pytest.mark.parametrize("precision", ["bf16", "mxfp8"])

@@ -116,7 +116,7 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(ci_sweep):
         assert (provenance["backend"], provenance["collective"]) == ("local", "gloo") and provenance[
             "versions"
         ]["torch"]
-        assert meta["kernels"]["gemm"] == "torch" and meta["contention"]["runnable_per_core"] > 0
+        assert meta["kernels"]["gemm"] == "torch" and 0 <= meta["contention"]["cpu_wait_share"] < 1
         assert re.fullmatch(r"[0-9a-f]{40}", provenance["git_sha"]) and len(provenance["hosts"]) == 1
         assert provenance["job_ids"] == [rows[0]["job_id"]]
         # the progress line: id, the slowest-rank median iteration time, the shard

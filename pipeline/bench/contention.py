@@ -1,43 +1,41 @@
-"""How crowded the host was while an execution was timed: runnable processes per core, sampled over
-the timing windows.
+"""How much CPU the timing thread was denied while an execution was timed: the share of its runnable
+time it spent waiting for a core.
 
-On a CPU the ranks of one execution each keep a core busy (gloo spins while it waits); anything else
-runnable on the same cores stretches their windows by time-slicing, which the windows cannot tell
-apart from the work. Linux counts the runnable processes of the whole machine (``procs_running`` in
-``/proc/stat``, the sampler's own process included); over the cores this process may run on, that is
-1.0 when the ranks have the machine to themselves, and an execution whose median over its timing is
-above ``OVERSUBSCRIBED`` ran on an oversubscribed host. Elsewhere (no ``/proc/stat``) nothing is known.
+On a CPU each rank's thread keeps a core busy; anything else runnable on its cores time-slices with
+it, which the windows cannot tell apart from the work. The kernel keeps scheduler statistics per
+thread (``/proc/thread-self/schedstat``: nanoseconds on a CPU, then nanoseconds runnable on a run
+queue without one). Over the timing windows, wait / (run + wait) of the thread that runs and times
+the steps is the fraction of its runnable time lost to other threads: on a quiet two-core host with
+two gloo ranks 0.1 to 0.2 (the ranks' own gloo threads), with three busy processes per core beside
+them above 0.6. Above ``OVERSUBSCRIBED`` (the windows' CPU work stretched by more than 1.5x) the
+execution ran on an oversubscribed host. (A count of the machine's runnable processes,
+``procs_running``, flags a quiet host too: the gloo threads and the counting thread are runnable
+beside the ranks.) Elsewhere (no schedstat) nothing is known.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.data.meta import Contention
 
-PROC_STAT = Path("/proc/stat")
-SAMPLE_S = 0.05
-# Runnable processes per core above which an execution counts as oversubscribed: more than half a
-# core's worth of other work beside one busy rank per core.
-OVERSUBSCRIBED = 1.5
+SCHEDSTAT = Path("/proc/thread-self/schedstat")
+# The share of runnable time spent waiting above which an execution counts as oversubscribed: the
+# windows' CPU work stretched by more than 1.5x.
+OVERSUBSCRIBED = 1 / 3
 
 
-def runnable() -> int | None:
-    """Runnable processes on this machine now, or None where the kernel does not say."""
+def scheduled() -> tuple[int, int] | None:
+    """The calling thread's (ns on a CPU, ns waiting for one) so far, or None where unknown."""
     try:
-        text = PROC_STAT.read_text()
-    except OSError:
+        run, wait = SCHEDSTAT.read_text().split()[:2]
+    except (OSError, ValueError):
         return None
-    for line in text.splitlines():
-        if line.startswith("procs_running "):
-            return int(line.split()[1])
-    return None
+    return int(run), int(wait)
 
 
 def cores() -> int:
@@ -47,42 +45,36 @@ def cores() -> int:
 
 @dataclass
 class Sampler:
-    """Samples :func:`runnable` every ``SAMPLE_S`` in a thread while it is open."""
+    """The calling thread's scheduler statistics when the block began and when it ended."""
 
-    samples: list[int] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
+    start: tuple[int, int] | None
+    end: tuple[int, int] | None = None
 
-    def _run(self) -> None:
-        while not self._stop.wait(SAMPLE_S):
-            count = runnable()
-            if count is not None:
-                self.samples.append(count)
-
-    def per_core(self) -> float | None:
-        """The median of the samples over this process's cores, or None without samples."""
-        return statistics.median(self.samples) / cores() if self.samples else None
+    def wait_share(self) -> float | None:
+        """wait / (run + wait) over the block, or None without statistics or time on a run queue."""
+        if self.start is None or self.end is None:
+            return None
+        run, wait = self.end[0] - self.start[0], self.end[1] - self.start[1]
+        return wait / (run + wait) if run + wait > 0 else None
 
 
 @contextmanager
 def sampled() -> Iterator[Sampler]:
-    """Sample runnable processes while the block runs."""
-    sampler = Sampler()
-    thread = threading.Thread(target=sampler._run, name="contention", daemon=True)
-    thread.start()
+    """Read the calling thread's scheduler statistics before and after the block."""
+    sampler = Sampler(scheduled())
     try:
         yield sampler
     finally:
-        sampler._stop.set()
-        thread.join()
+        sampler.end = scheduled()
 
 
 def contention(per_rank: list[float | None], ranks_per_host: int) -> Contention:
-    """The execution's record: the most crowded rank's host, and whether that was oversubscribed."""
+    """The execution's record: the most denied rank's wait share, and whether that was oversubscribed."""
     known = [r for r in per_rank if r is not None]
     worst = max(known) if known else None
     return Contention(
         cores=cores(),
         ranks_per_host=ranks_per_host,
-        runnable_per_core=worst,
+        cpu_wait_share=worst,
         oversubscribed=None if worst is None else worst > OVERSUBSCRIBED,
     )

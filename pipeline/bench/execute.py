@@ -41,7 +41,7 @@ class RankResult:
 
     windows: RankWindows
     host: str
-    runnable_per_core: float | None
+    cpu_wait_share: float | None
     saved_state: list[SavedState]
     nvlink: NVLink
     peak_allocated_bytes: int | None
@@ -71,7 +71,7 @@ def run_execution(spec: JobSpec) -> Summary | None:
         mine = RankResult(
             windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
             host=ctx.hostname,
-            runnable_per_core=host.per_core(),
+            cpu_wait_share=host.wait_share(),
             saved_state=work.saved_state(),
             nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
             peak_allocated_bytes=peak_allocated_bytes(ctx.device),
@@ -104,7 +104,7 @@ def run_execution(spec: JobSpec) -> Summary | None:
                 timing=Timing(clock.name, steps.graphs, steps.reason, requested=spec.timing, plan=plan),
                 kernels=kernels(work.config, ctx.device, work.grads is not None),
                 contention=contention.contention(
-                    [r.runnable_per_core for r in ranks], ctx.world_size // len({r.host for r in ranks})
+                    [r.cpu_wait_share for r in ranks], ctx.world_size // len({r.host for r in ranks})
                 ),
                 memory=Memory(
                     peak_allocated_bytes=_max(r.peak_allocated_bytes for r in ranks),

@@ -176,17 +176,17 @@ class Kernels:
 @dataclass(frozen=True)
 class Contention:
     """How crowded the host was during the timing windows (:mod:`pipeline.bench.contention`): the
-    cores a rank could run on, ranks per host, the median runnable processes per core of the most
-    crowded rank (None where unknown) and whether that was oversubscribed."""
+    cores a rank could run on, ranks per host, the share of its runnable time the most denied rank's
+    threads waited for a core (None where unknown) and whether that was oversubscribed."""
 
     cores: int
     ranks_per_host: int
-    runnable_per_core: float | None
+    cpu_wait_share: float | None
     oversubscribed: bool | None
 
     def __post_init__(self) -> None:
         at_least(self, 1, "cores", "ranks_per_host")
-        at_least(self, 0, "runnable_per_core")
+        at_least(self, 0, "cpu_wait_share")
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ class NVLink:
 class ExecutionMeta(JsonRecord):
     """Everything a shard says about its execution attempt besides its window rows."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4  # 4: contention as the timing thread's CPU wait share
 
     schema_version: int
     execution_id: str

@@ -123,7 +123,7 @@ CHECKS = (
     _Check(
         "host contention",
         "one rank per GPU, nothing else on its cores",
-        "time-slicing with other runnable processes stretched the timing windows (runnablePerCore)",
+        "time-slicing with other runnable processes stretched the timing windows (cpuWaitShare)",
         lambda s: "oversubscribed" if s.meta.contention.oversubscribed else None,
     ),
 )

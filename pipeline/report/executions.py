@@ -60,7 +60,7 @@ RUN_COLUMNS = (
     "clock",
     "cudaGraphs",
     "cudaGraphsReason",
-    "runnablePerCore",
+    "cpuWaitShare",
     "oversubscribed",
     "emulationCopiesGiB",
     "seed",
@@ -160,7 +160,7 @@ def what_ran(shard: Shard) -> Row:
         "clock": meta.timing.clock,
         "cudaGraphs": meta.timing.cuda_graphs,
         "cudaGraphsReason": meta.timing.cuda_graphs_reason,
-        "runnablePerCore": meta.contention.runnable_per_core,
+        "cpuWaitShare": meta.contention.cpu_wait_share,
         "oversubscribed": meta.contention.oversubscribed,
         "emulationCopiesGiB": (
             meta.memory.emulation.mx_weight_values + meta.memory.emulation.saved_dispatched_rows

@@ -207,16 +207,17 @@ def _executions(rows: Sequence[Row]) -> str:
     return html.section(
         "Executions",
         html.paragraph(
-            "Times are the slowest rank's median over its timing windows, per iteration; host: runnable "
-            "processes per core while it was timed, marked where the host was oversubscribed."
+            "Times are the slowest rank's median over its timing windows, per iteration; host: the share of "
+            "its runnable time the most denied rank waited for a core while it was timed, marked where "
+            "the host was oversubscribed."
         ),
         html.table(columns, body, numeric=columns[1:6]),
     )
 
 
 def _host(row: Row) -> html.Cell:
-    load = optional_number(row, "runnablePerCore")
-    text = "unknown" if load is None else f"{load:.2f} per core"
+    share = optional_number(row, "cpuWaitShare")
+    text = "unknown" if share is None else f"{share:.0%} waiting"
     return (f"{text}, oversubscribed", "missing") if row["oversubscribed"] else text
 
 
