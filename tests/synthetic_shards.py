@@ -60,10 +60,12 @@ def shard_table(
     device: str = "cpu",
     job_id: str | None = None,
     windows: int | None = None,
+    level: float | None = None,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
     preset: the shape the execution stage would run, a row per rank x phase x window, random times.
-    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does."""
+    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does;
+    ``level`` fixes the forward phase's per-iteration ms (default: uniform on 0.5 to 20)."""
     w, v = execution.workload, execution.variant
     preset = scale_preset(scale, ranks)
     shape, plan = shape_for(w, preset), preset.timing
@@ -79,7 +81,7 @@ def shard_table(
     )
     # per-iteration ms by phase: backward about twice forward, combined about their sum
     relative = {"forward": 1.0, "backward": 2.0, "combined": 3.0 if w.kind != "inference" else 1.0}
-    base = rng.uniform(0.5, 20.0) * np.array([relative[p] for p in phases])[phase]
+    base = (rng.uniform(0.5, 20.0) if level is None else level) * np.array([relative[p] for p in phases])[phase]
     window_ms = base * rng.lognormal(0.0, 0.1, size=n) * iterations
     columns: dict[str, Any] = {
         "execution_id": [execution.execution_id] * n,
