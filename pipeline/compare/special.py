@@ -19,8 +19,11 @@ _TINY = 1e-300
 def t_sf(t: np.ndarray | float, df: np.ndarray | float) -> np.ndarray:
     """P(T > t) for Student's t with ``df`` degrees of freedom (elementwise, df > 0)."""
     t, df = np.broadcast_arrays(np.asarray(t, np.float64), np.minimum(np.asarray(df, np.float64), MAX_DF))
-    x = df / (df + t * t)
-    tail = 0.5 * _betainc(df / 2, np.full_like(df, 0.5), x).reshape(t.shape)
+    # x and 1 - x each from its own quotient: near t = 0, 1 - x by subtraction would lose digits
+    # (t^2 capped so that an infinite t gives 1 - x = 1, not inf / inf)
+    t2 = np.minimum(t * t, 1e300)
+    tail = 0.5 * _betainc(df / 2, np.full_like(df, 0.5), df / (df + t2), t2 / (df + t2))
+    tail = tail.reshape(t.shape)
     return np.where(t >= 0, tail, 1 - tail)
 
 
@@ -106,21 +109,22 @@ def _t_pdf(t: np.ndarray, df: np.ndarray) -> np.ndarray:
     return np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))
 
 
-def _betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Regularized incomplete beta I_x(a, b), by its continued fraction on the side where it
-    converges fast (x below (a + 1) / (a + b + 2)), else by I_x(a, b) = 1 - I_(1-x)(b, a)."""
-    a, b, x = (np.atleast_1d(np.asarray(v, np.float64)) for v in np.broadcast_arrays(a, b, x))
-    x = np.clip(x, 0.0, 1.0)
-    inner = (x > 0) & (x < 1)
-    safe = np.where(inner, x, 0.5)
-    log_front = _lgamma(a + b) - _lgamma(a) - _lgamma(b) + a * np.log(safe) + b * np.log1p(-safe)
+def _betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Regularized incomplete beta I_x(a, b), given x and y = 1 - x (each computed without the
+    other's rounding), by its continued fraction on the side where it converges fast (x below
+    (a + 1) / (a + b + 2)), else by I_x(a, b) = 1 - I_y(b, a)."""
+    a, b, x, y = (np.atleast_1d(np.asarray(v, np.float64)) for v in np.broadcast_arrays(a, b, x, y))
+    x, y = np.clip(x, 0.0, 1.0), np.clip(y, 0.0, 1.0)
+    inner = (x > 0) & (y > 0)
+    safe_x, safe_y = np.where(inner, x, 0.5), np.where(inner, y, 0.5)
+    log_front = _lgamma(a + b) - _lgamma(a) - _lgamma(b) + a * np.log(safe_x) + b * np.log(safe_y)
     front = np.exp(log_front)
-    direct = safe < (a + 1) / (a + b + 2)
-    value = np.empty_like(safe)
-    value[direct] = front[direct] * _continued_fraction(a[direct], b[direct], safe[direct]) / a[direct]
+    direct = safe_x < (a + 1) / (a + b + 2)
+    value = np.empty_like(safe_x)
+    value[direct] = front[direct] * _continued_fraction(a[direct], b[direct], safe_x[direct]) / a[direct]
     flip = ~direct
-    value[flip] = 1 - front[flip] * _continued_fraction(b[flip], a[flip], 1 - safe[flip]) / b[flip]
-    return np.where(inner, value, x)  # I_0 = 0, I_1 = 1
+    value[flip] = 1 - front[flip] * _continued_fraction(b[flip], a[flip], safe_y[flip]) / b[flip]
+    return np.where(inner, value, np.where(x > 0, 1.0, 0.0))  # I_0 = 0, I_1 = 1
 
 
 def _continued_fraction(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
