@@ -81,7 +81,8 @@ def shard_table(
     )
     # per-iteration ms by phase: backward about twice forward, combined about their sum
     relative = {"forward": 1.0, "backward": 2.0, "combined": 3.0 if w.kind != "inference" else 1.0}
-    base = (rng.uniform(0.5, 20.0) if level is None else level) * np.array([relative[p] for p in phases])[phase]
+    forward = rng.uniform(0.5, 20.0) if level is None else level
+    base = forward * np.array([relative[p] for p in phases])[phase]
     window_ms = base * rng.lognormal(0.0, 0.1, size=n) * iterations
     columns: dict[str, Any] = {
         "execution_id": [execution.execution_id] * n,
