@@ -89,13 +89,13 @@ def _stratum(rng, tau: float, ratios: int = 40, n: int = 9, spread: float = 2.0,
 def test_run_to_run_component_recovers_the_run_effect(tau: float) -> None:
     rng = np.random.default_rng()
     estimates = []
-    for _ in range(30):
+    for _ in range(120):  # the median over 120 strata: at 30, one test in a hundred passed 0.01 at tau 0
         d, base, new = _stratum(rng, tau)
         (noise, *_) = ratio_noise(d, base, new, [("k m", "m", "all")] * len(d))
         assert noise.stratum.name == "k m" and noise.stratum.ratios == len(d)
         estimates.append(noise.between_sigma)
     if tau == 0:
-        assert np.median(estimates) < 0.01  # within the windows' own noise (sigma ~ 0.03)
+        assert np.median(estimates) < 0.015  # half the windows' own noise (sigma ~ 0.03); sd 0.002
     else:
         assert np.median(estimates) == pytest.approx(tau, rel=0.2)
 
