@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+from cutlass_kernels.swiglu_torch import swiglu_backward
+from pipeline.moe.swiglu import swiglu_backward_fused
 
 FORMS = {"unfused": swiglu_backward, "fused": swiglu_backward_fused}
 

@@ -67,17 +67,17 @@ def _child(args: argparse.Namespace) -> int:
 
 def _swiglu(t: Any, stage: str, results: Path) -> int:
     """The SwiGLU backward kernel's ``correctness`` or ``timing`` against the layers' unfused form; in
-    the dry run, the layers' fused CPU form in its place on small shapes, with no bandwidth goal (a
+    the dry run, the fused CPU form (blocked) in its place on small shapes, with no bandwidth goal (a
     CPU form has none), and the planted faults of key ``swiglu/bfloat16/default``."""
     import time
 
     from cutlass_kernels import gating, swiglu_check, swiglu_kernel
-    from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+    from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
     planted = t.planted(stage, gating.SWIGLU_KEY)
     if planted == "hang":
         time.sleep(3600)  # until the runner kills the child at its limit
-    impl = swiglu_check.writer(swiglu_backward_fused) if t.dry_run else swiglu_kernel.launch
+    impl = swiglu_check.writer(swiglu_backward_blocked) if t.dry_run else swiglu_kernel.launch
     if planted == "wrong":
         impl = swiglu_check.doubled(impl)
     if stage == "correctness":

@@ -9,7 +9,8 @@ Stages, bottom to top (a module may import its own stage and those below):
   5 pipeline.launch, pipeline.estimate (the full-scale GPU path on fake tensors), pipeline.report
   6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
   7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli,
-    pipeline.completion, every ``__main__`` module
+    pipeline.completion, every ``__main__`` module but the kernels' (cutlass_kernels stands alone,
+    its command line included: the device run's children import no pipeline stage)
 Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
 define the matrix and the data contracts import no launcher.
 
@@ -104,7 +105,7 @@ GRAPH = {name: project_imports(path) - {name} for name, path in MODULES.items()}
 
 
 def stage(module: str) -> int:
-    if module.endswith(".__main__"):
+    if module.endswith(".__main__") and not module.startswith("cutlass_kernels."):
         return ENTRY
     name = module
     while name not in STAGES:

@@ -9,17 +9,19 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from pipeline.moe.swiglu import (
+from cutlass_kernels.swiglu_torch import (
     BLOCK_ELEMENTS,
+    swiglu_backward,
+    swiglu_backward_blocked,
+    swiglu_backward_whole,
+)
+from pipeline.moe.swiglu import (
     FUSED_FORMS,
     backward_form,
     forced_form,
     fused_form,
     kernel_reason,
-    swiglu_backward,
-    swiglu_backward_blocked,
     swiglu_backward_fused,
-    swiglu_backward_whole,
 )
 
 TOLERANCE = {torch.float64: 2e-6, torch.float32: 2e-6, torch.bfloat16: 1e-2}  # float32 arithmetic

@@ -165,10 +165,10 @@ def _records(path: Path) -> list[dict]:
 
 def test_correctness_check_passes_the_blocked_fp32_form(tmp_path: Path):
     from cutlass_kernels.swiglu_check import DRY_CASES, correctness, writer
-    from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+    from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
     out = tmp_path / "results.jsonl"
-    assert correctness(out, swiglu_backward, CPU, writer(swiglu_backward_fused), DRY_CASES) == 0
+    assert correctness(out, swiglu_backward, CPU, writer(swiglu_backward_blocked), DRY_CASES) == 0
     records = _records(out)
     assert [(r["rows"], r["f"]) for r in records] == list(DRY_CASES)
     for r in records:
@@ -187,7 +187,7 @@ def _wrong_slope(da, h, dh, a):
 
 
 def _last_row_unwritten(da, h, dh, a):
-    from pipeline.moe.swiglu import swiglu_backward
+    from cutlass_kernels.swiglu_torch import swiglu_backward
 
     out_dh, out_a = swiglu_backward(da, h)
     dh[:-1], a[:-1] = out_dh[:-1], out_a[:-1]
@@ -195,7 +195,7 @@ def _last_row_unwritten(da, h, dh, a):
 
 def _row_past_the_end(da, h, dh, a):
     from cutlass_kernels.swiglu_check import writer
-    from pipeline.moe.swiglu import swiglu_backward
+    from cutlass_kernels.swiglu_torch import swiglu_backward
 
     writer(swiglu_backward)(da, h, dh, a)
     past = torch.as_strided(dh, (1, dh.shape[1]), dh.stride(), dh.storage_offset() + dh.numel())
@@ -208,7 +208,7 @@ def _row_past_the_end(da, h, dh, a):
 )
 def test_correctness_check_fails_planted_faults(fault: Callable, shows: str, tmp_path: Path):
     from cutlass_kernels.swiglu_check import correctness
-    from pipeline.moe.swiglu import swiglu_backward
+    from cutlass_kernels.swiglu_torch import swiglu_backward
 
     out = tmp_path / "results.jsonl"
     assert correctness(out, swiglu_backward, CPU, fault, ((17, 96),)) == 1
@@ -222,7 +222,7 @@ def test_correctness_check_fails_planted_faults(fault: Callable, shows: str, tmp
 
 def test_a_case_that_raises_is_recorded_and_the_rest_run(tmp_path: Path):
     from cutlass_kernels.swiglu_check import correctness, writer
-    from pipeline.moe.swiglu import swiglu_backward
+    from cutlass_kernels.swiglu_torch import swiglu_backward
 
     def refuses_wide(da, h, dh, a):
         if da.shape[1] > 100:
@@ -261,7 +261,7 @@ def test_inputs_hold_saturated_zero_and_negative_gates():
 
 def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: Path):
     from cutlass_kernels.swiglu_check import bandwidth_record, timing, writer
-    from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+    from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
     ms = {"kernel": [2.0, 2.2, 9.0], "torch_form": [8.0, 8.0], "copy": [1.8, 1.7, 1.9], "add": [2.0]}
     record = bandwidth_record(1000, 3072, ms)
@@ -276,7 +276,7 @@ def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: 
     assert slow["frac_of_hbm"] == pytest.approx(0.6) and slow["status"] == "fail"  # the add is faster
 
     out = tmp_path / "results.jsonl"
-    timing(out, swiglu_backward, CPU, writer(swiglu_backward_fused), shapes=((40, 64),), iters=2)
+    timing(out, swiglu_backward, CPU, writer(swiglu_backward_blocked), shapes=((40, 64),), iters=2)
     (r,) = _records(out)
     assert (r["stage"], r["rows"], r["f"], r["bytes"]) == ("timing", 40, 64, 2 * 40 * 6 * 64)
     assert set(r["ms"]) == set(r["timer"]) == {"kernel", "torch_form", "copy", "add"}

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from cutlass_kernels import MXTensor, fake_quantize
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
-from pipeline.moe.swiglu import swiglu_backward, swiglu_backward_fused
+from cutlass_kernels.swiglu_torch import swiglu_backward
+from pipeline.moe.swiglu import swiglu_backward_fused
 
 
 @dataclass
