@@ -27,6 +27,8 @@ BLOCK_ELEMENTS = 1 << 15
 
 
 def check_operands(da: torch.Tensor, h: torch.Tensor) -> int:
+    """F, after refusing operands that are not h [rows, 2F] and da [rows, F] (every form, and the
+    layers' dispatch before it picks one)."""
     if h.dim() != 2 or h.shape[1] % 2 or da.shape != (h.shape[0], h.shape[1] // 2):
         raise ValueError(f"need h [rows, 2F] and da [rows, F]; got h {list(h.shape)} and da {list(da.shape)}")
     return h.shape[1] // 2
