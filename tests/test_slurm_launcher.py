@@ -36,6 +36,12 @@ def test_exclude_comment_and_array_parallelism_land_as_asked(tmp_path):
     for execution_id in (MOK, DIST):
         wait_for_state(tmp_path, execution_id, "done", timeout=180)
     for job_id in job_ids:
+        # the ledger's "done" comes from inside the job, a moment before Slurm records its end
+        wait_for(
+            lambda j=job_id: f"sacct to record {j}'s end: {sacct_state(j)!r}",
+            lambda j=job_id: sacct_state(j).split("|")[0] not in ("", "PENDING", "RUNNING", "COMPLETING"),
+            60,
+        )
         state, _, nodes = sacct_state(job_id).split("|")
         assert state == "COMPLETED"
         assert "n1" not in output("scontrol", "show", "hostnames", nodes).split(), nodes
