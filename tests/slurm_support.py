@@ -115,5 +115,12 @@ def sacct_state(job_id: str) -> str:
     return out.splitlines()[-1] if out else ""
 
 
+def sacct_ended(job_id: str) -> bool:
+    """Whether accounting holds the job's end (its state and node list final): the ledger's records
+    come from inside the job, a moment before Slurm records that."""
+    state, *_, nodes = (sacct_state(job_id) or "|").split("|")
+    return state not in ("", "PENDING", "RUNNING", "COMPLETING") and nodes not in ("", "None assigned")
+
+
 def shards(dataset: Path, execution_id: str) -> list[str]:
     return sorted(p.name for p in (dataset / "shards" / f"execution={execution_id}").glob("*.parquet"))

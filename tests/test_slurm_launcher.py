@@ -9,6 +9,7 @@ from tests.slurm_support import (
     output,
     python_module,
     records,
+    sacct_ended,
     sacct_state,
     submit,
     wait_for,
@@ -36,12 +37,7 @@ def test_exclude_comment_and_array_parallelism_land_as_asked(tmp_path):
     for execution_id in (MOK, DIST):
         wait_for_state(tmp_path, execution_id, "done", timeout=180)
     for job_id in job_ids:
-        # the ledger's "done" comes from inside the job, a moment before Slurm records its end
-        wait_for(
-            lambda j=job_id: f"sacct to record {j}'s end: {sacct_state(j)!r}",
-            lambda j=job_id: sacct_state(j).split("|")[0] not in ("", "PENDING", "RUNNING", "COMPLETING"),
-            60,
-        )
+        wait_for(f"sacct to record the end of job {job_id}", lambda j=job_id: sacct_ended(j), 60)
         state, _, nodes = sacct_state(job_id).split("|")
         assert state == "COMPLETED"
         assert "n1" not in output("scontrol", "show", "hostnames", nodes).split(), nodes
@@ -110,12 +106,8 @@ def test_resubmit_replays_the_sweeps_time_limit_and_dry_run_submits_nothing(tmp_
 
 
 def nodes_of(job_id: str) -> list[str]:
-    """The nodes accounting says the job ran on (the node list settles after the state)."""
-
-    def recorded() -> bool:
-        return sacct_state(job_id).split("|")[-1] not in ("", "None assigned")
-
-    wait_for(f"the node list of job {job_id} in accounting", recorded, timeout=60)
+    """The nodes accounting says the job ran on, once it holds the job's end."""
+    wait_for(f"the end of job {job_id} in accounting", lambda: sacct_ended(job_id), timeout=60)
     return output("scontrol", "show", "hostnames", sacct_state(job_id).split("|")[-1]).split()
 
 
