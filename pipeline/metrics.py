@@ -52,7 +52,9 @@ def _rank_medians(
     # Sort by rank, then time, so each rank's windows form one sorted run; pick its middle element(s).
     order = np.lexsort((per_iteration, rank))
     values = per_iteration[order]
-    ranks, starts, sizes = np.unique(rank[order], return_index=True, return_counts=True)
+    by_rank = rank[order]
+    starts = np.flatnonzero(np.concatenate(([True], by_rank[1:] != by_rank[:-1])))
+    ranks, sizes = by_rank[starts], np.diff(np.append(starts, by_rank.size))
     medians = 0.5 * (values[starts + (sizes - 1) // 2] + values[starts + sizes // 2])
     return ranks, medians, rank, per_iteration
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -264,13 +263,12 @@ def _iid_log_spread(n: np.ndarray) -> np.ndarray:
     return 1.1 * trigamma((np.maximum(n, 2) - 1) / 2)
 
 
-@lru_cache(maxsize=65536)
-def _window_df(n: int, excess: float) -> float:
-    """Degrees of freedom of one side's window variance: those of a chi-square whose log is
-    ``excess`` x as noisy as for n independent normal windows."""
-    if n < 2:
-        return 1.0
-    return float(2 * inverse_trigamma(excess * _iid_log_spread(np.array(float(n)))))
+def _window_df(n: np.ndarray, excess: float) -> np.ndarray:
+    """Degrees of freedom of each side's window variance (``n`` windows each): those of a chi-square
+    whose log is ``excess`` x as noisy as for n independent normal windows; 1 below two windows."""
+    sizes, where = np.unique(n, return_inverse=True)
+    df = 2 * inverse_trigamma(excess * _iid_log_spread(sizes))
+    return np.where(sizes < 2, 1.0, df)[where]
 
 
 def _samples_spread(base: Sequence[Windows], new: Sequence[Windows]) -> float:
@@ -281,7 +279,7 @@ def _samples_spread(base: Sequence[Windows], new: Sequence[Windows]) -> float:
         return 1.0
     observed = sum((2 * math.log(b.scale / n.scale)) ** 2 for b, n in pairs)
     expected = float(np.sum(_iid_log_spread(np.array([[b.n, n.n] for b, n in pairs], np.float64))))
-    return round(max(1.0, observed / expected), 3)  # 0.1% steps: the df it implies are cached
+    return max(1.0, observed / expected)
 
 
 def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], float, float]:
@@ -292,7 +290,7 @@ def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], flo
     rho = dependence(sides)
     raw = median_variance(sides, rho)
     n = np.array([w.n for w in sides], np.float64)
-    df = np.array([_window_df(int(k), excess) for k in n.tolist()])
+    df = _window_df(n, excess)
     known = raw > 0  # NaN (fewer than two windows) and 0 (identical windows) give no log variance
     raw = np.where(known, raw, 0.0)
     if known.sum() < 3:

@@ -22,18 +22,7 @@ UNKNOWN = "unknown"
 SETTINGS = (*KEYS, "device", "git_sha", "cutlass_dsl")
 
 
-def _comparable(key: str) -> Callable[[Shard], Any]:
-    """A comparable setting of the shard's composed config (a recorded null reads ``null``)."""
-
-    def get(shard: Shard) -> Any:
-        values = Comparable.of_config(shard.meta.config).values
-        return text(values[key]) if key in values else None
-
-    return get
-
-
 FIELDS: dict[str, Callable[[Shard], Any]] = {
-    **{key: _comparable(key) for key in KEYS},
     "device": lambda shard: shard.identity.device,
     "git_sha": lambda shard: shard.meta.provenance.git_sha,
     "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl,
@@ -46,7 +35,7 @@ FIELDS: dict[str, Callable[[Shard], Any]] = {
     "gemm": lambda shard: shard.meta.kernels.gemm,
     "hosts": lambda shard: shard.meta.provenance.hosts,
     "cuda_graphs": lambda shard: shard.meta.timing.cuda_graphs,
-}
+}  # after the comparable settings (``KEYS``), which come from the composed config
 
 
 def value_text(value: Any) -> str:
@@ -61,9 +50,13 @@ def value_text(value: Any) -> str:
 
 
 def describe(shards: Iterable[Shard]) -> dict[str, dict[str, int]]:
-    """Per field of ``FIELDS``: each distinct recorded value (as text) -> how many shards hold it."""
-    tally: dict[str, Counter[str]] = {name: Counter() for name in FIELDS}
+    """Per comparable setting (``KEYS``), then per field of ``FIELDS``: each distinct recorded value
+    (as text; a recorded null reads ``null``) -> how many shards hold it."""
+    tally: dict[str, Counter[str]] = {name: Counter() for name in (*KEYS, *FIELDS)}
     for shard in shards:
+        values = Comparable.of_config(shard.meta.config).values
+        for key in KEYS:
+            tally[key][value_text(text(values[key]) if key in values else None)] += 1
         for name, get in FIELDS.items():
             tally[name][value_text(get(shard))] += 1
     return {name: dict(sorted(counts.items())) for name, counts in tally.items()}
