@@ -7,36 +7,33 @@ Forward, backward and combined are reduced separately, so they need not add up.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from pipeline.vocabulary import KINDS, PHASES, WORK_MULTIPLE
 
 
-def slowest_rank_ms(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> float:
-    """Max over ranks of the per-rank median of per-iteration window times (one phase's rows)."""
-    return float(_rank_medians(rank, window_ms, iterations)[1].max())
+@dataclass(frozen=True)
+class SlowestRank:
+    """One phase of a shard, reduced: the published time and the windows behind it."""
+
+    ms: float  # the slowest rank's median of per-iteration window times (the lowest rank on ties)
+    windows: np.ndarray  # that rank's per-iteration window times, in the order of the rows
+
+    @property
+    def spread(self) -> tuple[float, float]:
+        """Min and max of those windows: how far the median could move with other windows."""
+        return float(self.windows.min()), float(self.windows.max())
 
 
-def slowest_rank_samples(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
-    """Sorted per-iteration window times of the rank whose median ``slowest_rank_ms`` reports (the
-    lowest such rank on ties): the samples behind the published number, for its uncertainty."""
-    return np.sort(slowest_rank_windows(rank, window_ms, iterations))
-
-
-def slowest_rank_windows(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:
-    """The same rank's per-iteration window times in the order of the rows (a shard's rows list each
-    rank's windows in the order they were timed), for how consecutive windows depend on each other."""
+def slowest_rank(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray) -> SlowestRank:
+    """Max over ranks of the per-rank median of per-iteration window times (one phase's rows), with
+    that rank's windows as listed (a shard lists each rank's windows in the order they were timed,
+    which is how consecutive windows depend on each other)."""
     ranks, medians, rank, per_iteration = _rank_medians(rank, window_ms, iterations)
-    return per_iteration[rank == ranks[int(np.argmax(medians))]]
-
-
-def slowest_rank_spread(
-    rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
-) -> tuple[float, float]:
-    """Min and max per-iteration time over the windows of the slowest rank (the one whose median
-    is the published time): how far that median could move with other windows."""
-    mine = slowest_rank_samples(rank, window_ms, iterations)
-    return float(mine[0]), float(mine[-1])
+    slowest = int(np.argmax(medians))
+    return SlowestRank(float(medians[slowest]), per_iteration[rank == ranks[slowest]])
 
 
 def _rank_medians(
@@ -63,16 +60,24 @@ def phase_ms(
     phase: np.ndarray, rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
 ) -> dict[str, float]:
     """Slowest-rank iteration time of every phase present: ``{"forward": ms, ...}``."""
+    return {name: reduced.ms for name, reduced in phases(phase, rank, window_ms, iterations).items()}
+
+
+def phases(
+    phase: np.ndarray, rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
+) -> dict[str, SlowestRank]:
+    """Every phase present, reduced once (``slowest_rank``): the published times, their spread and
+    a comparison's windows all read this."""
     phase = np.asarray(phase)
     unknown = sorted(set(np.unique(phase).tolist()) - set(PHASES))
     if unknown:
         raise ValueError(f"unknown phase(s) {unknown}; allowed: {', '.join(PHASES)}")
     rank, window_ms, iterations = np.asarray(rank), np.asarray(window_ms), np.asarray(iterations)
-    out: dict[str, float] = {}
+    out: dict[str, SlowestRank] = {}
     for name in PHASES:
         rows = phase == name
         if rows.any():
-            out[name] = slowest_rank_ms(rank[rows], window_ms[rows], iterations[rows])
+            out[name] = slowest_rank(rank[rows], window_ms[rows], iterations[rows])
     return out
 
 

@@ -26,7 +26,7 @@ from pipeline.compare.statistics import (
     ratio_interval,
     ratio_of_ratios_interval,
 )
-from pipeline.metrics import slowest_rank_ms, slowest_rank_samples, slowest_rank_windows
+from pipeline.metrics import slowest_rank
 
 
 def _brute_force_counts(n: int, m: int) -> list[int]:
@@ -150,7 +150,7 @@ def test_too_few_windows_and_bad_samples() -> None:
 
 
 @pytest.mark.parametrize("ranks,windows", [(1, 5), (2, 5), (8, 4), (64, 5)])
-def test_slowest_rank_samples_are_the_naive_slowest_ranks_windows(ranks: int, windows: int) -> None:
+def test_slowest_rank_windows_are_the_naive_slowest_ranks(ranks: int, windows: int) -> None:
     rng = np.random.default_rng()
     rank = np.repeat(np.arange(ranks), windows)
     window_ms = rng.lognormal(3.0, 0.4, rank.size)
@@ -160,15 +160,16 @@ def test_slowest_rank_samples_are_the_naive_slowest_ranks_windows(ranks: int, wi
     per_rank = {r: [w / 30 for q, w in zip(rank, window_ms, strict=True) if q == r] for r in range(ranks)}
     medians = {r: statistics.median(v) for r, v in per_rank.items()}
     slowest = max(medians, key=lambda r: (medians[r], -r))
-    samples = slowest_rank_samples(rank, window_ms, iterations)
-    assert samples.tolist() == pytest.approx(sorted(per_rank[slowest]), rel=1e-15)
-    assert statistics.median(samples.tolist()) == slowest_rank_ms(rank, window_ms, iterations)
+    reduced = slowest_rank(rank, window_ms, iterations)
+    assert sorted(reduced.windows.tolist()) == pytest.approx(sorted(per_rank[slowest]), rel=1e-15)
+    assert statistics.median(reduced.windows.tolist()) == reduced.ms
+    assert reduced.spread == (min(per_rank[slowest]), max(per_rank[slowest]))
 
 
 def test_slowest_rank_ties_go_to_the_lowest_rank() -> None:
     rank = np.array([0, 0, 0, 1, 1, 1])
     window = np.array([1.0, 2.0, 3.0, 2.0, 2.0, 2.5])  # both medians 2.0
-    assert slowest_rank_samples(rank, window, np.ones(6, int)).tolist() == [1.0, 2.0, 3.0]
+    assert slowest_rank(rank, window, np.ones(6, int)).windows.tolist() == [1.0, 2.0, 3.0]
 
 
 def test_slowest_rank_windows_keep_the_row_order() -> None:
@@ -176,9 +177,8 @@ def test_slowest_rank_windows_keep_the_row_order() -> None:
     rank = np.repeat([0, 1, 2], 7)
     window_ms = rng.lognormal(2.0, 0.3, rank.size)
     window_ms[rank == 1] *= 3  # rank 1 is the slowest
-    windows = slowest_rank_windows(rank, window_ms, np.full(rank.size, 4))
+    windows = slowest_rank(rank, window_ms, np.full(rank.size, 4)).windows
     assert windows.tolist() == (window_ms[7:14] / 4).tolist()  # as listed, not sorted
-    assert sorted(windows.tolist()) == slowest_rank_samples(rank, window_ms, np.full(rank.size, 4)).tolist()
 
 
 def test_p_values_and_intervals_are_scipys_t() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.metrics import (
     phase_ms,
-    slowest_rank_ms,
+    slowest_rank,
     tera_per_second,
     useful_flops,
     useful_tflops_per_gpu,
@@ -50,7 +50,7 @@ def test_slowest_rank_is_the_max_of_medians_not_the_median_of_all() -> None:
     # rank 0: 10, 10, 100 ms per iteration -> median 10; rank 1: 20, 20, 20 -> 20. Slowest rank: 20.
     rank = np.array([0, 0, 0, 1, 1, 1])
     window = np.array([300.0, 300.0, 3000.0, 600.0, 600.0, 600.0])
-    assert slowest_rank_ms(rank, window, np.full(6, 30)) == 20.0
+    assert slowest_rank(rank, window, np.full(6, 30)).ms == 20.0
 
 
 def test_phases_are_reduced_separately() -> None:
@@ -73,12 +73,12 @@ def test_phases_are_reduced_separately() -> None:
 )
 def test_bad_window_rows_raise(window: list[float], iters: list[int], match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        slowest_rank_ms(np.zeros(len(window), int), np.array(window), np.array(iters))
+        slowest_rank(np.zeros(len(window), int), np.array(window), np.array(iters))
 
 
 def test_empty_and_unknown_phase_raise() -> None:
     with pytest.raises(ValueError, match="no window rows"):
-        slowest_rank_ms(np.array([], int), np.array([]), np.array([], int))
+        slowest_rank(np.array([], int), np.array([]), np.array([], int))
     with pytest.raises(ValueError, match="unknown phase.*'warmup'.*allowed: forward"):
         phase_ms(np.array(["warmup"]), np.array([0]), np.array([1.0]), np.array([1]))
 

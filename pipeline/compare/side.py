@@ -19,7 +19,7 @@ import numpy as np
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
-from pipeline.metrics import slowest_rank_windows
+from pipeline.metrics import phases
 from pipeline.report import executions
 from pipeline.report.provenance import describe
 
@@ -55,18 +55,13 @@ def side(path: Path, folder: Dataset, newest: Mapping[str, Shard], skipped: Iter
     for execution_id in sorted(newest):
         shard = newest[execution_id]
         try:
-            rows[execution_id] = executions.execution_row(shard)
+            reduced = phases(shard.phase, shard.rank, shard.window_ms, shard.iterations)
+            rows[execution_id] = executions.execution_row(shard, reduced)
         except ValueError as exc:
             skipped.append(Skipped(folder.relative(shard.path), f"metrics cannot be computed ({exc})"))
             continue
         windows[execution_id] = {
-            metric: slowest_rank_windows(
-                shard.rank[shard.phase == phase],
-                shard.window_ms[shard.phase == phase],
-                shard.iterations[shard.phase == phase],
-            )
-            for metric, phase in METRICS.items()
-            if rows[execution_id][metric] is not None
+            metric: reduced[phase].windows for metric, phase in METRICS.items() if phase in reduced
         }
     if not rows:
         found = f"{len(skipped)} unusable shard file(s)" if skipped else "no shards/execution=*/*.parquet"

@@ -19,7 +19,7 @@ from pipeline import model
 from pipeline.data.reader import Shard
 from pipeline.estimate import table
 from pipeline.matrix.scale import Shape
-from pipeline.metrics import phase_ms, slowest_rank_spread, tera_per_second, useful_tflops_per_gpu
+from pipeline.metrics import SlowestRank, phases, tera_per_second, useful_tflops_per_gpu
 from pipeline.report.publish import Row
 from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
@@ -95,11 +95,13 @@ COLUMNS = (
 )
 
 
-def execution_row(shard: Shard) -> Row:
-    """The published row of one shard (``None`` where a value does not exist, e.g. no NVLink on CPU)."""
+def execution_row(shard: Shard, reduced: dict[str, SlowestRank] | None = None) -> Row:
+    """The published row of one shard (``None`` where a value does not exist, e.g. no NVLink on CPU);
+    ``reduced``: its ``metrics.phases``, where the caller needs them too."""
     ident, meta = shard.identity, shard.meta
-    times = phase_ms(shard.phase, shard.rank, shard.window_ms, shard.iterations)
-    ms = times["combined"]
+    if reduced is None:
+        reduced = phases(shard.phase, shard.rank, shard.window_ms, shard.iterations)
+    ms = reduced["combined"].ms
     tokens = meta.shape.nominal_tokens
     layer = layer_shape(ident.kind, ident.precision, meta.shape)
     hardware = model.hardware_for_device(ident.device)
@@ -112,8 +114,8 @@ def execution_row(shard: Shard) -> Row:
     return {
         **{k: v for k, v in asdict(ident).items() if k in COLUMNS},
         "iterationMS": ms,
-        "forwardMS": times.get("forward"),
-        "backwardMS": times.get("backward"),
+        "forwardMS": reduced["forward"].ms if "forward" in reduced else None,
+        "backwardMS": reduced["backward"].ms if "backward" in reduced else None,
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
         "hbmModelTBs": tera_per_second(hbm_bytes, ms),
         "nvlinkTxGBs": _scaled(meta.nvlink.tx_bytes_per_s, 1e9),
@@ -125,18 +127,15 @@ def execution_row(shard: Shard) -> Row:
         "sanityMaxError": meta.sanity.max_error,
         "sanityTolerance": meta.sanity.tolerance,
         "sanityPassed": meta.sanity.passed,
-        **what_ran(shard),
+        **what_ran(shard, reduced["combined"]),
     }
 
 
-def what_ran(shard: Shard) -> Row:
+def what_ran(shard: Shard, combined: SlowestRank) -> Row:
     """The run columns of one shard: the combined phase's slowest-rank window spread, the scale and
     shape that ran, how it was timed and the code and seed that ran it."""
     meta, shape = shard.meta, shard.meta.shape
-    combined = shard.phase == "combined"
-    low, high = slowest_rank_spread(
-        shard.rank[combined], shard.window_ms[combined], shard.iterations[combined]
-    )
+    low, high = combined.spread
     loads = shape.layer_loads
     return {
         "windowMinMS": low,
