@@ -243,16 +243,13 @@ def _speedup(
 
 def _sum(first: Noise, second: Noise, sides: str = "both") -> tuple[float, float]:
     """Variance and df of the difference of two executions' log times: their window parts and two
-    run-to-run parts (one estimate, counted twice when the strata are one). ``sides="new"`` keeps
+    run-to-run parts (one estimate when the strata are one, so their errors add). ``sides="new"`` keeps
     only NEW's window parts: two executions of one dataset."""
     windows = [first.new, second.new] if sides == "new" else [first.base, first.new, second.base, second.new]
-    between: list[Part] = []
-    for stratum in {id(n.stratum): n.stratum for n in (first, second)}.values():
-        if stratum.between is not None:
-            twice = 2 if first.stratum is second.stratum else 1
-            p = stratum.between
-            between.append(Part(twice * p.var, p.df, twice * p.scale))
-    return combined(windows + between)
+    parts = [n.between for n in (first, second) if n.between is not None]
+    if len(parts) == 2 and first.stratum is second.stratum:  # one estimate: its errors add up
+        parts = [Part(parts[0].var + parts[1].var, parts[0].df, parts[0].scale + parts[1].scale)]
+    return combined(windows + parts)
 
 
 def _selections(

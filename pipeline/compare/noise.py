@@ -87,8 +87,8 @@ def windows(samples: Sequence[np.ndarray]) -> list[Windows]:
 @dataclass(frozen=True)
 class Part:
     """One variance component of a log ratio and its uncertainty, as a chi-square's degrees of
-    freedom on ``scale``: Var(estimate) = 2 scale^2 / df (``scale`` is the estimate itself, except
-    for the run-to-run part, whose error is relative to the stratum's whole noise)."""
+    freedom on ``scale``: Var(estimate) = 2 scale^2 / df (``scale`` is the estimate itself for a
+    window part; for the run-to-run part see ``Noise.between``)."""
 
     var: float
     df: float
@@ -108,7 +108,9 @@ class Stratum:
 
     name: str
     ratios: int
-    between: Part | None  # None: too few ratios in the comparison for a run-to-run estimate
+    # tau^2, its df, and the scale of its error (the harmonic mean of the stratum's totals);
+    # None: too few ratios in the comparison for a run-to-run estimate
+    between: Part | None
     dependence: tuple[float, float]  # pooled lag-1 autocorrelation of the windows, BASE and NEW
     moderation: tuple[float, float]  # prior degrees of freedom of the window variances, BASE and NEW
 
@@ -129,8 +131,23 @@ class Noise:
         object.__setattr__(self, "df", df)
 
     @property
+    def between(self) -> Part | None:
+        """The stratum's run-to-run part, its error counted on at most this time's own total.
+
+        The estimate of tau^2 is off by about sqrt(2 / df) x the harmonic mean H of the stratum's
+        totals, at tau^2 = 0 too (an estimate at the boundary is not exact). For a time quieter than
+        H, Satterthwaite would turn that into a t with 1 or 2 df, whose tails its total, which never
+        falls below its own window part, does not have; so the error is taken relative to
+        min(H, window part + tau^2)."""
+        stratum = self.stratum.between
+        if stratum is None:
+            return None
+        own = self.base.var + self.new.var + stratum.var
+        return Part(stratum.var, stratum.df, min(stratum.scale, own))
+
+    @property
     def parts(self) -> list[Part]:
-        between = self.stratum.between
+        between = self.between
         return [self.base, self.new] + ([between] if between is not None else [])
 
     @property
@@ -338,4 +355,8 @@ def _between(log_ratios: list[float], within: list[float]) -> Part:
     keep = np.divide(r2, total, out=np.where(r2 > 0, np.inf, 0.0), where=total > 0) < _KEEP
     tau2 = solve(keep, "mean", _TRUNCATED_MEAN) if keep.sum() >= 2 else first
     df = max(1.0, _BETWEEN_EFFICIENCY * (int(keep.sum()) - 1))
-    return Part(tau2, df, float(np.median(w)) + tau2 if tau2 > 0 else 0.0)
+    # d(mean of r^2 / (w + tau^2)) / d tau^2 is about -1 / H, so the estimate's error is H-sized
+    totals = w[keep] + tau2
+    totals = totals[totals > 0]
+    harmonic = float(totals.size / np.sum(1 / totals)) if totals.size else 0.0
+    return Part(tau2, df, harmonic)
