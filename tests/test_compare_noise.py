@@ -125,19 +125,6 @@ def test_standardized_null_ratios_are_not_heavier_tailed_than_their_t() -> None:
     assert beyond / total < 0.02
 
 
-def test_run_to_run_degrees_of_freedom_count_executions_not_times() -> None:
-    """Three times of each of ten executions in one stratum: tau^2 is known from ten run effects."""
-    rng = np.random.default_rng()
-    d, base, new = _stratum(rng, 0.05, ratios=30)
-    strata = [("all",)] * 30
-    grouped = ratio_noise(d, base, new, strata, [f"e{i // 3}" for i in range(30)])[0].stratum.between
-    alone = ratio_noise(d, base, new, strata)[0].stratum.between
-    assert grouped is not None and alone is not None
-    assert grouped.df == pytest.approx(0.7 * (10 - 1))  # no execution loses all three times to the cut
-    assert 0.7 * (27 - 1) <= alone.df <= 0.7 * (30 - 1)
-    assert grouped.var == alone.var  # the estimate itself does not change
-
-
 def test_a_small_stratum_uses_the_coarser_one() -> None:
     rng = np.random.default_rng()
     d, base, new = _stratum(rng, 0.05, ratios=MIN_STRATUM + 5)

@@ -87,11 +87,10 @@ def test_one_execution_made_slower_is_reported_alone(sweeps, tmp_path, capsys) -
     for t in document["times"]:  # the JSON's ratios at the published precision
         assert t["ratio"] == rounded(factor if t["execution_id"] == chosen else 1.0)
     # every other time is exactly 1: no run-to-run scatter, and the windows set every bound, as
-    # against itself but for the run-to-run estimate's own error (at 0), which the scaled execution,
-    # left out of that estimate (nine executions of ten), moves
+    # against itself up to the run-to-run estimate's own error (the scaled execution is left out of it)
     assert all(s["between_sigma"] == 0.0 for s in document["noise"])
-    for t, alone in zip(document["times"], itself["times"], strict=True):
-        assert t["bound_by"] == alone["bound_by"] and 0.8 < t["bound"] / alone["bound"] < 1.5, (t, alone)
+    bounds = [t["bound"] for t in document["times"]]
+    assert bounds == pytest.approx([t["bound"] for t in itself["times"]], rel=0.03)
     # the pairs of the scaled execution move by the factor (up when MoK got slower, down for Dist-MoE)
     moved = {s["dist_execution_id"] for s in document["speedups"] if s["ratio"] != pytest.approx(1.0)}
     partners = {s["dist_execution_id"] for s in document["speedups"] if chosen in s.values()}

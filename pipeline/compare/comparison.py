@@ -146,7 +146,6 @@ def _noises(base: Side, new: Side, keys: list[tuple[str, str]]) -> list[Noise]:
         windows([base.windows[i][m] for i, m in keys]),
         windows([new.windows[i][m] for i, m in keys]),
         [(f"{base.rows[i]['kind']} {m}", m, "all") for i, m in keys],
-        [i for i, _ in keys],
     )
 
 

@@ -41,7 +41,7 @@ MAX_DEPENDENCE = 0.95
 _MEDIAN_CHI2_1 = 0.454936  # median of chi-square with 1 df
 _TRUNCATED_MEAN = 0.973336  # mean of chi-square with 1 df below 9 (three sigma)
 _KEEP = 9.0
-# Degrees of freedom per execution of the three-sigma mean: below the 0.95 it has for normal data with known
+# Degrees of freedom per ratio of the three-sigma mean: below the 0.95 it has for normal data with known
 # weights, because each weight carries an estimated window part (at 0.9, simulated reruns in GPU-like
 # noise flagged something 3 - 4% of the time at a nominal 2.5%; benchmarks/compare_error_rates.py).
 _BETWEEN_EFFICIENCY = 0.7
@@ -169,18 +169,11 @@ def ratio_noise(
     base: Sequence[Windows],
     new: Sequence[Windows],
     strata: Sequence[tuple[str, ...]],
-    executions: Sequence[str] | None = None,
 ) -> list[Noise]:
     """The noise of every log ratio of one comparison. ``strata`` names each ratio's strata from the
-    finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used.
-    ``executions`` names each ratio's execution (default: one each): the times of one execution share
-    its run effect, so a stratum holding several of them knows tau^2 from its executions, not its
-    ratios."""
-    executions = [str(i) for i in range(len(log_ratios))] if executions is None else executions
-    if not len(log_ratios) == len(base) == len(new) == len(strata) == len(executions):
-        raise ValueError(
-            "one log ratio, two window summaries, a strata tuple and an execution per ratio are required"
-        )
+    finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used."""
+    if not len(log_ratios) == len(base) == len(new) == len(strata):
+        raise ValueError("one log ratio, two window summaries and a strata tuple per ratio are required")
     sizes: dict[str, int] = {}
     for names in strata:
         for name in names:
@@ -199,7 +192,7 @@ def ratio_noise(
             [log_ratios[i] for i in idx],
             [base[i] for i in idx],
             [new[i] for i in idx],
-            [executions[i] for i in idx] if estimate_between else None,
+            estimate_between,
         )
         for i, (b, n) in zip(idx, parts, strict=True):
             if chosen[i] == name:
@@ -208,14 +201,13 @@ def ratio_noise(
 
 
 def _stratum(
-    name: str, log_ratios: list[float], base: list[Windows], new: list[Windows], executions: list[str] | None
+    name: str, log_ratios: list[float], base: list[Windows], new: list[Windows], estimate_between: bool
 ) -> tuple[Stratum, list[tuple[Part, Part]]]:
-    """A stratum's window parts and run-to-run part (``executions`` None: no run-to-run estimate)."""
     excess = _samples_spread(base, new)
     sides = [_moderated(w, excess) for w in (base, new)]
     parts = [(b, n) for b, n in zip(sides[0][0], sides[1][0], strict=True)]
     within = [b.var + n.var for b, n in parts]
-    between = _between(log_ratios, within, executions) if executions is not None else None
+    between = _between(log_ratios, within) if estimate_between else None
     return (
         Stratum(
             name,
@@ -329,11 +321,10 @@ def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], flo
     return [Part(v, d, v) for v, d in zip(var.tolist(), total.tolist(), strict=True)], rho, prior_df
 
 
-def _between(log_ratios: list[float], within: list[float], executions: list[str]) -> Part:
+def _between(log_ratios: list[float], within: list[float]) -> Part:
     """Run-to-run variance tau^2 of a stratum: the value at which (d - median d)^2 / (w + tau^2)
     has the median of a chi-square with 1 df, then at which those below 9 have its truncated mean;
-    0 where the windows already account for the scatter. Its df count the executions kept, whose
-    times share one run effect each."""
+    0 where the windows already account for the scatter."""
     d = np.asarray(log_ratios, np.float64)
     w = np.asarray(within, np.float64)
     r2 = (d - np.median(d)) ** 2
@@ -363,8 +354,7 @@ def _between(log_ratios: list[float], within: list[float], executions: list[str]
     total = w + first
     keep = np.divide(r2, total, out=np.where(r2 > 0, np.inf, 0.0), where=total > 0) < _KEEP
     tau2 = solve(keep, "mean", _TRUNCATED_MEAN) if keep.sum() >= 2 else first
-    kept = {execution for execution, k in zip(executions, keep.tolist(), strict=True) if k}
-    df = max(1.0, _BETWEEN_EFFICIENCY * (len(kept) - 1))
+    df = max(1.0, _BETWEEN_EFFICIENCY * (int(keep.sum()) - 1))
     # d(mean of r^2 / (w + tau^2)) / d tau^2 is about -1 / H, so the estimate's error is H-sized
     totals = w[keep] + tau2
     totals = totals[totals > 0]
