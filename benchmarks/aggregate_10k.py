@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.data.dataset import Dataset
 from pipeline.data.scan import scan_shards
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import aggregate
@@ -49,7 +50,7 @@ def main() -> None:
         print(f"generated {args.shards} shards, {rows} window rows in {time.perf_counter() - start:.1f} s")
         for _ in range(args.repeat):
             start = time.perf_counter()
-            scan_shards(dataset, workers=args.workers)
+            scan_shards(Dataset(dataset), workers=args.workers)
             print(f"  reading and validating alone: {time.perf_counter() - start:.2f} s")
             start, cpu = time.perf_counter(), time.process_time()
             result = aggregate(dataset, workers=args.workers)

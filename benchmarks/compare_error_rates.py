@@ -12,7 +12,8 @@ the normal's interquartile range), ``scale`` x2 either way across executions (lo
 same on both sides), ``run`` one normal effect per execution and side shared by its phases, and a
 second rank 5% faster with its own small jitter. Window counts are five (the report's) or what
 ``scale=cpu`` calibrates to (23 to 60 for inference and training, 9 to 11 for packing), drawn per
-execution and side once per setting.
+execution and side once per setting. ``--history N`` also draws N earlier runs of BASE (each with
+its own run effects, BASE's windows' layout) and passes them as the comparison's history.
 
 The comparison is the real one, on real shards: per setting the two datasets are written once as
 parquet by the shard writer's format (``tests/synthetic_shards.py``) and read back by the shard
@@ -23,7 +24,7 @@ also writes the first K draws of every setting as parquet files and runs the com
 them, which must give the same document.
 
     python benchmarks/compare_error_rates.py [--draws 2000] [--settings NAME,...] [--jobs 2]
-        [--check 1] [--seed 1] [--json FILE]
+        [--check 1] [--seed 1] [--history N] [--json FILE]
     python benchmarks/compare_error_rates.py --table FILE  # the table of results already appended
 
 ``--settings`` takes names or prefixes (``gpu-``, ``cpu-all``); ``--list`` lists them.
@@ -44,7 +45,7 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,16 @@ class Setting:
     feature: str
     windows: str  # "5" or "cpu"
     changes: tuple[float, ...] = ()
+    history: int = 0  # earlier runs of BASE given to the comparison
 
     @property
     def name(self) -> str:
         return f"{self.level}-{self.feature}-{self.windows}"
+
+    @property
+    def label(self) -> str:
+        """The name, with the history's size where there is one (how results are told apart)."""
+        return self.name + (f"-h{self.history}" if self.history else "")
 
     @property
     def promised(self) -> bool:
@@ -197,13 +204,13 @@ class Drawer:
         self.layouts = [{i: _layout(s) for i, s in shards.items()} for shards in templates.shards]
         self.ids = sorted(templates.shards[0])
 
-    def draw(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def draw(self, history: int = 0) -> list[dict[str, np.ndarray]]:
+        """BASE's, NEW's and ``history`` earlier BASE runs' window times (each its own run effects)."""
         scale = np.exp(self.rng.uniform(-math.log(self.spread), math.log(self.spread), len(self.ids)))
-        out: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
-        for side_index in (0, 1):
-            for execution_id, s in zip(self.ids, scale, strict=True):
-                out[side_index][execution_id] = self._side(side_index, execution_id, float(s))
-        return out
+        return [
+            {i: self._side(min(k, 1), i, float(s)) for i, s in zip(self.ids, scale, strict=True)}
+            for k in (0, 1, *[0] * history)
+        ]
 
     def _side(self, side_index: int, execution_id: str, scale: float) -> np.ndarray:
         shard = self.templates.shards[side_index][execution_id]
@@ -242,6 +249,11 @@ def build(
     drawn = {i: dataclasses.replace(s, window_ms=window_ms[i]) for i, s in shards.items()}
     root = path or templates.root / ("base", "new")[side_index]
     return side(root, Dataset(root), drawn, [])
+
+
+def histories(templates: Templates, drawn: Sequence[dict[str, np.ndarray]]) -> list[Side]:
+    """The history's sides: BASE's shards with each earlier run's window times."""
+    return [build(templates, 0, ms, templates.root / f"history-{k}") for k, ms in enumerate(drawn)]
 
 
 def changed(templates: Templates, new: Side, execution_id: str, window_ms: np.ndarray) -> Side:
@@ -286,11 +298,12 @@ def run_setting(
         counts = Counts(caught=dict.fromkeys(setting.changes, 0), others=dict.fromkeys(setting.changes, 0))
         written_start = time.perf_counter() - start
         for k in range(draws):
-            base_ms, new_ms = drawer.draw()
+            base_ms, new_ms, *history_ms = drawer.draw(setting.history)
             base, new = build(templates, 0, base_ms), build(templates, 1, new_ms)
-            document = compare(base, new, 0.05)
+            history = histories(templates, history_ms)
+            document = compare(base, new, 0.05, history=history)
             if k < check:
-                _check(templates, base_ms, new_ms, Path(tmp) / f"check-{k}")
+                _check(templates, base_ms, new_ms, history_ms, Path(tmp) / f"check-{k}")
             counts.draws += 1
             counts.exits += any_slower(document)
             counts.faster += document["counts"]["faster"] > 0
@@ -299,9 +312,9 @@ def run_setting(
             for factor in setting.changes:
                 slower = [
                     t["execution_id"]
-                    for t in compare(base, changed(templates, new, chosen, new_ms[chosen] * factor), 0.05)[
-                        "times"
-                    ]
+                    for t in compare(
+                        base, changed(templates, new, chosen, new_ms[chosen] * factor), 0.05, history=history
+                    )["times"]
                     if t["change"] == "slower"
                 ]
                 counts.caught[factor] += chosen in slower
@@ -311,7 +324,11 @@ def run_setting(
 
 
 def _check(
-    templates: Templates, base_ms: dict[str, np.ndarray], new_ms: dict[str, np.ndarray], root: Path
+    templates: Templates,
+    base_ms: dict[str, np.ndarray],
+    new_ms: dict[str, np.ndarray],
+    history_ms: Sequence[dict[str, np.ndarray]],
+    root: Path,
 ) -> None:
     """The draw as parquet through ``python -m pipeline.compare --json`` (in-process) must give the
     same document as the in-memory path (dataset paths aside) and the same exit status."""
@@ -319,11 +336,20 @@ def _check(
         written(templates, 0, base_ms, root / "base"),
         written(templates, 1, new_ms, root / "new"),
     )
+    history_dirs = [written(templates, 0, ms, root / f"history-{k}") for k, ms in enumerate(history_ms)]
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink):
-        status = compare_main([str(base_dir), str(new_dir), "--json"])
+        status = compare_main(
+            [str(base_dir), str(new_dir), "--json"]
+            + (["--history", *map(str, history_dirs)] if history_dirs else [])
+        )
     from_disk = json.loads(sink.getvalue())
-    in_memory = compare(build(templates, 0, base_ms, base_dir), build(templates, 1, new_ms, new_dir), 0.05)
+    in_memory = compare(
+        build(templates, 0, base_ms, base_dir),
+        build(templates, 1, new_ms, new_dir),
+        0.05,
+        history=[build(templates, 0, ms, d) for ms, d in zip(history_ms, history_dirs, strict=True)],
+    )
     if json.loads(json_text(in_memory)) != from_disk or status != int(any_slower(in_memory)):
         raise AssertionError(f"the in-memory comparison differs from the command line's on {root}")
     shutil.rmtree(root)
@@ -342,7 +368,8 @@ def _rate(k: int, n: int) -> dict[str, float]:
 
 def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> dict[str, Any]:
     return {
-        "setting": setting.name,
+        "setting": setting.label,
+        "history": setting.history,
         "level": setting.level,
         "feature": setting.feature,
         "windows": setting.windows,
@@ -379,6 +406,8 @@ def table(results: Sequence[dict[str, Any]]) -> str:
             )
         e = r["exit_1"]
         name = f"{r['level']}-{r['feature']}" + Setting(r["level"], r["feature"], r["windows"]).note
+        if r.get("history"):
+            name += f", history {r['history']}"
         lines.append(
             f"| {name} | {r['windows']} | {r['draws']} | {100 * e['rate']:.1f}% "
             f"[{100 * e['low']:.1f}, {100 * e['high']:.1f}] | {power[0]} | {power[1]} | "
@@ -391,7 +420,7 @@ def _job(arguments: tuple[Setting, int, int, int]) -> dict[str, Any]:
     setting, draws, seed, check = arguments
     result = run_setting(setting, draws, seed, EXECUTIONS, check)
     print(
-        f"{setting.name}: {result['draws']} draws, P(exit 1) {100 * result['exit_1']['rate']:.1f}%, "
+        f"{setting.label}: {result['draws']} draws, P(exit 1) {100 * result['exit_1']['rate']:.1f}%, "
         f"{result['seconds']:.0f} s",
         file=sys.stderr,
         flush=True,
@@ -408,6 +437,9 @@ def main() -> None:
         "--check", type=int, default=1, help="draws per setting also run through parquet + CLI"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--history", type=int, default=0, help="earlier runs of BASE drawn and given to every comparison"
+    )
     parser.add_argument(
         "--json", type=Path, default=None, help="append each setting's result here (JSON lines)"
     )
@@ -429,8 +461,11 @@ def main() -> None:
         if not chosen:
             parser.exit(2, f"no setting matches {args.settings!r}; see --list\n")
     start = time.perf_counter()
-    jobs = [(s, args.draws, args.seed, args.check) for s in chosen]
+    if args.history < 0:
+        parser.exit(2, f"--history must be >= 0 (earlier runs of BASE), got {args.history}\n")
+    jobs = [(dataclasses.replace(s, history=args.history), args.draws, args.seed, args.check) for s in chosen]
     results = []
+    finished: Iterator[dict[str, Any]]
     with contextlib.ExitStack() as stack:
         if args.jobs > 1:
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.jobs))

@@ -6,15 +6,17 @@
    that already holds every execution of the selection is kept (``--reuse``), so an interrupted
    series can be resumed.
 2. Compares every pair of runs (earlier as BASE): how many comparisons exit 1, and which times
-   they flag.
+   they flag; with ``--history``, each comparison also gets every other run as BASE's history
+   (``pipeline.compare --history``: each time's own run-to-run noise).
 3. Plants a change: for every execution in turn, a copy of run 1 with that execution's window
    times x ``--factor`` (the parquet rewritten, its metadata kept) against run 1 itself, and
-   against run 2 with that execution scaled in it (the same change under real run-to-run noise):
-   is it caught (a time of it ``slower``), and is anything else flagged?
+   against run 2 with that execution scaled in it (the same change under real run-to-run noise;
+   with ``--history``, runs 3 to N as run 1's history): is it caught (a time of it ``slower``), and
+   is anything else flagged?
 
     python benchmarks/compare_reruns.py OUT [--reruns 6] [--scale cpu] [--factor 1.3]
         [--workloads inference-ep8-f1536,packing-ep32-f3072-profile-a] [--variants 'glob(*)']
-        [--reuse] [--json FILE]
+        [--reuse] [--history] [--json FILE]
 
 Run it on a quiet machine: a comparison reports what the machine did, and on a loaded one the
 reruns really differ. The figures go in docs/compare.md.
@@ -87,9 +89,9 @@ def scaled_copy(dataset: Path, to: Path, execution_id: str, factor: float) -> Pa
     return to
 
 
-def judged(base: Path, new: Path) -> dict[str, Any]:
+def judged(base: Path, new: Path, history: list[Path] | None = None) -> dict[str, Any]:
     """One comparison, in-process: exit status, the times flagged, the bounds and noise strata."""
-    document = compare(load(base), load(new), 0.05)
+    document = compare(load(base), load(new), 0.05, history=[load(h) for h in history or []])
     return {
         "base": str(base),
         "new": str(new),
@@ -106,12 +108,14 @@ def judged(base: Path, new: Path) -> dict[str, Any]:
     }
 
 
-def planted(base: Path, new: Path, out: Path, factor: float) -> list[dict[str, Any]]:
+def planted(
+    base: Path, new: Path, out: Path, factor: float, history: list[Path] | None = None
+) -> list[dict[str, Any]]:
     """Every execution of ``new`` in turn x ``factor`` (in a copy), compared against ``base``."""
     results = []
     for execution_id in sorted(load(new).rows):
         copy = scaled_copy(new, out / execution_id, execution_id, factor)
-        result = judged(base, copy)
+        result = judged(base, copy, history)
         flagged = {i for i, _ in result["slower"]}
         results.append(
             {
@@ -140,12 +144,16 @@ def main() -> int:
     parser.add_argument(
         "--reuse", action="store_true", help="keep a run folder that already has every execution"
     )
+    parser.add_argument(
+        "--history", action="store_true", help="give each comparison the other runs as BASE's history"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.reruns < 2:
         parser.exit(2, f"--reruns must be >= 2 to compare anything, got {args.reruns}\n")
     args.out.mkdir(parents=True, exist_ok=True)
-    runs, sweeps = [], []
+    runs: list[Path] = []
+    sweeps: list[dict[str, Any]] = []
     for k in range(1, args.reruns + 1):
         dataset = args.out / f"run-{k}"
         if args.reuse and _usable(dataset, runs[0] if runs else None):
@@ -161,9 +169,12 @@ def main() -> int:
                 file=sys.stderr,
             )
         runs.append(dataset)
-    pairs = [judged(a, b) for a, b in itertools.combinations(runs, 2)]
+    pairs = [
+        judged(a, b, [r for r in runs if r not in (a, b)] if args.history else None)
+        for a, b in itertools.combinations(runs, 2)
+    ]
     copies = planted(runs[0], runs[0], args.out / "copies", args.factor)
-    reruns = planted(runs[0], runs[1], args.out / "copies", args.factor)
+    reruns = planted(runs[0], runs[1], args.out / "copies", args.factor, runs[2:] if args.history else None)
     executions = len(copies)
     summary = {
         "reruns": len(runs),
@@ -179,6 +190,7 @@ def main() -> int:
         "rerun_caught": sum(c["caught"] for c in reruns),
         "rerun_others_flagged": sum(bool(c["others_flagged"]) for c in reruns),
         "factor": args.factor,
+        "history": args.history,
     }
     for p in pairs:
         b = p["bounds"]

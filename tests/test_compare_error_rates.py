@@ -1,6 +1,6 @@
 """The error-rate benchmark (``benchmarks/compare_error_rates.py``) in small: its in-memory path gives
 the same document as parquet files through the command line, and on 10 executions with GPU-like
-noise a rerun rarely exits 1 while a 1.3x change is caught."""
+noise a rerun rarely exits 1 while a 1.3x change is caught, with and without a history."""
 
 from __future__ import annotations
 
@@ -35,6 +35,18 @@ def test_draws_match_the_command_line_and_the_rates_hold() -> None:
     power = result["power"]["1.3"]
     assert power["caught"]["rate"] >= 11 / 12, result  # 1.3x is about 10 noise sigmas here
     assert power["others_flagged"]["rate"] <= 4 / 12, result
+
+
+def test_a_drawn_history_goes_through_the_command_line_too() -> None:
+    """Three earlier runs of BASE per draw, run effects that grow with an execution's window noise
+    (beyond the one-scale model): the history reaches the CLI's ``--history`` the same way."""
+    setting = harness.Setting("gpu", "run-het", "5", (1.3,), history=3)
+    result = harness.run_setting(
+        setting, draws=6, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
+    )
+    assert result["setting"] == "gpu-run-het-5-h3" and result["history"] == 3
+    assert result["exit_1"]["rate"] <= 3 / 6, result
+    assert result["power"]["1.3"]["caught"]["rate"] >= 5 / 6, result
 
 
 def test_cpu_windows_calibrate_per_kind() -> None:

@@ -47,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
         default=MULTIPLICITY[0],
         help="holm: family-wise error (default); bh: Benjamini-Hochberg false discovery rate",
     )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="DIR",
+        help="earlier datasets of the same sweep beside BASE (never NEW): each time's own run-to-run noise",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of text")
     parser.add_argument("--out", type=Path, default=None, help="also write comparison.html into this folder")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
@@ -55,14 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         check_threshold(args.threshold)  # before reading two datasets
         if args.out is not None:
             _check_out(args.out)
+        _check_history(args.base, args.new, args.history)
         sides = load(args.base, args.workers), load(args.new, args.workers)
-        document = compare(*sides, args.threshold, multiplicity=args.multiplicity)
+        history = [load(h, args.workers) for h in args.history]
+        document = compare(*sides, args.threshold, multiplicity=args.multiplicity, history=history)
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
         parser.exit(2, f"{PROG}: error: {exc}\n")
     for side in ("base", "new"):
         for skipped in document[side]["skipped"]:
             print(f"skipped ({side}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
+    for h in document["history"]:
+        for skipped in h["skipped"]:
+            print(f"skipped (history {h['dataset']}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
     if args.json:
         print(json_text(document), end="")
     else:
@@ -70,6 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     if page is not None:
         print(f"wrote {page}", file=sys.stderr)
     return 1 if any_slower(document) else 0
+
+
+def _check_history(base: Path, new: Path, history: list[Path]) -> None:
+    """A history dataset is an earlier run beside BASE: NEW in it would count the change as noise,
+    BASE or a repeat twice."""
+    seen = {base.resolve(): "BASE", new.resolve(): "NEW"}
+    for h in history:
+        if h.resolve() in seen:
+            raise ValueError(
+                f"--history {str(h)!r} is {seen[h.resolve()]}; allowed: other datasets, each once"
+            )
+        seen[h.resolve()] = "named twice"
 
 
 def _check_out(out: Path) -> None:
@@ -85,6 +110,9 @@ def text(document: dict[str, Any]) -> str:
         f"{side.upper():4} {document[side]['dataset']}: {document[side]['executions']} executions"
         for side in ("base", "new")
     ]
+    if document["history"]:
+        names = " ".join(h["dataset"] for h in document["history"])
+        lines.append(f"HISTORY {len(document['history'])} datasets: {names}")
     for differ in document["settings_differ"]:
         lines.append(
             f"settings differ: {differ['setting']}: {_values(differ['base'])} -> {_values(differ['new'])}"

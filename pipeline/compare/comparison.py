@@ -40,6 +40,10 @@ METHOD = (
     "test after the family's multiplicity control, and significant in the exact Mann-Whitney / "
     "Hodges-Lehmann interval of the windows"
 )
+HISTORY_METHOD = (
+    "; with a history, each time's run-to-run part is its own: the variance of its log over BASE and "
+    "the history (moderated within the stratum) on each side whose windows say less"
+)
 
 
 def compare(
@@ -48,8 +52,11 @@ def compare(
     threshold: float,
     confidence: float = CONFIDENCE,
     multiplicity: str = "holm",
+    history: Sequence[Side] = (),
 ) -> dict[str, Any]:
-    """The comparison document of NEW against BASE; ``ValueError`` if they share no execution."""
+    """The comparison document of NEW against BASE; ``ValueError`` if they share no execution.
+    ``history``: earlier datasets of the same sweep, whose times with BASE's give each time its own
+    run-to-run variance (``noise.py``); NEW is never one of them."""
     check_threshold(threshold)
     family.check_method(multiplicity)
     common = sorted(set(base.rows) & set(new.rows))
@@ -61,7 +68,7 @@ def compare(
     keys = [
         (i, m) for i in common for m in METRICS if base.rows[i][m] is not None and new.rows[i][m] is not None
     ]
-    noises = dict(zip(keys, _noises(base, new, keys), strict=True))
+    noises = dict(zip(keys, _noises(base, new, keys, history), strict=True))
     times = [_time(base, new, i, m, noises[i, m], confidence) for i, m in keys]
     _judge(times, threshold, multiplicity, confidence, time_change)
     base_pairs = pairs.pair_rows([base.rows[i] for i in common])
@@ -77,7 +84,7 @@ def compare(
     return {
         "threshold": threshold,
         "confidence": confidence,
-        "method": METHOD,
+        "method": METHOD + (HISTORY_METHOD if history else ""),
         "multiplicity": {
             "method": multiplicity,
             "alpha": family.ALPHA,
@@ -88,6 +95,7 @@ def compare(
         "bounds": {"times": _bounds_summary(times), "speedups": _bounds_summary(speedups)},
         "base": _side(base),
         "new": _side(new),
+        "history": [_side(h) for h in history],
         "settings_differ": [
             {"setting": s, "base": sorted(base.described[s]), "new": sorted(new.described[s])}
             for s in SETTINGS
@@ -119,12 +127,21 @@ def bounds_text(document: dict[str, Any]) -> str:
     between = [s["between_sigma"] for s in noise if s["between_sigma"] is not None]
     names = ", ".join(s["stratum"] for s in noise)
     strata = f"{len(noise)} {'stratum' if len(noise) == 1 else 'strata'}: {names}"
+    own = [t["run_sigma"] for t in document["times"] if t["run_sigma"] is not None]
     if not between:
         scatter = "no run-to-run estimate (fewer than 8 times)"
     elif min(between) == max(between):
         scatter = f"run-to-run sigma {between[0]:.3f} ({strata})"
     else:
         scatter = f"run-to-run sigma {min(between):.3f} to {max(between):.3f} ({strata})"
+    scatter = f"its windows + {scatter}"
+    if document["history"]:
+        rest = len(document["times"]) - len(own)
+        scatter = (
+            f"each run's own sigma over BASE and {len(document['history'])} history datasets "
+            f"{min(own, default=0.0):.3f} to {max(own, default=0.0):.3f} for {len(own)} times, "
+            "where above its windows'" + (f"; for {rest} without a history: {scatter}" if rest else "")
+        )
     b = document["bounds"]["times"]
     if b["low"] is None:
         counts = "no time has windows enough for a test"
@@ -134,18 +151,26 @@ def bounds_text(document: dict[str, Any]) -> str:
             f"{b['threshold']} times, by their noise for {b['noise']})"
         )
     return (
-        f"threshold {100 * document['threshold']:g}%; noise of each time: its windows + {scatter}; "
+        f"threshold {100 * document['threshold']:g}%; noise of each time: {scatter}; "
         f"{document['multiplicity']['times']}: {counts}"
     )
 
 
-def _noises(base: Side, new: Side, keys: list[tuple[str, str]]) -> list[Noise]:
-    """The noise of every time ratio, strata kind x metric, then metric, then all times."""
+def _noises(base: Side, new: Side, keys: list[tuple[str, str]], history: Sequence[Side]) -> list[Noise]:
+    """The noise of every time ratio, strata kind x metric, then metric, then all times; with a
+    history, each time's log in BASE and in every history dataset that publishes it."""
+    runs = None
+    if history:
+        runs = [
+            [math.log(s.rows[i][m]) for s in (base, *history) if s.rows.get(i, {}).get(m) is not None]
+            for i, m in keys
+        ]
     return ratio_noise(
         [math.log(new.rows[i][m] / base.rows[i][m]) for i, m in keys],
         windows([base.windows[i][m] for i, m in keys]),
         windows([new.windows[i][m] for i, m in keys]),
         [(f"{base.rows[i]['kind']} {m}", m, "all") for i, m in keys],
+        runs,
     )
 
 
@@ -209,6 +234,7 @@ def _time(base: Side, new: Side, execution_id: str, metric: str, noise: Noise, c
         **_tested(after / before, noise.var, noise.df, window),
         "within_sigma": noise.within_sigma,
         "between_sigma": noise.between_sigma,
+        "run_sigma": None if noise.runs is None else math.sqrt(noise.runs.var),
         "stratum": noise.stratum.name,
     }
 
@@ -242,14 +268,15 @@ def _speedup(
 
 
 def _sum(first: Noise, second: Noise, sides: str = "both") -> tuple[float, float]:
-    """Variance and df of the difference of two executions' log times: their window parts and two
-    run-to-run parts (one estimate when the strata are one, so their errors add). ``sides="new"`` keeps
-    only NEW's window parts: two executions of one dataset."""
-    windows = [first.new, second.new] if sides == "new" else [first.base, first.new, second.base, second.new]
-    parts = [n.between for n in (first, second) if n.between is not None]
-    if len(parts) == 2 and first.stratum is second.stratum:  # one estimate: its errors add up
-        parts = [Part(parts[0].var + parts[1].var, parts[0].df, parts[0].scale + parts[1].scale)]
-    return combined(windows + parts)
+    """Variance and df of the difference of two executions' log times: the parts of each (two
+    stratum run-to-run parts of one stratum are one estimate, so their errors add). ``sides="new"``
+    keeps only NEW's window parts: two executions of one dataset."""
+    parts = first.parts(sides) + second.parts(sides)
+    a, b = first.between, second.between
+    if a is not None and b is not None and first.stratum is second.stratum:
+        parts = [p for p in parts if p is not a and p is not b]
+        parts.append(Part(a.var + b.var, a.df, a.scale + b.scale))
+    return combined(parts)
 
 
 def _selections(
@@ -300,6 +327,7 @@ def _stratum_entry(stratum: Stratum) -> dict[str, Any]:
         "between_df": None if between is None else between.df,
         "dependence": list(stratum.dependence),
         "window_prior_df": list(stratum.moderation),
+        "run_prior": None if stratum.runs is None else {"sigma": stratum.runs[0], "df": stratum.runs[1]},
     }
 
 

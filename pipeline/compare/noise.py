@@ -18,6 +18,12 @@ Its log has two sources of noise, estimated separately and added:
   draws of unit variance: first at their median (robust to real changes), then at the mean of those
   within three sigma (efficient).
 
+With a history (earlier datasets of the same sweep beside BASE), each ratio's run-to-run noise is
+its own instead: the sample variance of its time's log over BASE and the history, moderated
+towards its stratum's like the window variances, is the variance of one run's time; each side
+counts that, or its own window part where that is larger. One stratum's variance cannot tell an
+execution that moves 24% between runs from one that moves 7%; its own history can.
+
 Strata are kind x metric (executions that share noise); one with fewer than ``MIN_STRATUM`` ratios
 uses its metric's, then the whole comparison's. Each estimate carries degrees of freedom, and a
 ratio's total is tested against Student's t with the Satterthwaite combination of them, so a ratio
@@ -113,26 +119,33 @@ class Stratum:
     between: Part | None
     dependence: tuple[float, float]  # pooled lag-1 autocorrelation of the windows, BASE and NEW
     moderation: tuple[float, float]  # prior degrees of freedom of the window variances, BASE and NEW
+    # with a history: the prior of the per-run variances (its sigma, its df); None without one
+    runs: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
 class Noise:
-    """The noise of one log ratio: each side's window part and the stratum's run-to-run part."""
+    """The noise of one log ratio: each side's window part and the stratum's run-to-run part, or,
+    with a history, the variance of one run of this time (``runs``) on each side whose windows say
+    less."""
 
     base: Part
     new: Part
     stratum: Stratum
+    runs: Part | None = None
+    between: Part | None = field(init=False)
     var: float = field(init=False)
     df: float = field(init=False)
 
     def __post_init__(self) -> None:
-        var, df = combined(self.parts)
+        object.__setattr__(self, "between", self._between())
+        var, df = combined(self.parts())
         object.__setattr__(self, "var", var)
         object.__setattr__(self, "df", df)
 
-    @property
-    def between(self) -> Part | None:
-        """The stratum's run-to-run part, its error counted on at most this time's own total.
+    def _between(self) -> Part | None:
+        """The stratum's run-to-run part, its error counted on at most this time's own total (none
+        with a history of this time).
 
         The estimate of tau^2 is off by about sqrt(2 / df) x the harmonic mean H of the stratum's
         totals, at tau^2 = 0 too (an estimate at the boundary is not exact). For a time quieter than
@@ -140,15 +153,20 @@ class Noise:
         falls below its own window part, does not have; so the error is taken relative to
         min(H, window part + tau^2)."""
         stratum = self.stratum.between
-        if stratum is None:
+        if stratum is None or self.runs is not None:
             return None
         own = self.base.var + self.new.var + stratum.var
         return Part(stratum.var, stratum.df, min(stratum.scale, own))
 
-    @property
-    def parts(self) -> list[Part]:
-        between = self.between
-        return [self.base, self.new] + ([between] if between is not None else [])
+    def parts(self, sides: str = "both") -> list[Part]:
+        """The components of this ratio's variance (``sides="new"``: of NEW's log time alone, one run).
+        With a history, one estimate serves every side that counts it, so those add into one part."""
+        windows = [self.new] if sides == "new" else [self.base, self.new]
+        if self.runs is None:
+            return windows + ([self.between] if self.between is not None else [])
+        own = [w for w in windows if w.var > self.runs.var]
+        k = len(windows) - len(own)
+        return own + ([Part(k * self.runs.var, self.runs.df, k * self.runs.scale)] if k else [])
 
     @property
     def sigma(self) -> float:
@@ -160,6 +178,9 @@ class Noise:
 
     @property
     def between_sigma(self) -> float:
+        """The run-to-run part of sigma: the stratum's, or what the history adds to the windows."""
+        if self.runs is not None:
+            return math.sqrt(max(0.0, self.var - self.base.var - self.new.var))
         between = self.stratum.between
         return 0.0 if between is None else math.sqrt(between.var)
 
@@ -169,11 +190,16 @@ def ratio_noise(
     base: Sequence[Windows],
     new: Sequence[Windows],
     strata: Sequence[tuple[str, ...]],
+    runs: Sequence[Sequence[float]] | None = None,
 ) -> list[Noise]:
     """The noise of every log ratio of one comparison. ``strata`` names each ratio's strata from the
-    finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used."""
+    finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used. ``runs``
+    (a history): per ratio, the log of its time in BASE and in every earlier dataset that has it;
+    a ratio with fewer than two has no history and counts its stratum's run-to-run part."""
     if not len(log_ratios) == len(base) == len(new) == len(strata):
         raise ValueError("one log ratio, two window summaries and a strata tuple per ratio are required")
+    if runs is not None and len(runs) != len(log_ratios):
+        raise ValueError("the history needs one sequence of log times per ratio")
     sizes: dict[str, int] = {}
     for names in strata:
         for name in names:
@@ -187,27 +213,37 @@ def ratio_noise(
     estimate_between = len(log_ratios) >= MIN_RATIOS
     noises: dict[int, Noise] = {}
     for name, idx in members.items():
-        stratum, parts = _stratum(
+        stratum, parts, history = _stratum(
             name,
             [log_ratios[i] for i in idx],
             [base[i] for i in idx],
             [new[i] for i in idx],
             estimate_between,
+            None if runs is None else [runs[i] for i in idx],
         )
-        for i, (b, n) in zip(idx, parts, strict=True):
+        for i, (b, n), r in zip(idx, parts, history, strict=True):
             if chosen[i] == name:
-                noises[i] = Noise(b, n, stratum)
+                noises[i] = Noise(b, n, stratum, r)
     return [noises[i] for i in range(len(log_ratios))]
 
 
 def _stratum(
-    name: str, log_ratios: list[float], base: list[Windows], new: list[Windows], estimate_between: bool
-) -> tuple[Stratum, list[tuple[Part, Part]]]:
+    name: str,
+    log_ratios: list[float],
+    base: list[Windows],
+    new: list[Windows],
+    estimate_between: bool,
+    runs: list[Sequence[float]] | None,
+) -> tuple[Stratum, list[tuple[Part, Part]], list[Part | None]]:
     excess = _samples_spread(base, new)
     sides = [_moderated(w, excess) for w in (base, new)]
     parts = [(b, n) for b, n in zip(sides[0][0], sides[1][0], strict=True)]
     within = [b.var + n.var for b, n in parts]
     between = _between(log_ratios, within) if estimate_between else None
+    history: list[Part | None] = [None] * len(parts)
+    prior = None
+    if runs is not None:
+        history, prior = _run_variances(runs)
     return (
         Stratum(
             name,
@@ -215,9 +251,27 @@ def _stratum(
             between,
             (sides[0][1], sides[1][1]),
             (sides[0][2], sides[1][2]),
+            prior,
         ),
         parts,
+        history,
     )
+
+
+def _run_variances(runs: Sequence[Sequence[float]]) -> tuple[list[Part | None], tuple[float, float] | None]:
+    """Each time's variance of one run, from its log times over BASE and the history (ddof 1),
+    moderated towards the stratum's: (parts, (prior sigma, prior df)); None for a time with fewer
+    than two runs, and no prior where fewer than three times have one."""
+    has = [i for i, r in enumerate(runs) if len(r) >= 2]
+    out: list[Part | None] = [None] * len(runs)
+    if not has:
+        return out, None
+    raw = np.array([np.var(np.asarray(runs[i], np.float64), ddof=1) for i in has])
+    df = np.array([len(runs[i]) - 1 for i in has], np.float64)
+    var, total, prior_df, prior = _squeezed(raw, df)
+    for i, v, d in zip(has, var.tolist(), total.tolist(), strict=True):
+        out[i] = Part(v, d, v)
+    return out, (None if math.isnan(prior) else (math.sqrt(prior), prior_df))
 
 
 def dependence(sides: Sequence[Windows]) -> float:
@@ -307,18 +361,25 @@ def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], flo
     rho = dependence(sides)
     raw = median_variance(sides, rho)
     n = np.array([w.n for w in sides], np.float64)
-    df = _window_df(n, excess)
-    known = raw > 0  # NaN (fewer than two windows) and 0 (identical windows) give no log variance
+    var, total, prior_df, _ = _squeezed(raw, _window_df(n, excess))
+    return [Part(v, d, v) for v, d in zip(var.tolist(), total.tolist(), strict=True)], rho, prior_df
+
+
+def _squeezed(raw: np.ndarray, df: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Variances with ``df`` degrees of freedom each, moderated towards their common prior as
+    limma's: (posterior variances, their df, prior df, prior variance). Log variances have mean
+    log s0^2 + psi(d/2) - log(d/2) and variance psi'(d/2) + psi'(d0/2); the prior df is what makes
+    their spread beyond sampling's. NaN and 0 give no log variance (0 kept, no prior below three)."""
+    known = raw > 0
     raw = np.where(known, raw, 0.0)
     if known.sum() < 3:
-        return [Part(u, d, u) for u, d in zip(raw.tolist(), df.tolist(), strict=True)], rho, 0.0
+        return raw, df, 0.0, math.nan
     z = np.log(raw[known]) - digamma(df[known] / 2) + np.log(df[known] / 2)
     extra = float(np.var(z, ddof=1) - np.mean(trigamma(df[known] / 2)))
     prior_df = min(MAX_DF, float(2 * inverse_trigamma(extra))) if extra > 1e-6 else MAX_DF
     prior = math.exp(float(np.mean(z)) + float(digamma(prior_df / 2)) - math.log(prior_df / 2))
     var = (prior_df * prior + df * raw) / (prior_df + df)
-    total = np.minimum(MAX_DF, prior_df + df)
-    return [Part(v, d, v) for v, d in zip(var.tolist(), total.tolist(), strict=True)], rho, prior_df
+    return var, np.minimum(MAX_DF, prior_df + df), prior_df, prior
 
 
 def _between(log_ratios: list[float], within: list[float]) -> Part:

@@ -77,11 +77,22 @@ def _datasets(document: dict[str, Any]) -> str:
             parts.append(html.paragraph(f"Only in {side.upper()} ({len(only)}): {' '.join(only)}"))
         for skipped in document[side]["skipped"]:
             parts.append(html.paragraph(f"Skipped in {side.upper()}: {skipped['path']}: {skipped['reason']}"))
+    history = document["history"]
+    if history:
+        parts.append(
+            html.paragraph(
+                f"History ({len(history)}, earlier runs beside BASE: each time's own run-to-run noise): "
+                + " ".join(h["dataset"] for h in history)
+            )
+        )
     return html.section("The two datasets", *parts)
 
 
 def _noise(strata: list[dict[str, Any]]) -> str:
     columns = ["stratum", "times", "run-to-run sigma", "its df", "window dependence BASE", "NEW"]
+    history = any(s["run_prior"] is not None for s in strata)
+    if history:
+        columns += ["history: prior per-run sigma", "its df"]
     rows: list[list[html.Cell]] = [
         [
             s["stratum"],
@@ -89,6 +100,14 @@ def _noise(strata: list[dict[str, Any]]) -> str:
             html.number(s["between_sigma"], 3),
             html.number(s["between_df"], 3),
             *(html.number(r, 2) for r in s["dependence"]),
+            *(
+                [
+                    html.number(None if s["run_prior"] is None else s["run_prior"][k], 3)
+                    for k in ("sigma", "df")
+                ]
+                if history
+                else []
+            ),
         ]
         for s in strata
     ]
