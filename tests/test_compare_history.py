@@ -95,6 +95,14 @@ def test_each_time_s_run_variance_against_a_naive_recomputation(runs) -> None:
         assert min(raw, prior_var) <= t["run_sigma"] ** 2 <= max(raw, prior_var)
         assert t["sigma"] ** 2 >= 2 * t["run_sigma"] ** 2 * (1 - 1e-12)
         assert t["sigma"] ** 2 == pytest.approx(t["within_sigma"] ** 2 + t["between_sigma"] ** 2, rel=1e-9)
+    # a speedup's noise is its two executions' (independent estimates: no error shared)
+    sigma = {(t["execution_id"], t["metric"]): t["sigma"] for t in document["times"]}
+    for pair in document["speedups"]:
+        mok, dist = (
+            sigma[pair["mok_execution_id"], "iterationMS"],
+            sigma[pair["dist_execution_id"], "iterationMS"],
+        )
+        assert pair["sigma"] ** 2 == pytest.approx(mok**2 + dist**2, rel=1e-9)
 
 
 def test_history_on_the_command_line(runs, capsys, tmp_path) -> None:
