@@ -5,6 +5,7 @@ sweep, settings and membership differences, bad input, and the comparison page."
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from scipy import stats
 
 from pipeline.compare import load
 from pipeline.compare.cli import main
@@ -86,11 +88,16 @@ def test_one_execution_made_slower_is_reported_alone(sweeps, tmp_path, capsys) -
     assert {change for _, _, change in changed} == {"slower"}
     for t in document["times"]:  # the JSON's ratios at the published precision
         assert t["ratio"] == rounded(factor if t["execution_id"] == chosen else 1.0)
-    # every other time is exactly 1: no run-to-run scatter, and the windows set every bound, as
-    # against itself up to the run-to-run estimate's own error (the scaled execution is left out of it)
+    # every other time is exactly 1: no run-to-run scatter, so the windows set every sigma, exactly as
+    # against itself (scaling all of a time's windows leaves their log spread as it was); the bound is
+    # the t quantile at 5% / 25 of its own df times that sigma, and the df move only by the run-to-run
+    # estimate's own error (the scaled execution is left out of it)
     assert all(s["between_sigma"] == 0.0 for s in document["noise"])
-    bounds = [t["bound"] for t in document["times"]]
-    assert bounds == pytest.approx([t["bound"] for t in itself["times"]], rel=0.03)
+    for t, alone in zip(document["times"], itself["times"], strict=True):
+        assert t["sigma"] == pytest.approx(alone["sigma"], rel=1e-9)
+        noise = math.exp(stats.t.isf(0.05 / (2 * len(document["times"])), t["df"]) * t["sigma"])
+        assert t["bound"] == pytest.approx(max(1.05, noise), rel=1e-5)
+        assert t["bound"] == pytest.approx(alone["bound"], rel=0.2)
     # the pairs of the scaled execution move by the factor (up when MoK got slower, down for Dist-MoE)
     moved = {s["dist_execution_id"] for s in document["speedups"] if s["ratio"] != pytest.approx(1.0)}
     partners = {s["dist_execution_id"] for s in document["speedups"] if chosen in s.values()}
