@@ -180,7 +180,8 @@ def test_the_history_keeps_the_family_wise_rate_when_executions_differ_in_run_no
     ):
         stratum_flagged = np.mean([q.min() < level for q in p[with_history]])
         flagged = np.concatenate(p[with_history]) < level
-        assert family_wise[0] < stratum_flagged <= family_wise[1], (with_history, stratum_flagged)
-        assert noisiest_rate[0] < flagged[top].mean() <= noisiest_rate[1], (with_history, flagged[top].mean())
+        assert family_wise[0] <= stratum_flagged <= family_wise[1], (with_history, stratum_flagged)
+        top_rate = flagged[top].mean()
+        assert noisiest_rate[0] <= top_rate <= noisiest_rate[1], (with_history, top_rate)
     # and at the nominal 5% the history's test holds its level over all times
     assert 0.03 < np.mean(np.concatenate(p[True]) < 0.05) < 0.065
