@@ -270,7 +270,8 @@ def _speedup(
 def _sum(first: Noise, second: Noise, sides: str = "both") -> tuple[float, float]:
     """Variance and df of the difference of two executions' log times: the parts of each (two
     stratum run-to-run parts of one stratum are one estimate, so their errors add). ``sides="new"``
-    keeps only NEW's window parts: two executions of one dataset."""
+    keeps only NEW's parts (its windows, or with a history one run's variance): two executions of
+    one dataset."""
     parts = first.parts(sides) + second.parts(sides)
     a, b = first.between, second.between
     if a is not None and b is not None and first.stratum is second.stratum:
