@@ -449,13 +449,16 @@ class Checker:
         k = self.key(out_dtype)
         self.failures[k] = self.failures.get(k, 0) + (status == "fail")
 
-    def attempt(self, case: str, out_dtype: torch.dtype, check: Callable[[], dict[str, Any]]) -> None:
-        """Run ``check`` (returns status and details); an exception is a failure with its message."""
+    def attempt(
+        self, case: str, out_dtype: torch.dtype, check: Callable[[], dict[str, Any]], **extra: Any
+    ) -> None:
+        """Run ``check`` (returns status and details); an exception is a failure with its message.
+        ``extra`` is recorded either way (a case's routing, so that a failure can be replayed)."""
         try:
             result = check()
         except Exception as e:  # a failing kernel is a result: record it, keep checking the others
             result = {"status": "fail", "error": f"{type(e).__name__}: {e}"[:600]}
-        self.record(case, out_dtype, **result)
+        self.record(case, out_dtype, **result, **extra)
 
     def verdict(self, out_dtype: torch.dtype, refused: str = "") -> bool:
         """The key's verdict (a skip where an earlier stage ``refused`` it); whether it passed."""
@@ -506,7 +509,10 @@ def correctness_op(t: Target, op: str, variant: str, results: Path) -> int:
         for case in shapes:
             prob = make_case(op, case.sizes, case.n, case.k, case.tail, t.device)
             checker.attempt(
-                case.name, out_dtype, functools.partial(_check_output, t, prob, out_dtype, variant)
+                case.name,
+                out_dtype,
+                functools.partial(_check_output, t, prob, out_dtype, variant),
+                sizes=case.sizes,
             )
             del prob
         if out_dtype == torch.bfloat16:  # the layers' output dtype
