@@ -7,9 +7,10 @@ Its log has two sources of noise, estimated separately and added:
   windows, v(n) x s^2, with s the windows' normal-consistent mean absolute deviation from their
   median (robust to a slow window, and less noisy than the MAD at five windows). Windows come in
   slow and fast stretches, so the windows of a stratum and side give one pooled lag-1
-  autocorrelation (von Neumann's ratio against its exact expectation under AR(1) at each n), which
-  inflates v(n) x s^2 for the median (the sign correlations of an AR(1)) and for what dependence
-  hides from s. A side's few windows give a noisy variance, so each is moderated towards the
+  autocorrelation (von Neumann's ratio against its exact expectation under AR(1) at each n),
+  moderated towards the other strata's of the same side (random effects: a few dozen series of five
+  windows pin rho to only +-0.15), which inflates v(n) x s^2 for the median (the sign correlations
+  of an AR(1)) and for what dependence hides from s. A side's few windows give a noisy variance, so each is moderated towards the
   stratum's (empirical Bayes on the log variances, as limma does for genes), with degrees of
   freedom measured from how much BASE's and NEW's estimates of the same time disagree;
 - **between runs**, from the stratum: two runs of a sweep differ by what else the machine did
@@ -211,6 +212,11 @@ def ratio_noise(
             if name in members:
                 members[name].append(i)
     estimate_between = len(log_ratios) >= MIN_RATIOS
+    # each stratum's dependence per side, moderated towards the side's other strata
+    rho = {
+        side: dict(zip(members, dependences([[of[i] for i in idx] for idx in members.values()]), strict=True))
+        for side, of in (("base", base), ("new", new))
+    }
     noises: dict[int, Noise] = {}
     for name, idx in members.items():
         stratum, parts, history = _stratum(
@@ -218,6 +224,7 @@ def ratio_noise(
             [log_ratios[i] for i in idx],
             [base[i] for i in idx],
             [new[i] for i in idx],
+            (rho["base"][name], rho["new"][name]),
             estimate_between,
             None if runs is None else [runs[i] for i in idx],
         )
@@ -232,11 +239,12 @@ def _stratum(
     log_ratios: list[float],
     base: list[Windows],
     new: list[Windows],
+    rho: tuple[float, float],
     estimate_between: bool,
     runs: list[Sequence[float]] | None,
 ) -> tuple[Stratum, list[tuple[Part, Part]], list[Part | None]]:
     excess = _samples_spread(base, new)
-    sides = [_moderated(w, excess) for w in (base, new)]
+    sides = [_moderated(w, excess, r) for w, r in zip((base, new), rho, strict=True)]
     parts = [(b, n) for b, n in zip(sides[0][0], sides[1][0], strict=True)]
     within = [b.var + n.var for b, n in parts]
     between = _between(log_ratios, within) if estimate_between else None
@@ -280,10 +288,44 @@ def dependence(sides: Sequence[Windows]) -> float:
     s^2 2 (n - 1)(1 - rho) over s^2 (n - g(n, rho)) summed over the series (g: n x the variance of a
     mean of n). Sums of the windows themselves, not of each series divided by its own spread: that
     ratio of two dependent quantities is biased at a few windows."""
+    return _dependence(sides)[0]
+
+
+def dependences(groups: Sequence[Sequence[Windows]]) -> list[float]:
+    """Each group's pooled dependence, moderated towards their common one (DerSimonian and Laird's
+    random effects, each estimate weighted by its sampling variance): a group of a few dozen short
+    series estimates rho to +-0.1 to 0.2, and the median's variance moves by a third for 0.1 of rho
+    near 0.5, so groups that do not differ beyond that share one estimate, and groups that do keep
+    their own."""
+    estimates = [_dependence(g) for g in groups]
+    known = [(r, v) for r, v in estimates if 0 < v < math.inf]
+    if len(known) < 2:
+        return [r for r, _ in estimates]
+    weight = np.array([1 / v for _, v in known])
+    rho = np.array([r for r, _ in known])
+    mean = float(np.sum(weight * rho) / weight.sum())
+    q = float(np.sum(weight * (rho - mean) ** 2))
+    spread = max(0.0, (q - (len(known) - 1)) / float(weight.sum() - np.sum(weight**2) / weight.sum()))
+    out = []
+    for r, v in estimates:
+        if not v < math.inf:
+            out.append(mean)
+        elif v == 0 or spread == math.inf:
+            out.append(r)
+        else:
+            out.append((r * spread + mean * v) / (spread + v))
+    return out
+
+
+def _dependence(sides: Sequence[Windows]) -> tuple[float, float]:
+    """``dependence`` and its sampling variance: the jackknife over series of the observed ratio,
+    through the slope of its expectation in rho (infinite with fewer than two usable series)."""
     usable = [w for w in sides if w.n >= 3 and w.spread > 0]
     if not usable:
-        return 0.0
-    observed = sum(w.successive for w in usable) / sum(w.spread for w in usable)
+        return 0.0, math.inf
+    successive = np.array([w.successive for w in usable], np.float64)
+    spread = np.array([w.spread for w in usable], np.float64)
+    observed = float(successive.sum() / spread.sum())
     n = np.array([w.n for w in usable], np.float64)
     weight = np.array([w.scale for w in usable], np.float64) ** 2
 
@@ -291,14 +333,23 @@ def dependence(sides: Sequence[Windows]) -> float:
         return float(np.sum(weight * 2 * (n - 1) * (1 - rho)) / np.sum(weight * (n - _mean_factor(n, rho))))
 
     if observed >= expected(0.0):
-        return 0.0
-    if observed <= expected(MAX_DEPENDENCE):
-        return MAX_DEPENDENCE
-    lo, hi = 0.0, MAX_DEPENDENCE
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if expected(mid) > observed else (lo, mid)
-    return (lo + hi) / 2
+        rho = 0.0
+    elif observed <= expected(MAX_DEPENDENCE):
+        rho = MAX_DEPENDENCE
+    else:
+        lo, hi = 0.0, MAX_DEPENDENCE
+        for _ in range(30):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if expected(mid) > observed else (lo, mid)
+        rho = (lo + hi) / 2
+    if len(usable) < 2:
+        return rho, math.inf
+    left = (successive.sum() - successive) / (spread.sum() - spread)
+    ratio_var = (len(left) - 1) / len(left) * float(np.sum((left - left.mean()) ** 2))
+    step = 1e-4
+    at = min(max(rho, step), MAX_DEPENDENCE - step)
+    slope = (expected(at + step) - expected(at - step)) / (2 * step)
+    return rho, ratio_var / slope**2
 
 
 def median_variance(sides: Sequence[Windows], rho: float) -> np.ndarray:
@@ -353,12 +404,11 @@ def _samples_spread(base: Sequence[Windows], new: Sequence[Windows]) -> float:
     return max(1.0, observed / expected)
 
 
-def _moderated(sides: Sequence[Windows], excess: float) -> tuple[list[Part], float, float]:
+def _moderated(sides: Sequence[Windows], excess: float, rho: float) -> tuple[list[Part], float, float]:
     """Each side's median variance moderated towards the stratum's: (parts, dependence, prior df).
     Each raw variance has the degrees of freedom of a chi-square whose log is ``excess`` x as noisy as
     for independent normal windows; prior and posterior as limma's (log variances have mean
     log s0^2 + psi(d/2) - log(d/2) and variance psi'(d/2) + psi'(d0/2))."""
-    rho = dependence(sides)
     raw = median_variance(sides, rho)
     n = np.array([w.n for w in sides], np.float64)
     var, total, prior_df, _ = _squeezed(raw, _window_df(n, excess))
