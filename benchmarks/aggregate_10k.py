@@ -10,17 +10,20 @@ pair, write CSV/JSON and figures) and its wall time is printed. Target: under 20
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.data.dataset import Dataset
-from pipeline.data.scan import scan_shards
-from pipeline.matrix import EXECUTIONS
-from pipeline.report import aggregate
-from tests.synthetic_shards import shard_table, write_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+
+from pipeline.data.dataset import Dataset  # noqa: E402
+from pipeline.data.scan import scan_shards  # noqa: E402
+from pipeline.matrix import EXECUTIONS  # noqa: E402
+from pipeline.report import aggregate  # noqa: E402
+from tests.synthetic_shards import shard_table, write_table  # noqa: E402
 
 
 def generate(dataset: Path, shards: int, max_ranks: int | None) -> int:

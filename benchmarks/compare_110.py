@@ -18,15 +18,18 @@ import argparse
 import contextlib
 import io
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.compare.cli import main as compare_main
-from pipeline.matrix import EXECUTIONS
-from tests.synthetic_shards import shard_table, write_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+
+from pipeline.compare.cli import main as compare_main  # noqa: E402
+from pipeline.matrix import EXECUTIONS  # noqa: E402
+from tests.synthetic_shards import shard_table, write_table  # noqa: E402
 
 
 def generate(dataset: Path, seed: int, max_ranks: int | None, windows: int | None) -> int:

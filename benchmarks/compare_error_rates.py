@@ -53,16 +53,18 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipeline.compare import any_slower, compare
-from pipeline.compare.cli import main as compare_main
-from pipeline.compare.side import Side, side
-from pipeline.data.dataset import Dataset
-from pipeline.data.reader import Shard
-from pipeline.data.scan import scan_shards
-from pipeline.matrix import EXECUTIONS, Execution
-from pipeline.report.publish import json_text
-from pipeline.vocabulary import PHASES
-from tests.synthetic_shards import shard_table, write_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+
+from pipeline.compare import any_slower, compare  # noqa: E402
+from pipeline.compare.cli import main as compare_main  # noqa: E402
+from pipeline.compare.side import Side, side  # noqa: E402
+from pipeline.data.dataset import Dataset  # noqa: E402
+from pipeline.data.reader import Shard  # noqa: E402
+from pipeline.data.scan import scan_shards  # noqa: E402
+from pipeline.matrix import EXECUTIONS, Execution  # noqa: E402
+from pipeline.report.publish import json_text  # noqa: E402
+from pipeline.vocabulary import PHASES  # noqa: E402
+from tests.synthetic_shards import shard_table, write_table  # noqa: E402
 
 # Window sigma (log) and each run's effect per execution (log): GPU-like noise moves a window by 1%
 # and an execution's time by 1.5% between two runs (the run effects of both runs together).
