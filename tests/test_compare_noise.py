@@ -12,10 +12,13 @@ import pytest
 from scipy import stats
 
 from pipeline.compare.noise import (
+    MAX_DEPENDENCE,
     MIN_STRATUM,
     Part,
+    _dependence,
     combined,
     dependence,
+    dependences,
     median_variance,
     ratio_noise,
     windows,
@@ -59,6 +62,54 @@ def test_pooled_dependence_recovers_the_autocorrelation(n: int, rho: float) -> N
     series = np.exp(0.1 * _ar1(rng, 64000 // n + 40, n, rho))
     estimate = dependence(windows(list(series)))
     assert estimate == pytest.approx(rho, abs=0.04)
+
+
+def _t3_ar1(rng: np.random.Generator, count: int, n: int, rho: float) -> np.ndarray:
+    """``count`` AR(1) series of ``n`` windows with t3 innovations, each x2 either way in scale."""
+    e = rng.standard_t(3, size=(count, n))
+    x = np.empty_like(e)
+    x[:, 0] = e[:, 0]
+    for t in range(1, n):
+        x[:, t] = rho * x[:, t - 1] + math.sqrt(1 - rho * rho) * e[:, t]
+    return np.exp(0.01 * x * np.exp(rng.uniform(-math.log(2), math.log(2), (count, 1))))
+
+
+def test_jackknife_variance_of_the_dependence_matches_its_scatter() -> None:
+    rng = np.random.default_rng()
+    estimates = [_dependence(windows(list(np.exp(0.1 * _ar1(rng, 40, 30, 0.5))))) for _ in range(300)]
+    scatter = float(np.std([r for r, _ in estimates]))
+    jackknife = math.sqrt(float(np.mean([v for _, v in estimates])))
+    assert 0.75 < jackknife / scatter < 1.33  # 300 draws: the scatter's own error is about 4%
+
+
+def test_moderated_dependence_matches_a_naive_dersimonian_laird() -> None:
+    rng = np.random.default_rng()
+    groups = [windows(list(_t3_ar1(rng, 40, 5, rho))) for rho in (0.3, 0.5, 0.5, 0.6, 0.7, 0.4)]
+    estimates = [_dependence(g) for g in groups]
+    w = [1 / v for _, v in estimates]
+    mean = sum(wi * r for wi, (r, _) in zip(w, estimates, strict=True)) / sum(w)
+    q = sum(wi * (r - mean) ** 2 for wi, (r, _) in zip(w, estimates, strict=True))
+    tau2 = max(0.0, (q - (len(w) - 1)) / (sum(w) - sum(wi * wi for wi in w) / sum(w)))
+    naive = [mean if tau2 == 0 else (r / v + mean / tau2) / (1 / v + 1 / tau2) for r, v in estimates]
+    assert dependences(groups) == pytest.approx(naive, rel=1e-9, abs=1e-12)
+
+
+def test_moderated_dependence_is_closer_when_strata_agree_and_apart_when_they_differ() -> None:
+    """Eight strata of 40 five-window t3 series at one rho: the moderated estimates miss it by much
+    less than each stratum's own (median absolute error: 0.38 to 0.60 of it in 40 comparisons, 0.45
+    typical over 120). Four at 0.1 and four at 0.7, 120 series of 30 windows (each estimate's sd
+    0.02): each keeps its own."""
+    rng = np.random.default_rng()
+    own, moderated = [], []
+    for _ in range(120):
+        groups = [windows(list(_t3_ar1(rng, 40, 5, 0.5))) for _ in range(8)]
+        own += [dependence(g) - 0.5 for g in groups]
+        moderated += [r - 0.5 for r in dependences(groups)]
+    assert float(np.median(np.abs(moderated))) < 0.7 * float(np.median(np.abs(own)))
+    truth = [0.1] * 4 + [0.7] * 4
+    apart = dependences([windows(list(_t3_ar1(rng, 120, 30, rho))) for rho in truth])
+    assert apart == pytest.approx(truth, abs=0.1)
+    assert all(0 <= r <= MAX_DEPENDENCE for r in apart)
 
 
 @pytest.mark.parametrize("n", [5, 9, 40])
