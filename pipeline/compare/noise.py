@@ -310,7 +310,7 @@ def dependences(groups: Sequence[Sequence[Windows]]) -> list[float]:
     for r, v in estimates:
         if not v < math.inf:
             out.append(mean)
-        elif v == 0 or spread == math.inf:
+        elif v == 0:  # every series says the same
             out.append(r)
         else:
             out.append((r * spread + mean * v) / (spread + v))
