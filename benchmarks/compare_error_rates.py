@@ -13,7 +13,10 @@ same on both sides), ``run`` one normal effect per execution and side shared by 
 second rank 5% faster with its own small jitter. Window counts are five (the report's) or what
 ``scale=cpu`` calibrates to (23 to 60 for inference and training, 9 to 11 for packing), drawn per
 execution and side once per setting. ``--history N`` also draws N earlier runs of BASE (each with
-its own run effects, BASE's windows' layout) and passes them as the comparison's history.
+its own run effects, BASE's windows' layout) and passes them as the comparison's history. Beside
+each power draw, an oracle: whether a test that knew every time's variance exactly (the model's,
+z at Holm's first step, and the comparison's other two conditions) would have caught the change,
+which is what the noise itself allows.
 
 The comparison is the real one, on real shards: per setting the two datasets are written once as
 parquet by the shard writer's format (``tests/synthetic_shards.py``) and read back by the shard
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -55,9 +59,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
 
-from pipeline.compare import any_slower, compare  # noqa: E402
+from pipeline.compare import any_slower, compare, family  # noqa: E402
 from pipeline.compare.cli import main as compare_main  # noqa: E402
-from pipeline.compare.side import Side, side  # noqa: E402
+from pipeline.compare.side import METRICS, Side, side  # noqa: E402
 from pipeline.data.dataset import Dataset  # noqa: E402
 from pipeline.data.reader import Shard  # noqa: E402
 from pipeline.data.scan import scan_shards  # noqa: E402
@@ -209,6 +213,7 @@ class Drawer:
     def draw(self, history: int = 0) -> list[dict[str, np.ndarray]]:
         """BASE's, NEW's and ``history`` earlier BASE runs' window times (each its own run effects)."""
         scale = np.exp(self.rng.uniform(-math.log(self.spread), math.log(self.spread), len(self.ids)))
+        self.scale = dict(zip(self.ids, scale.tolist(), strict=True))
         return [
             {i: self._side(min(k, 1), i, float(s)) for i, s in zip(self.ids, scale, strict=True)}
             for k in (0, 1, *[0] * history)
@@ -241,6 +246,54 @@ class Drawer:
         if self.innovations == "t3":
             return self.rng.standard_t(3, size=shape) * (0.6745 / 0.7649)
         return self.rng.normal(size=shape)
+
+    def true_variance(self, execution_id: str, metric: str) -> float:
+        """The variance of a time's log ratio in this model, which the comparison has to estimate:
+        each side's log median of its windows (rank 0's, the slowest) and the two runs' effects."""
+        if self.run == "t3":
+            raise ValueError("a t3 run effect is not normal: no z test knows it")
+        phase = PHASES.index(METRICS[metric])
+        run_scale = self.scale[execution_id] if self.run == "scaled" else 1.0
+        var = 2 * (self.run_sigma * run_scale) ** 2 if self.run else 0.0
+        for side_index in (0, 1):
+            phases, rank, _ = self.layouts[side_index][execution_id]
+            n = int(np.sum((phases == phase) & (rank == 0)))
+            var += (self.scale[execution_id] * self.sigma) ** 2 * median_variance(
+                n, self.rho, self.innovations
+            )
+        return var
+
+
+@functools.cache
+def median_variance(n: int, rho: float, innovations: str) -> float:
+    """Variance of the median of n windows of the model's unit series (AR(1) from its first
+    innovation, as ``Drawer`` draws it), by 200,000 draws of a fixed seed."""
+    rng = np.random.default_rng(n)
+    e = (
+        rng.standard_t(3, (200_000, n)) * (0.6745 / 0.7649)
+        if innovations == "t3"
+        else rng.normal(size=(200_000, n))
+    )
+    series = np.empty_like(e)
+    series[:, 0] = e[:, 0]
+    for t in range(1, n):
+        series[:, t] = rho * series[:, t - 1] + math.sqrt(1 - rho**2) * e[:, t]
+    return float(np.var(np.median(series, axis=1)))
+
+
+def oracle_caught(drawer: Drawer, document: dict[str, Any], execution_id: str, threshold: float) -> bool:
+    """Whether a test that knew every time's variance exactly (z, two-sided, at Holm's first step over
+    the tested times) catches the change in ``execution_id``, under the comparison's other two
+    conditions (beyond the threshold, the windows' interval excluding 1): what the noise allows."""
+    tested = [t for t in document["times"] if t["window_low"] is not None]
+    level = family.ALPHA / len(tested)
+    for t in tested:
+        if t["execution_id"] != execution_id or t["ratio"] <= 1 + threshold or t["window_low"] <= 1:
+            continue
+        z = math.log(t["ratio"]) / math.sqrt(drawer.true_variance(execution_id, t["metric"]))
+        if math.erfc(z / math.sqrt(2)) < level:
+            return True
+    return False
 
 
 def build(
@@ -282,6 +335,7 @@ class Counts:
     exits: int = 0  # null comparisons that exit 1
     faster: int = 0  # null comparisons with any time `faster`
     caught: dict[float, int] = dataclasses.field(default_factory=dict)
+    oracle: dict[float, int] = dataclasses.field(default_factory=dict)  # by a test knowing each variance
     others: dict[float, int] = dataclasses.field(default_factory=dict)  # any other time flagged slower
     bounds: list[float] = dataclasses.field(default_factory=list)  # median bound of the times per draw
     seconds: float = 0.0
@@ -297,7 +351,11 @@ def run_setting(
         templates = Templates.write(Path(tmp), executions, setting.level, setting.windows, regime_seed)
         rng = np.random.default_rng([seed, zlib.crc32(setting.name.encode())])
         drawer = Drawer(setting, templates, rng)
-        counts = Counts(caught=dict.fromkeys(setting.changes, 0), others=dict.fromkeys(setting.changes, 0))
+        counts = Counts(
+            caught=dict.fromkeys(setting.changes, 0),
+            others=dict.fromkeys(setting.changes, 0),
+            oracle=dict.fromkeys(setting.changes, 0),
+        )
         written_start = time.perf_counter() - start
         for k in range(draws):
             base_ms, new_ms, *history_ms = drawer.draw(setting.history)
@@ -312,15 +370,14 @@ def run_setting(
             counts.bounds.append(document["bounds"]["times"]["median"])
             chosen = drawer.ids[int(rng.integers(len(drawer.ids)))]
             for factor in setting.changes:
-                slower = [
-                    t["execution_id"]
-                    for t in compare(
-                        base, changed(templates, new, chosen, new_ms[chosen] * factor), 0.05, history=history
-                    )["times"]
-                    if t["change"] == "slower"
-                ]
+                power = compare(
+                    base, changed(templates, new, chosen, new_ms[chosen] * factor), 0.05, history=history
+                )
+                slower = [t["execution_id"] for t in power["times"] if t["change"] == "slower"]
                 counts.caught[factor] += chosen in slower
                 counts.others[factor] += any(i != chosen for i in slower)
+                if drawer.run != "t3":
+                    counts.oracle[factor] += oracle_caught(drawer, power, chosen, 0.05)
     counts.seconds = time.perf_counter() - start
     return _result(setting, counts, written_start, len(executions))
 
@@ -384,6 +441,9 @@ def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> 
         "power": {
             f"{factor:g}": {
                 "caught": _rate(counts.caught[factor], counts.draws),
+                "oracle": None
+                if FEATURES[setting.feature][3] == "t3"
+                else _rate(counts.oracle[factor], counts.draws),
                 "others_flagged": _rate(counts.others[factor], counts.draws),
             }
             for factor in setting.changes
@@ -395,16 +455,19 @@ def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> 
 
 def table(results: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| setting | windows | draws | P(exit 1), no change | 1.1x caught (others flagged) | "
-        "1.3x caught (others flagged) | median bound | s / draw |",
+        "| setting | windows | draws | P(exit 1), no change | 1.1x caught (others flagged; oracle) | "
+        "1.3x caught (others flagged; oracle) | median bound | s / draw |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         power = []
         for factor in ("1.1", "1.3"):
             p = r["power"].get(factor)
+            oracle = f"; {100 * p['oracle']['rate']:.1f}%" if p and p.get("oracle") else ""
             power.append(
-                f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%)" if p else ""
+                f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%{oracle})"
+                if p
+                else ""
             )
         e = r["exit_1"]
         name = f"{r['level']}-{r['feature']}" + Setting(r["level"], r["feature"], r["windows"]).note

@@ -9,6 +9,7 @@ import os
 import sys
 
 import numpy as np
+import pytest
 
 from pipeline import REPO_ROOT
 from pipeline.matrix import EXECUTIONS
@@ -35,6 +36,7 @@ def test_draws_match_the_command_line_and_the_rates_hold() -> None:
     power = result["power"]["1.3"]
     assert power["caught"]["rate"] >= 11 / 12, result  # 1.3x is about 10 noise sigmas here
     assert power["others_flagged"]["rate"] <= 4 / 12, result
+    assert power["oracle"]["rate"] >= 11 / 12, result  # a test knowing the variances catches it too
 
 
 def test_a_drawn_history_goes_through_the_command_line_too() -> None:
@@ -60,3 +62,14 @@ def test_cpu_windows_calibrate_per_kind() -> None:
         and max(counts["inference"] | counts["training"]) <= 60
     )
     assert harness.window_counts(EXECUTIONS[0], "5", rng) == 5
+
+
+def test_the_oracles_variance_of_a_median_matches_order_statistics() -> None:
+    """The oracle's variance of the median of the model's windows against independent values: one
+    window is the unit series itself; five independent normal windows' median has variance 0.2868
+    (order statistics); a t3 window scaled to the normal's interquartile range has variance
+    3 x (0.6745 / 0.7649)^2; an AR(1) 0.5 series makes a median noisier than independent windows."""
+    assert harness.median_variance(1, 0.5, "normal") == pytest.approx(1.0, rel=0.01)
+    assert harness.median_variance(1, 0.0, "t3") == pytest.approx(3 * (0.6745 / 0.7649) ** 2, rel=0.05)
+    assert harness.median_variance(5, 0.0, "normal") == pytest.approx(0.2868, rel=0.01)
+    assert harness.median_variance(5, 0.5, "normal") > 1.5 * harness.median_variance(5, 0.0, "normal")

@@ -10,9 +10,10 @@ Its log has two sources of noise, estimated separately and added:
   autocorrelation (von Neumann's ratio against its exact expectation under AR(1) at each n),
   moderated towards the other strata's of the same side (random effects: a few dozen series of five
   windows pin rho to only +-0.15), which inflates v(n) x s^2 for the median (the sign correlations
-  of an AR(1)) and for what dependence hides from s. A side's few windows give a noisy variance, so each is moderated towards the
-  stratum's (empirical Bayes on the log variances, as limma does for genes), with degrees of
-  freedom measured from how much BASE's and NEW's estimates of the same time disagree;
+  of an AR(1)) and for what dependence hides from s. A side's few windows give a noisy variance,
+  so each is moderated towards the stratum's (empirical Bayes on the log variances, as limma does
+  for genes), with degrees of freedom measured from how much BASE's and NEW's estimates of the same
+  time disagree;
 - **between runs**, from the stratum: two runs of a sweep differ by what else the machine did
   while each execution ran, which moves all its windows together and which no window sees. Its
   variance is the one that makes the stratum's log ratios, each divided by its own total, look like
