@@ -34,7 +34,8 @@ from pipeline.report.provenance import SETTINGS
 
 METHOD = (
     "ratio of the published slowest-rank medians; noise per ratio: its windows (median variance "
-    "from the mean absolute deviation, corrected for the windows' pooled lag-1 dependence, "
+    "from the mean absolute deviation, corrected for the windows' pooled lag-1 dependence (each "
+    "stratum's moderated towards its side's other strata), "
     "moderated within the stratum) plus the run-to-run variance of its stratum (kind x metric), "
     "with Satterthwaite degrees of freedom; a change is beyond 1 + threshold, significant in a t "
     "test after the family's multiplicity control, and significant in the exact Mann-Whitney / "
