@@ -16,7 +16,9 @@ execution and side once per setting. ``--history N`` also draws N earlier runs o
 its own run effects, BASE's windows' layout) and passes them as the comparison's history. Beside
 each power draw, an oracle: whether a test that knew every time's variance exactly (the model's,
 z at Holm's first step, and the comparison's other two conditions) would have caught the change,
-which is what the noise itself allows.
+which is what the noise itself allows; and where the comparison's power goes short of it, the same
+test with the comparison's own sigma (the variance estimate's cost) and with the true sigma at the
+comparison's degrees of freedom (the cost of counting that estimate's error).
 
 The comparison is the real one, on real shards: per setting the two datasets are written once as
 parquet by the shard writer's format (``tests/synthetic_shards.py``) and read back by the shard
@@ -62,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pi
 from pipeline.compare import any_slower, compare, family  # noqa: E402
 from pipeline.compare.cli import main as compare_main  # noqa: E402
 from pipeline.compare.side import METRICS, Side, side  # noqa: E402
+from pipeline.compare.special import t_sf  # noqa: E402
 from pipeline.data.dataset import Dataset  # noqa: E402
 from pipeline.data.reader import Shard  # noqa: E402
 from pipeline.data.scan import scan_shards  # noqa: E402
@@ -281,19 +284,29 @@ def median_variance(n: int, rho: float, innovations: str) -> float:
     return float(np.var(np.median(series, axis=1)))
 
 
-def oracle_caught(drawer: Drawer, document: dict[str, Any], execution_id: str, threshold: float) -> bool:
-    """Whether a test that knew every time's variance exactly (z, two-sided, at Holm's first step over
-    the tested times) catches the change in ``execution_id``, under the comparison's other two
-    conditions (beyond the threshold, the windows' interval excluding 1): what the noise allows."""
+# How a power draw is judged besides the comparison's own verdict: the oracle (each time's true variance,
+# the normal quantile), and the two halves of the gap to it, each with one of the comparison's own
+# estimates: its sigma at the normal quantile (what estimating the variance costs through its bias and
+# scatter), the true sigma at its degrees of freedom (what counting that estimate's error costs).
+JUDGES = ("oracle", "own_sigma", "own_df")
+
+
+def judged(drawer: Drawer, document: dict[str, Any], execution_id: str, threshold: float) -> dict[str, bool]:
+    """Whether each of ``JUDGES`` catches the change in ``execution_id``: a two-sided test at Holm's first
+    step over the tested times, under the comparison's other two conditions (beyond the threshold, the
+    windows' interval excluding 1). The oracle is what the noise itself allows."""
     tested = [t for t in document["times"] if t["window_low"] is not None]
     level = family.ALPHA / len(tested)
+    caught = dict.fromkeys(JUDGES, False)
     for t in tested:
         if t["execution_id"] != execution_id or t["ratio"] <= 1 + threshold or t["window_low"] <= 1:
             continue
-        z = math.log(t["ratio"]) / math.sqrt(drawer.true_variance(execution_id, t["metric"]))
-        if math.erfc(z / math.sqrt(2)) < level:
-            return True
-    return False
+        log_ratio = math.log(t["ratio"])
+        true_sigma = math.sqrt(drawer.true_variance(execution_id, t["metric"]))
+        caught["oracle"] |= math.erfc(log_ratio / true_sigma / math.sqrt(2)) < level
+        caught["own_sigma"] |= math.erfc(log_ratio / t["sigma"] / math.sqrt(2)) < level
+        caught["own_df"] |= 2 * float(t_sf(log_ratio / true_sigma, t["df"])) < level
+    return caught
 
 
 def build(
@@ -335,7 +348,7 @@ class Counts:
     exits: int = 0  # null comparisons that exit 1
     faster: int = 0  # null comparisons with any time `faster`
     caught: dict[float, int] = dataclasses.field(default_factory=dict)
-    oracle: dict[float, int] = dataclasses.field(default_factory=dict)  # by a test knowing each variance
+    judged: dict[float, dict[str, int]] = dataclasses.field(default_factory=dict)  # by each of JUDGES
     others: dict[float, int] = dataclasses.field(default_factory=dict)  # any other time flagged slower
     bounds: list[float] = dataclasses.field(default_factory=list)  # median bound of the times per draw
     seconds: float = 0.0
@@ -354,7 +367,7 @@ def run_setting(
         counts = Counts(
             caught=dict.fromkeys(setting.changes, 0),
             others=dict.fromkeys(setting.changes, 0),
-            oracle=dict.fromkeys(setting.changes, 0),
+            judged={factor: dict.fromkeys(JUDGES, 0) for factor in setting.changes},
         )
         written_start = time.perf_counter() - start
         for k in range(draws):
@@ -377,7 +390,8 @@ def run_setting(
                 counts.caught[factor] += chosen in slower
                 counts.others[factor] += any(i != chosen for i in slower)
                 if drawer.run != "t3":
-                    counts.oracle[factor] += oracle_caught(drawer, power, chosen, 0.05)
+                    for judge, hit in judged(drawer, power, chosen, 0.05).items():
+                        counts.judged[factor][judge] += hit
     counts.seconds = time.perf_counter() - start
     return _result(setting, counts, written_start, len(executions))
 
@@ -441,9 +455,12 @@ def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> 
         "power": {
             f"{factor:g}": {
                 "caught": _rate(counts.caught[factor], counts.draws),
-                "oracle": None
-                if FEATURES[setting.feature][3] == "t3"
-                else _rate(counts.oracle[factor], counts.draws),
+                **{
+                    judge: None
+                    if FEATURES[setting.feature][3] == "t3"
+                    else _rate(counts.judged[factor][judge], counts.draws)
+                    for judge in JUDGES
+                },
                 "others_flagged": _rate(counts.others[factor], counts.draws),
             }
             for factor in setting.changes
@@ -455,15 +472,16 @@ def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> 
 
 def table(results: Sequence[dict[str, Any]]) -> str:
     lines = [
-        "| setting | windows | draws | P(exit 1), no change | 1.1x caught (others flagged; oracle) | "
-        "1.3x caught (others flagged; oracle) | median bound | s / draw |",
+        "| setting | windows | draws | P(exit 1), no change | 1.1x caught (others flagged; oracle / "
+        "own sigma / own df) | 1.3x caught (others flagged; ...) | median bound | s / draw |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         power = []
         for factor in ("1.1", "1.3"):
             p = r["power"].get(factor)
-            oracle = f"; {100 * p['oracle']['rate']:.1f}%" if p and p.get("oracle") else ""
+            judges = [p[j] for j in JUDGES if p and p.get(j)]  # results from before own_* have the oracle
+            oracle = "; " + " / ".join(f"{100 * j['rate']:.1f}%" for j in judges) if judges else ""
             power.append(
                 f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%{oracle})"
                 if p

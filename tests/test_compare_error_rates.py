@@ -36,7 +36,8 @@ def test_draws_match_the_command_line_and_the_rates_hold() -> None:
     power = result["power"]["1.3"]
     assert power["caught"]["rate"] >= 11 / 12, result  # 1.3x is about 10 noise sigmas here
     assert power["others_flagged"]["rate"] <= 4 / 12, result
-    assert power["oracle"]["rate"] >= 11 / 12, result  # a test knowing the variances catches it too
+    for judge in harness.JUDGES:  # a test knowing the variances, and each half of the way to it
+        assert power[judge]["rate"] >= 11 / 12, (judge, result)
 
 
 def test_a_drawn_history_goes_through_the_command_line_too() -> None:
@@ -73,3 +74,33 @@ def test_the_oracles_variance_of_a_median_matches_order_statistics() -> None:
     assert harness.median_variance(1, 0.0, "t3") == pytest.approx(3 * (0.6745 / 0.7649) ** 2, rel=0.05)
     assert harness.median_variance(5, 0.0, "normal") == pytest.approx(0.2868, rel=0.01)
     assert harness.median_variance(5, 0.5, "normal") > 1.5 * harness.median_variance(5, 0.0, "normal")
+
+
+def test_each_judge_tests_the_changed_time_with_its_own_sigma_and_df() -> None:
+    """A x1.1 time at true sigma 0.03 (z 3.18), which the comparison gave sigma 0.05 (z 1.91): at three
+    tested times (level 0.05 / 3, z 2.39) the oracle catches it and the comparison's own sigma does not;
+    the true sigma at 2 df does not (two-sided p = 1 - t / sqrt(2 + t^2) = 0.086), at 60 df it does.
+    Another execution's time and a time whose windows overlap (window_low <= 1) are not judged."""
+
+    class Drawer:
+        def true_variance(self, execution_id: str, metric: str) -> float:
+            assert execution_id == "e" and metric == "iterationMS"
+            return 0.03**2
+
+    def document(df: float) -> dict[str, object]:
+        time = {"execution_id": "e", "metric": "iterationMS", "ratio": 1.1, "window_low": 1.02}
+        return {
+            "times": [
+                time | {"sigma": 0.05, "df": df},
+                time | {"metric": "forwardMS", "ratio": 1.5, "window_low": 0.99, "sigma": 0.01, "df": df},
+                {"execution_id": "x", "metric": "iterationMS", "ratio": 2.0, "window_low": 1.5},
+            ]
+        }
+
+    assert 1 - 3.1766 / (2 + 3.1766**2) ** 0.5 == pytest.approx(0.0856, abs=1e-3)
+    assert harness.judged(Drawer(), document(2.0), "e", 0.05) == {
+        "oracle": True,
+        "own_sigma": False,
+        "own_df": False,
+    }
+    assert harness.judged(Drawer(), document(60.0), "e", 0.05)["own_df"] is True
