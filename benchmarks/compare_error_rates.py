@@ -440,6 +440,7 @@ def _rate(k: int, n: int) -> dict[str, float]:
 
 
 def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> dict[str, Any]:
+    run_t3 = FEATURES[setting.feature][3] == "t3"
     return {
         "setting": setting.label,
         "history": setting.history,
@@ -455,10 +456,8 @@ def _result(setting: Setting, counts: Counts, setup: float, executions: int) -> 
         "power": {
             f"{factor:g}": {
                 "caught": _rate(counts.caught[factor], counts.draws),
-                **{
-                    judge: None
-                    if FEATURES[setting.feature][3] == "t3"
-                    else _rate(counts.judged[factor][judge], counts.draws)
+                **{  # no z test knows a t3 run effect's variance
+                    judge: None if run_t3 else _rate(counts.judged[factor][judge], counts.draws)
                     for judge in JUDGES
                 },
                 "others_flagged": _rate(counts.others[factor], counts.draws),
@@ -481,9 +480,9 @@ def table(results: Sequence[dict[str, Any]]) -> str:
         for factor in ("1.1", "1.3"):
             p = r["power"].get(factor)
             judges = [p[j] for j in JUDGES if p and p.get(j)]  # results from before own_* have the oracle
-            oracle = "; " + " / ".join(f"{100 * j['rate']:.1f}%" for j in judges) if judges else ""
+            verdicts = "; " + " / ".join(f"{100 * j['rate']:.1f}%" for j in judges) if judges else ""
             power.append(
-                f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%{oracle})"
+                f"{100 * p['caught']['rate']:.1f}% ({100 * p['others_flagged']['rate']:.1f}%{verdicts})"
                 if p
                 else ""
             )
