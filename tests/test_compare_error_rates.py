@@ -26,30 +26,34 @@ SUBSET = [e for e in EXECUTIONS if e.workload.name in ("inference-ep8-f1536", "t
 
 
 def test_draws_match_the_command_line_and_the_rates_hold() -> None:
+    """On these 10 executions a 1.3x change is caught in 99.2% of draws (4,000 draws, seeds 11 and
+    12) and a rerun exits 1 in 1.3%: 4 or more misses in 24 draws, or 8 or more exits at a true 5%,
+    each have probability below 1e-4."""
     setting = harness.Setting("gpu", "all", "5", (1.3,))
     result = harness.run_setting(
-        setting, draws=12, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
+        setting, draws=24, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
     )
-    assert result["draws"] == 12 and result["executions"] == 10
-    # 5% or less per draw: 5 or more exits in 12 draws has probability below 2e-3
-    assert result["exit_1"]["rate"] <= 4 / 12, result
+    assert result["draws"] == 24 and result["executions"] == 10
+    assert result["exit_1"]["rate"] <= 7 / 24, result
     power = result["power"]["1.3"]
-    assert power["caught"]["rate"] >= 11 / 12, result  # 1.3x is about 10 noise sigmas here
-    assert power["others_flagged"]["rate"] <= 4 / 12, result
+    assert power["caught"]["rate"] >= 21 / 24, result
+    assert power["others_flagged"]["rate"] <= 7 / 24, result
     for judge in harness.JUDGES:  # a test knowing the variances, and each half of the way to it
-        assert power[judge]["rate"] >= 11 / 12, (judge, result)
+        assert power[judge]["rate"] >= 21 / 24, (judge, result)
 
 
 def test_a_drawn_history_goes_through_the_command_line_too() -> None:
     """Three earlier runs of BASE per draw, run effects that grow with an execution's window noise
-    (beyond the one-scale model): the history reaches the CLI's ``--history`` the same way."""
+    (beyond the one-scale model): the history reaches the CLI's ``--history`` the same way. Here
+    1.3x is caught in 99.5% of draws and a rerun exits 1 in 0.9% (1,000 draws, seed 13): 3 or
+    more misses in 12, or 6 or more exits at a true 5%, each have probability below 1e-4."""
     setting = harness.Setting("gpu", "run-het", "5", (1.3,), history=3)
     result = harness.run_setting(
-        setting, draws=6, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
+        setting, draws=12, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
     )
     assert result["setting"] == "gpu-run-het-5-h3" and result["history"] == 3
-    assert result["exit_1"]["rate"] <= 3 / 6, result
-    assert result["power"]["1.3"]["caught"]["rate"] >= 5 / 6, result
+    assert result["exit_1"]["rate"] <= 5 / 12, result
+    assert result["power"]["1.3"]["caught"]["rate"] >= 10 / 12, result
 
 
 def test_cpu_windows_calibrate_per_kind() -> None:
