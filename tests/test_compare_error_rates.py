@@ -108,3 +108,41 @@ def test_each_judge_tests_the_changed_time_with_its_own_sigma_and_df() -> None:
         "own_df": False,
     }
     assert harness.judged(Drawer(), document(60.0), "e", 0.05)["own_df"] is True
+
+
+def test_the_oracle_at_5_percent_takes_its_critical_value_from_the_reruns() -> None:
+    """The oracle's z counts a time the comparison's other two conditions would let it flag, either way
+    (beyond x1.05 or under 1 / 1.05, its windows' interval on that side of 1), and no other; held to
+    5%, its critical value is the 95th percentile of the reruns' largest |z| (0 to 99: 94.05)."""
+
+    class Drawer:
+        def true_variance(self, execution_id: str, metric: str) -> float:
+            return {"iterationMS": 0.02, "forwardMS": 0.05}[metric] ** 2
+
+    def time(execution: str, metric: str, ratio: float, low: float, high: float) -> dict[str, object]:
+        return {
+            "execution_id": execution,
+            "metric": metric,
+            "ratio": ratio,
+            "window_low": low,
+            "window_high": high,
+        }
+
+    document = {
+        "times": [
+            time("slower", "iterationMS", 1.1, 1.01, 1.2),
+            time("faster", "forwardMS", 0.9, 0.8, 0.99),
+            time("overlaps", "iterationMS", 1.1, 0.99, 1.2),
+            time("inside-threshold", "iterationMS", 1.04, 1.01, 1.07),
+            time("untested", "iterationMS", 1.5, None, None),
+        ]
+    }
+    z = dict(harness.oracle_z(Drawer(), document, 0.05))
+    assert z.keys() == {"slower", "faster"}
+    assert z["slower"] == pytest.approx(np.log(1.1) / 0.02) and z["faster"] == pytest.approx(
+        np.log(0.9) / 0.05
+    )
+    calibrated = harness._calibrated([float(v) for v in range(100)], [95.0, 94.0, 100.0])
+    assert calibrated is not None and calibrated["critical"] == pytest.approx(94.05)
+    assert calibrated["rate"] == pytest.approx(2 / 3)
+    assert harness._calibrated([], [1.0]) is None
