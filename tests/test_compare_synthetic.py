@@ -246,3 +246,30 @@ def test_three_windows_a_side_are_never_a_change(tmp_path, capsys) -> None:
     assert main([str(tmp_path / "base"), str(tmp_path / "new")]) == 0
     out = capsys.readouterr().out
     assert "no time has windows enough for a test" in out and "0 slower, 0 faster, 25 unchanged" in out
+
+
+def test_a_time_whose_noise_allows_no_finite_ratio_still_publishes(tmp_path, capsys) -> None:
+    """One execution's first window of every phase and rank 1e250 times slower in NEW: its times'
+    sigma is so large that exp(t quantile x sigma) overflows; their bound and interval end are the
+    largest float, and the text, the JSON and the page are written (no exception)."""
+    rng = np.random.default_rng()
+    wild = SUBSET[0].execution_id
+    for side in ("base", "new"):
+        for e in SUBSET:
+            table = shard_table(e, 1, rng, ranks=2, device="NVIDIA H200", job_id="1_1")
+            if side == "new" and e.execution_id == wild:
+                first = pc.equal(table.column("window"), pc.min(table.column("window")))
+                column = table.schema.get_field_index("window_ms")
+                scaled = pc.if_else(first, pc.multiply(table.column(column), 1e250), table.column(column))
+                table = table.set_column(column, table.schema.field(column), scaled)
+            write_table(tmp_path / side, table)
+    args = [str(tmp_path / "base"), str(tmp_path / "new")]
+    main([*args, "--json", "--out", str(tmp_path / "page")])
+    document = json.loads(capsys.readouterr().out)
+    times = [t for t in document["times"] if t["execution_id"] == wild and t["bound"] is not None]
+    assert times and all(t["bound"] == pytest.approx(sys.float_info.max, rel=1e-5) for t in times)
+    assert all(t["change"] == "unchanged" and math.isfinite(t["high"]) for t in times)
+    assert document["bounds"]["times"]["high"] == pytest.approx(sys.float_info.max, rel=1e-5)
+    assert (tmp_path / "page" / "comparison.html").is_file()
+    main(args)
+    assert "to x1.8e+308 (set by" in capsys.readouterr().out

@@ -14,12 +14,15 @@ when all three hold:
 
 The bound a ratio had to pass is the larger of ``1 + threshold`` and what its noise allows at the
 family's strictest level (Holm's and Benjamini-Hochberg's first step: ``ALPHA`` / the family size,
-two-sided), so a change beyond it with a significant window interval is always flagged.
+two-sided), so a change beyond it with a significant window interval is always flagged. A time
+whose noise allows no finite ratio (in simulation, CPU-like t3 windows once gave a time sigma 21 in
+log units at 2.5 df) gets the largest float as its bound and interval end, which still publishes.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -31,6 +34,7 @@ from pipeline.compare.statistics import Interval
 DEFAULT_THRESHOLD = 0.05
 TIME_CLASSES = ("slower", "faster", "unchanged")  # ratios of times: above 1 is worse
 SPEEDUP_CLASSES = ("higher", "lower", "unchanged")  # ratios of MoK / Dist-MoE speedups
+_LOG_MAX = math.log(sys.float_info.max)  # exp of more overflows
 
 
 def p_values(log_ratios: Sequence[float], var: Sequence[float], df: Sequence[float]) -> list[float]:
@@ -49,7 +53,7 @@ def noise_intervals(
     """Each ratio's interval at ``confidence`` from its noise (not adjusted for multiplicity)."""
     d, v = np.asarray(log_ratios, np.float64), np.asarray(var, np.float64)
     half = t_isf(np.full(d.size, (1 - confidence) / 2), np.asarray(df, np.float64)) * np.sqrt(v)
-    return list(zip(np.exp(d - half).tolist(), np.exp(d + half).tolist(), strict=True))
+    return list(zip(np.exp(d - half).tolist(), np.exp(np.minimum(d + half, _LOG_MAX)).tolist(), strict=True))
 
 
 def bounds(
@@ -62,7 +66,10 @@ def bounds(
     q = t_isf(np.full(v.size, ALPHA / (2 * max(1, tests))), np.asarray(df, np.float64))
     noise = q * np.sqrt(v)
     least = math.log1p(threshold)
-    return [(math.exp(n), "noise") if n > least else (1 + threshold, "threshold") for n in noise.tolist()]
+    return [
+        (math.exp(min(n, _LOG_MAX)), "noise") if n > least else (1 + threshold, "threshold")
+        for n in noise.tolist()
+    ]
 
 
 def direction(ratio: float, p_adjusted: float | None, window: Interval | None, threshold: float) -> int:

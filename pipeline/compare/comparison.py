@@ -148,13 +148,18 @@ def bounds_text(document: dict[str, Any]) -> str:
         counts = "no time has windows enough for a test"
     else:
         counts = (
-            f"a change counts beyond x{b['low']:.3f} to x{b['high']:.3f} (set by the threshold for "
+            f"a change counts beyond x{_factor(b['low'])} to x{_factor(b['high'])} (set by the threshold for "
             f"{b['threshold']} times, by their noise for {b['noise']})"
         )
     return (
         f"threshold {100 * document['threshold']:g}%; noise of each time: {scatter}; "
         f"{document['multiplicity']['times']}: {counts}"
     )
+
+
+def _factor(ratio: float) -> str:
+    """A bound as the line prints it: three decimals, or three digits where that would be a long line."""
+    return f"{ratio:.3f}" if ratio < 1e6 else f"{ratio:.3g}"
 
 
 def _noises(base: Side, new: Side, keys: list[tuple[str, str]], history: Sequence[Side]) -> list[Noise]:
