@@ -117,9 +117,14 @@ def sacct_state(job_id: str) -> str:
 
 def sacct_ended(job_id: str) -> bool:
     """Whether accounting holds the job's end (its state and node list final): the ledger's records
-    come from inside the job, a moment before Slurm records that."""
+    come from inside the job, a moment before Slurm records that, and a job that fails within seconds
+    can show a final state while its node list still names fewer nodes than it was allocated."""
     state, *_, nodes = (sacct_state(job_id) or "|").split("|")
-    return state not in ("", "PENDING", "RUNNING", "COMPLETING") and nodes not in ("", "None assigned")
+    if state in ("", "PENDING", "RUNNING", "COMPLETING") or nodes in ("", "None assigned"):
+        return False
+    out = output("sacct", "-X", "-n", "-P", "-o", "NNodes", "-j", job_id)
+    allocated = int(out.splitlines()[-1]) if out else 0
+    return len(output("scontrol", "show", "hostnames", nodes).split()) == allocated
 
 
 def shards(dataset: Path, execution_id: str) -> list[str]:
