@@ -206,13 +206,15 @@ def _link(log_dir: Path, folder: Path) -> None:
 
 def _states(job_ids: list[str]) -> dict[str, JobState]:
     """squeue knows live and recently ended jobs; sacct knows how jobs ended, with their exit codes.
-    A job that just ended may not have reached accounting yet: squeue's word stands for it then."""
+    A job that just ended may not have reached accounting yet: squeue's word stands for it then. A job
+    that failed within seconds can for a moment name fewer nodes than it was allocated (in squeue
+    and in sacct): it counts as running until its node list is whole, so a failure names every node."""
     wanted = set(job_ids)
     states: dict[str, JobState] = {}
     ended: dict[str, JobState] = {}
-    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%N|%r"])
+    live = _run(["squeue", "--noheader", "--array", "--states=all", "--format=%i|%T|%N|%D|%r"])
     for line in live.splitlines():
-        job_id, state, nodes, reason = line.split("|", 3)
+        job_id, state, nodes, count, reason = line.split("|", 4)
         if job_id not in wanted:
             continue
         if state in _SLURM_RUNNING:
@@ -220,17 +222,17 @@ def _states(job_ids: list[str]) -> dict[str, JobState]:
         elif state in _SLURM_PENDING:
             states[job_id] = JobState(PENDING, None if reason == "None" else reason)
         else:
-            ended[job_id] = _finished(state, "not in accounting yet", nodes)
+            ended[job_id] = _finished(state, "not in accounting yet", nodes, count)
     rest = wanted - states.keys()
     if rest:
         # Ask by array job id: sacct folds array tasks that never started into one "123_[4-9]" record.
         jobs = ",".join(sorted({job_id.split("_")[0] for job_id in rest}))
-        query = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NodeList", "-j", jobs]
+        query = ["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode,NNodes,NodeList", "-j", jobs]
         for line in _run(query).splitlines():
-            record, state, exit_code, nodes = line.split("|")
+            record, state, exit_code, count, nodes = line.split("|")
             for job_id in _array_tasks(record):
                 if job_id in rest:
-                    states[job_id] = _finished(state, exit_code, nodes)
+                    states[job_id] = _finished(state, exit_code, nodes, count)
     for job_id in wanted - states.keys():
         states[job_id] = ended.get(job_id, JobState(FAILED, f"job {job_id} is unknown to squeue and sacct"))
     return states
@@ -248,7 +250,7 @@ def _array_tasks(record: str) -> list[str]:
     return tasks
 
 
-def _finished(state: str, exit_code: str, nodes: str = "") -> JobState:
+def _finished(state: str, exit_code: str, nodes: str = "", count: str = "0") -> JobState:
     word = state.split()[0]
     if word == "COMPLETED":
         return JobState(COMPLETED)
@@ -256,7 +258,10 @@ def _finished(state: str, exit_code: str, nodes: str = "") -> JobState:
         return JobState(PENDING, word)
     if word in _SLURM_RUNNING:
         return JobState(RUNNING)
-    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}", _hostnames(nodes))
+    hosts = _hostnames(nodes)
+    if hosts and len(hosts) < int(count or 0):
+        return JobState(RUNNING)  # its node list not yet whole
+    return JobState(FAILED, f"Slurm {state}, exit code {exit_code}", hosts)
 
 
 def _hostnames(nodes: str) -> tuple[str, ...]:
