@@ -421,7 +421,7 @@ def run_setting(
             if known:
                 z = [abs(v) for _, v in oracle_z(drawer, document, 0.05)]
                 counts.null_z.append(max(z, default=0.0))
-                counts.oracle_flagged += any(math.erfc(v / math.sqrt(2)) < _level(document) for v in z)
+                counts.oracle_flagged += math.erfc(counts.null_z[-1] / math.sqrt(2)) < _level(document)
             counts.bounds.append(document["bounds"]["times"]["median"])
             chosen = drawer.ids[int(rng.integers(len(drawer.ids)))]
             for factor in setting.changes:
