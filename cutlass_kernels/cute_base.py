@@ -20,7 +20,7 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
-from cutlass_kernels import tile_schedule
+from cutlass_kernels import compiles, tile_schedule
 from cutlass_kernels.vocabulary import BF16_OPS, check_arch, check_op
 
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
@@ -126,7 +126,8 @@ def compile_spec(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None) ->
         scratch = dump_dir / f".{spec.name}"
         scratch.mkdir(parents=True, exist_ok=True)
         options = f"--keep-ptx --keep-cubin --dump-dir={scratch}"
-    compiled = cute.compile(kernel, *args.values(), cutlass.Int32(1), make_fake_stream(), options=options)
+    stream = make_fake_stream()
+    compiled = compiles.timed(cute.compile, kernel, *args.values(), cutlass.Int32(1), stream, options=options)
     if dump_dir is not None:
         _move_artifacts(compiled, scratch, dump_dir / spec.name)
     _CACHE[spec] = compiled

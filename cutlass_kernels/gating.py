@@ -12,7 +12,7 @@ counts, so a rerun into the same results file replaces one.
 
 The tests and pipeline stages run on the CuTe kernels only where the kernels the layers run by
 default (the three default BF16 GEMMs and the SwiGLU backward) passed every check stage of theirs
-before timing and did not fail timing (:func:`gate`); elsewhere they run on the torch backend.
+before timing (:func:`gate`); elsewhere they run on the torch backend.
 Torch-free, for the runner as for the checks.
 """
 
@@ -80,7 +80,8 @@ def refusal(arch: str, found: dict[tuple[str, str], dict[str, Any]], stage: str,
 
 def gate(found: dict[tuple[str, str], dict[str, Any]]) -> str:
     """Why the tests and pipeline stages must not run on the CuTe kernels (``""``: they may): one of
-    the kernels of :data:`GATE_KEYS` did not pass a stage of its before timing, or failed timing."""
+    the kernels of :data:`GATE_KEYS` did not pass a stage of its before timing. Timing is no part of
+    it: the gate is decided before timing runs, and a slow kernel is a result, not a wrong one."""
     for k in GATE_KEYS:
         for stage in stages_of(k)[:-1]:
             got = found.get((stage, k))
@@ -88,7 +89,4 @@ def gate(found: dict[tuple[str, str], dict[str, Any]]) -> str:
                 return f"{k} did not pass {stage}" + (
                     f": {got.get('error') or got.get('reason')}" if got else ""
                 )
-        timed = found.get(("timing", k))
-        if timed is not None and timed.get("status") != "pass":
-            return f"{k} failed timing: {timed.get('error') or timed.get('reason')}"
     return ""

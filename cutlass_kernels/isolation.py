@@ -14,6 +14,7 @@ holding it cannot keep the caller waiting past the limit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+REAP_S = 5.0  # the longest wait for a killed child to be reaped
 _MARK = "CUTLASS_KERNELS_ISOLATED_"  # + a fresh hex id per run: nested runs keep every mark
 
 
@@ -72,8 +74,12 @@ def run_isolated(
             rc = proc.wait(timeout=max(limit, 0.1))
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid, mark)
-            proc.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=REAP_S)  # SIGKILLed: only a process stuck in the kernel outlives this
             rc = None
+        except BaseException:  # the caller interrupted (a signal): nothing it started outlives it
+            kill_tree(proc.pid, mark)
+            raise
         kill_tree(proc.pid, mark)  # what an exited child left running
         output = ""
         if log is None:

@@ -45,7 +45,7 @@ import torch
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels import planning
+from cutlass_kernels import compiles, planning
 from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
 from cutlass_kernels.vocabulary import ARCHES
 
@@ -199,8 +199,9 @@ def compile_kernel(arch: str | None = None, dump_dir: Path | None = None) -> Any
         scratch = dump_dir / f".{kernel_name(arch)}"
         scratch.mkdir(parents=True, exist_ok=True)
         options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
-    compiled = cute.compile(
-        _swiglu_backward_host, *_fake_operands(), cutlass.Int32(1), make_fake_stream(), options=options
+    operands, stream = _fake_operands(), make_fake_stream()
+    compiled = compiles.timed(
+        cute.compile, _swiglu_backward_host, *operands, cutlass.Int32(1), stream, options=options
     )
     if dump_dir is not None:
         for ext in ("ptx", "cubin"):

@@ -1,28 +1,34 @@
 """The device run of ``jobs/gpu-run.sh`` (see its header and docs/gpu.md): the one scheduler of every
 check a lent GPU runs, so that no minute goes to a kernel already known to be bad.
 
-The order gives the most truth per minute: env (with the plan: the arch's kernels and op x variants),
-then the default kernels' smoke, correctness and timing, then the SwiGLU backward kernel's correctness
-and timing (the steps named ``swiglu``), then each other variant's smoke, correctness and timing in
-turn (variant-major), the SASS check, then tests and pipeline, whose time is kept back from the
-start. Every check is a child process of its own, isolated (:mod:`cutlass_kernels.isolation`:
-its own session, a time limit, everything it started killed at it), and a kernel key runs in a stage
-only where every earlier stage passed it (:mod:`cutlass_kernels.gating`), so a kernel that hangs or is
-wrong costs its own limit once. Smoke runs up to 8 kernels at once, correctness up to 8 op x variants,
-timing one at a time (the GPU's time is what it measures). The tests and pipeline stages run on the
-CuTe kernels only where the three default BF16 kernels and the SwiGLU backward passed, else on the
-torch backend, and say so. The dry run stretches every time by the host's load (:func:`contention`).
+The order gives the most truth per second: env (with the plan: the arch's kernels and op x variants),
+the default kernels' smoke and correctness and the SwiGLU backward kernel's correctness (together the
+gate of the tests and pipeline stages), the tests, the defaults' and the SwiGLU kernel's timing, the
+pipeline, then each other variant's smoke, correctness and timing in turn, and the SASS check. Every
+step named in :data:`RESERVE_S` keeps its time from the start: a step may use only what the run has
+left beyond the reserves of the steps after it, so a slow early step cannot starve a later one, and
+what a step does not use goes to the next. Every check is a child process of its own, isolated
+(:mod:`cutlass_kernels.isolation`: its own session, a time limit, everything it started killed at it),
+and a kernel key runs in a stage only where every earlier stage passed it (:mod:`cutlass_kernels.gating`),
+so a kernel that hangs or is wrong costs its own limit once. Smoke runs up to 8 kernels at once,
+correctness up to 8 op x variants, timing one at a time (the GPU's time is what it measures). The tests
+and pipeline stages run on the CuTe kernels only where the three default BF16 kernels and the SwiGLU
+backward passed smoke and correctness, else on the torch backend, and say so. The dry run stretches
+every time by the host's load (:func:`contention`).
 
 Every result is a JSON line appended to ``OUT_DIR/results.jsonl`` the moment it exists (flushed and
-fsynced), and ``OUT_DIR/summary.md`` is rewritten whenever results.jsonl has grown, every few seconds
-while children run. OUT_DIR receives four files: results.jsonl, summary.md, log.txt (every child's
-output) and mok-comparison.csv (the pipeline stage's published rows).
+fsynced), ``OUT_DIR/summary.md`` is rewritten whenever results.jsonl has grown, and each step's end is
+one line on stdout, so a run killed from outside still leaves what it did in OUT_DIR and in its
+output. OUT_DIR receives results.jsonl, summary.md, log.txt (every child's output),
+mok-comparison.csv (the pipeline stage's published rows) and dataset.tar.gz (its shards, ledger and
+logs).
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import csv
 import datetime
 import functools
@@ -31,11 +37,13 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
+import tarfile
 import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,46 +59,68 @@ from cutlass_kernels.plants import PLANT_ENV, Plant  # noqa: E402
 from cutlass_kernels.results import append, read  # noqa: E402
 from pipeline.data.atomic import atomic_write  # noqa: E402
 
-TOTAL_S = 360  # the whole run, so that a partial rerun still fits a 15-minute device window
+TOTAL_S = 560  # the whole run: one call of the device tool (600 s at most) inside a 15-minute window
+OUTER_S = 20  # jobs/gpu-run.sh kills the run this long after its total (docs/gpu.md: the call's limit)
 STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
 # each stage's limit; "<stage>-kernel": each child of a kernel stage (one kernel, or one op x variant)
 LIMITS_S = {
     "env": 30,
-    "tests": 40,
-    "pipeline": 120,
+    "tests": 90,
+    "pipeline": 160,
     "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
     "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
     "timing-kernel": 40,  # every shape of an op x variant that fits, see TIMING_MARGIN_S
     "swiglu-kernel": 30,  # the SwiGLU backward's correctness (8 cases) or timing (2 shapes) child
-    "sass": 30,
+    "sass": 20,
+}
+# what each step (by its label) keeps for itself from the run's start; the steps not named here (the
+# other variants' kernel stages) run on what the named ones leave. Their sum and the unpacking's
+# ~25 s fit TOTAL_S.
+RESERVE_S = {
+    "env": 25,
+    "smoke default": 45,
+    "correctness default": 50,
+    "correctness swiglu": 30,
+    "tests": 90,
+    "timing default": 90,
+    "timing swiglu": 25,
+    "pipeline": 160,
+    "sass": 15,
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
 PARALLEL = 8  # smoke and correctness children at once (each one GPU context of ~0.5-5 GB)
 MAX_SCALE = 4.0  # the most the dry run stretches its times on a loaded host (see contention())
 PLANTED_LIMIT_S = 5
-UNPACK_S = 90  # each of the two unpacking steps (inside the run's TOTAL_S)
-AGGREGATE_S = 40  # kept back from the pipeline stage for aggregating whatever shards exist
+UNPACK_S = 60  # the DSL archive's unpacking (inside the run's TOTAL_S)
+SMI_S = 15  # each nvidia-smi call
+AGGREGATE_S = 25  # kept back from the pipeline stage for aggregating whatever shards exist
+STATUS_S = 10  # and, after a multirun that failed, for pipeline.status
 POLL_S = 2.0  # how often summary.md is refreshed while children run
 SPENT = "the kernel stages' time is spent"  # why a kernel step was cut
 RUN_SPENT = "the run's time is spent"  # why another step was
 RERUN_TOTAL_S = 220  # a rerun's budget: what is left of a window after a first run
+# the CUDA-only tests, quickest first: pytest runs them in this order, and each ends in a record of
+# its own (jobs/pytest_records.py) the moment it ends; the NCCL cases share one spawned rank
 CUDA_TESTS = (
-    "tests/test_moe_layer.py::test_nccl_one_rank",
-    "tests/test_run_graphs.py",
     "tests/test_run_timing.py::test_cuda_laps_are_the_kernels_intervals",
+    "tests/test_run_graphs.py",
+    "tests/test_moe_layer.py::test_nccl_one_rank",
 )
 # each kind; MoK and Dist-MoE; BF16 and MXFP8 (the fp8-dispatch Dist-MoE pipeline runs MXFP8 GEMMs)
 WORKLOADS = "inference-ep8-f3072,training-ep32-f3072,packing-ep32-f3072-profile-a"
 VARIANTS = "mok-bf16,dist-moe-fp8-dispatch"
 # the dry run's: one execution, the plumbing's test (the pipeline's own tests run the rest on the CPU)
 DRY_WORKLOADS, DRY_VARIANTS = "inference-ep8-f1536", "mok-bf16"
-PY_PACKAGES = ("hydra", "omegaconf", "antlr4", "submitit", "pytest")
 PUBLISHED = "iterationMS forwardMS backwardMS usefulTFLOPsPerGPU peakAllocatedGiB nvlinkTxGBs device".split()
 PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed"]
+PHASES = ("process", "init", "connect", "build", "gate", "capture", "calibrate", "windows", "record")
 ENV_FIELDS = (
     "device capability driver sm_clock_mhz sm_clock_max_mhz mem_clock_max_mhz torch cuda nccl".split()
 )
 ENV_FIELDS += ["cuda-bindings", "nvidia-cutlass-dsl", "backend"]
+DEFAULT = "default"  # the kernel variant the layers run
+INNER_ENV = "GPU_RUN_INNER"  # set in the watched child that runs the steps: [scale, work, run id]
+RECORDS_ENV = "GPU_RUN_RESULTS"  # where jobs/pytest_records.py appends each test's record
 _VARIANT_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -121,6 +151,7 @@ class Run:
     arch: str = "sm_90a"
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     summarized: int = -1  # results.jsonl's size when summary.md was last written
+    began: float = field(default_factory=time.monotonic)
 
     @property
     def results(self) -> Path:
@@ -191,28 +222,65 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"gpu-run: {e}", file=sys.stderr)
         return 2
-    if not args.dry_run and (problem := _no_gpu()):
-        print(f"gpu-run: no GPU here ({problem}); on a CPU machine use --dry-run", file=sys.stderr)
-        return 2
-    scale = contention() if args.dry_run else 1.0
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="gpu-run-"))
-    try:
+    if inner := os.environ.get(INNER_ENV):
+        scale, work, run_id = json.loads(inner)
         with open(args.out_dir / "log.txt", "a", buffering=1) as log:
             run = Run(
                 args.out_dir,
-                work,
+                Path(work),
                 args.dry_run,
                 time.monotonic() + args.total * scale,
                 log,
-                f"{time.time_ns() // 10**6}",
+                run_id,
                 {name: seconds * scale for name, seconds in limits.items()},
                 plants,
                 scale=scale,
             )
             return _run_all(run, args, stages, variants, planted)
+    if not args.dry_run and (problem := _no_gpu()):
+        print(f"gpu-run: no GPU here ({problem}); on a CPU machine use --dry-run", file=sys.stderr)
+        return 2
+    return _watch(args, sys.argv[1:] if argv is None else argv)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated(signal.Signals(signum).name)
+
+
+def _watch(args: argparse.Namespace, argv: list[str]) -> int:
+    """Run the run itself in a child under an outer limit (its total and :data:`OUTER_S` more), which
+    holds whatever the run does; then, however it ended (also on SIGTERM or SIGINT here), close its
+    records and print its summary as the last thing on stdout."""
+    scale = contention() if args.dry_run else 1.0
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-run-"))
+    run_id = f"{time.time_ns() // 10**6}"
+    outer = (args.total + OUTER_S) * scale
+    env = {**os.environ, INNER_ENV: json.dumps([scale, str(work), run_id])}
+    killed = ""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _terminated)
+    try:
+        done = run_isolated([sys.executable, "-u", __file__, *argv], outer, env=env, log=sys.stdout)
+        rc = 1 if done.rc is None else done.rc
+        killed = f"killed at the run's outer limit of {outer:.0f} s" if done.rc is None else ""
+    except _Terminated as e:
+        rc, killed = 143 if str(e) == "SIGTERM" else 130, f"stopped by {e}"
     finally:
         shutil.rmtree(work, ignore_errors=True)  # unpacked wheels, compile cache, cubins, dataset
+    if killed:
+        results = args.out_dir / "results.jsonl"
+        append(results, {"run": run_id, "stage": "run", "status": "fail", "ended": _now(), "reason": killed})
+        print(f"gpu-run: {killed}", flush=True)
+    with contextlib.suppress(Exception):
+        write_summary(args.out_dir)
+    if (args.out_dir / "summary.md").exists():
+        print("\n" + (args.out_dir / "summary.md").read_text(), end="", flush=True)
+    return rc
 
 
 def contention() -> float:
@@ -274,19 +342,32 @@ def _plan(
 def steps(
     stages: Sequence[str], variants: Sequence[str], planted: dict[str, list[str]] | None = None
 ) -> list[Step]:
-    """The run's steps in order: env, then every variant's kernel stages in turn (``variants`` as
-    given, the default first, then ``swiglu``: the SwiGLU backward kernel's correctness and timing),
-    then tests and pipeline; a planted stage right after the first step of the stage it follows."""
+    """The run's steps in order of truth per second: env; the default kernels' smoke and correctness
+    and the SwiGLU backward kernel's correctness (``swiglu``), which decide the gate; tests; the
+    defaults' and the SwiGLU kernel's timing; pipeline; then each other variant's kernel stages in
+    turn (``variants`` as given); the SASS check (of the cubins smoke kept). A planted stage comes
+    right after the first step of the stage it follows."""
+    first = [v for v in (DEFAULT, SWIGLU) if v in variants]
+    rest = [v for v in variants if v not in first]
     order = [Step("env")] if "env" in stages else []
-    names = sorted(variants, key=lambda v: (v != "default", v != SWIGLU))
-    order += [Step(s, v) for v in names for s in _kernel_stages(v) if s in stages]
-    order += [Step(s) for s in ("tests", "pipeline") if s in stages]
+    order += [Step(s, v) for v in first for s in _kernel_stages(v) if s in stages and s != "timing"]
+    order += [Step("tests")] if "tests" in stages else []
+    order += [Step("timing", v) for v in first if "timing" in stages]
+    order += [Step("pipeline")] if "pipeline" in stages else []
+    order += [Step(s, v) for v in rest for s in _kernel_stages(v) if s in stages]
+    order += [Step("sass")] if "smoke" in stages else []
     out: list[Step] = []
     pending = dict(planted or {})
     for step in order:
         out.append(step)
         out += [Step(p) for p in pending.pop(step.stage, [])]
     return out
+
+
+def reserved_after(order: Sequence[Step], i: int, scale: float = 1.0) -> float:
+    """The seconds the steps after ``order[i]`` keep for themselves (:data:`RESERVE_S`, times the
+    dry run's ``scale``)."""
+    return sum(RESERVE_S.get(step.label, 0) for step in order[i + 1 :]) * scale
 
 
 def _kernel_stages(variant: str) -> tuple[str, ...]:
@@ -298,10 +379,15 @@ def _no_gpu() -> str | None:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return "nvidia-smi not found"
-    done = run_isolated([smi, "-L"], UNPACK_S)
+    done = run_isolated([smi, "-L"], SMI_S)
     if done.rc != 0 or "GPU" not in done.output:
         return f"nvidia-smi -L: {done.output.strip()[:200] or 'no GPU listed'}"
     return None
+
+
+def _say(run: Run, line: str) -> None:
+    """One line on stdout as a step ends: the output of a call killed at its limit still tells."""
+    print(f"[{time.monotonic() - run.began:5.0f} s] {line}", flush=True)
 
 
 def _now() -> str:
@@ -346,49 +432,31 @@ def _run_all(
     ok = True
     plan: list[dict[str, Any]] = []
     if "env" in stages:
-        ok &= _stage(run, Step("env"), lambda limit: _env(run, limit, plan))
-    for name in planted.get("env", []):
-        ok &= _stage(run, Step(name), _planted(run, name))
-    kernel_stages = [s for s in KERNEL_STAGES if s in stages]
-    if kernel_stages and not plan:
+        later = [Step("env"), *steps(stages, [DEFAULT, SWIGLU])[1:]]  # the variants are not known yet
+        deadline = run.deadline - reserved_after(later, 0, run.scale)
+        ok &= _stage(run, Step("env"), lambda limit: _env(run, limit, plan), deadline)
+    elif any(s in stages for s in KERNEL_STAGES):
         ok &= _stage(run, Step("plan"), lambda limit: _plan_child(run, limit, plan))
     names = _variants_of(run, plan, variants)
-    # what tests and pipeline need stays theirs, whatever the kernel stages take
-    kernel_deadline = run.deadline - sum(run.limits[s] for s in ("tests", "pipeline") if s in stages)
-    kernels_done = not kernel_stages
-    order = steps(stages, names, {k: v for k, v in planted.items() if k != "env"})
+    order = [s for s in steps(stages, names, planted) if s.stage != "env"]
     for i, step in enumerate(order):
-        if step.stage == "env":
-            continue
+        deadline = run.deadline - reserved_after(order, i, run.scale)
         if step.variant is not None:
-            ok &= _kernel_step(run, step, plan, kernel_deadline)
-            continue
-        if step.stage in ("tests", "pipeline") and not kernels_done:
-            _sass(run, kernel_deadline)
-            kernels_done = True
-        body = _planted(run, step.stage) if step.stage.startswith("planted-") else _gated(run, step.stage)
-        ok &= _stage(run, step, body, limit=_dry_limit(run, step, order[i + 1 :]))
-    if not kernels_done:
-        _sass(run, kernel_deadline)
+            ok &= _kernel_step(run, step, plan, deadline)
+        elif step.stage == "sass":
+            _sass(run, deadline)
+        elif step.stage.startswith("planted-"):
+            ok &= _stage(run, step, _planted(run, step.stage), deadline)
+        else:
+            ok &= _stage(run, step, _gated(run, step.stage), deadline)
+    if any(s in stages for s in KERNEL_STAGES) and not {"tests", "pipeline"} & set(stages):
         _gate(run)  # recorded: what tests and pipeline would run on
     if rerun := _rerun_args(run):
         run.record("run", name="rerun", status="info", args=rerun)
     run.record("run", status="pass" if ok else "fail", ended=_now())
     _summarize(run, force=True)
+    _say(run, f"run {'pass' if ok else 'fail'}: {run.results.parent}/summary.md")
     return 0 if ok else 1
-
-
-def _dry_limit(run: Run, step: Step, later: Sequence[Step]) -> float | None:
-    """The dry run's limit of its tests or pipeline stage: its own, or what the run has left but the
-    later steps' limits, whichever is more (None: the step's own). On the CPU these stages' time is
-    mostly the start-up of a dozen processes (torch, Hydra, pyarrow imports), which grows with the
-    host's load, and the time the kernel stages did not use would otherwise go unused; the run still
-    ends within its total, and a hang still ends there. The device run keeps its own limits, where
-    the time left is the window's, for the rerun."""
-    if not run.dry_run or step.stage not in ("tests", "pipeline"):
-        return None
-    reserved = sum(run.limits.get(s.stage, run.limits["env"]) for s in later)
-    return max(run.limits[step.stage], run.left() - reserved)
 
 
 def _rerun_args(run: Run) -> list[str]:
@@ -434,6 +502,7 @@ def _stage(
     limit = min(own, run.left(deadline))
     if limit <= 1:
         run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
+        _say(run, f"{step.label}: skip ({RUN_SPENT})")
         return False
     start = time.monotonic()
     rc, note = body(limit)
@@ -451,13 +520,14 @@ def _stage(
         **extra,
     )
     _summarize(run)
+    _say(run, f"{step.label}: {status} in {seconds} s of {limit:.0f}" + (f"; {note}" if note else ""))
     return status == "pass"
 
 
 def _env(run: Run, limit: float, plan: list[dict[str, Any]]) -> tuple[int | None, str]:
     if not run.dry_run and (smi := shutil.which("nvidia-smi")):
         query = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
-        done = run_isolated([smi, f"--query-gpu={query}", "--format=csv"], UNPACK_S)
+        done = run_isolated([smi, f"--query-gpu={query}", "--format=csv"], min(SMI_S, limit / 2))
         run.record("env", name="nvidia-smi", status="info", output=done.output.strip())
     return _plan_child(run, limit, plan, "env")
 
@@ -484,13 +554,8 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
         bodies = {s: functools.partial(_swiglu, stage=s) for s in ("correctness", "timing")}
     start = time.monotonic()
     if run.left(deadline) <= 1:
-        run.record(
-            step.stage,
-            name="stage",
-            variant=step.variant,
-            status="skip",
-            reason=SPENT,
-        )
+        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=SPENT)
+        _say(run, f"{step.label}: skip ({SPENT})")
         return False
     mark = len(read(run.results))
     bodies[step.stage](run, step.variant or "default", plan, deadline)
@@ -500,6 +565,8 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
     seconds = round(time.monotonic() - start, 1)
     run.record(step.stage, name="stage", variant=step.variant, status=status, seconds=seconds, verdicts=count)
     _summarize(run)
+    tally = ", ".join(f"{n} {k}" for k, n in count.items() if n)
+    _say(run, f"{step.label}: {status} in {seconds} s ({tally or 'no verdict'})")
     return status == "pass"
 
 
@@ -574,14 +641,15 @@ def _correctness(run: Run, variant: str, plan: list[dict[str, Any]], deadline: f
 
 def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float) -> None:
     """One child per op of ``variant`` (BF16 out, as the layers run), one after the other on a GPU,
-    whose time is what they measure (side by side in the dry run)."""
+    whose time is what they measure (side by side in the dry run); each child gets an equal share of
+    what the stage has left, so every op is timed on its first (chosen) shapes."""
 
-    def one(op: str) -> None:
+    def one(op: str, share: int) -> None:
         k = key(op, "bfloat16", variant)
         if refused := gating.refusal(run.arch, gating.verdicts(read(run.results)), "timing", k):
             _verdict(run, "timing", k, "skip", reason=refused)
             return
-        limit = min(run.limits["timing-kernel"], run.left(deadline))
+        limit = min(run.limits["timing-kernel"], run.left(deadline) / share)
         if limit <= 1:
             _verdict(run, "timing", k, "skip", reason=SPENT)
             return
@@ -595,15 +663,11 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
         else:
             _verdict(run, "timing", k, "fail", error=done.why(limit))
 
-    jobs = [
-        functools.partial(one, r["op"])
-        for r in plan
-        if r.get("name") == "op variant" and r["variant"] == variant
-    ]
+    ops = [r["op"] for r in plan if r.get("name") == "op variant" and r["variant"] == variant]
     if run.dry_run:
-        _parallel(run, jobs)
-    for job in [] if run.dry_run else jobs:
-        _parallel(run, [job])
+        _parallel(run, [functools.partial(one, op, 1) for op in ops])
+    for i, op in enumerate([] if run.dry_run else ops):
+        _parallel(run, [functools.partial(one, op, len(ops) - i)])
 
 
 def _swiglu(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float, stage: str) -> None:
@@ -703,63 +767,67 @@ def _unpack(run: Run, whl: Path) -> None:
             paths += [str(site), str(site / "nvidia_cutlass_dsl" / "dsl_packages")]
     else:
         run.record("env", name="unpack cutlass-dsl", status="skip", reason=f"{archive} absent")
-    if wheels:
-        target = run.work / "py"
-        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-        done = run_isolated([*pip, "--target", str(target), *map(str, wheels)], UNPACK_S * run.scale)
-        missing = [p for p in PY_PACKAGES if importlib.util.find_spec(p) is None]
+    for wheel in wheels:  # pure-Python wheels: each its own folder, on the path only where needed
+        began = time.monotonic()
+        target = run.work / "py" / wheel.name.split("-")[0]
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(target)
+            tops = sorted(
+                {n.split("/")[0].removesuffix(".py") for n in z.namelist() if ".dist-info/" not in n}
+            )
+        missing = [t for t in tops if importlib.util.find_spec(t) is None]
         run.record(
             "env",
-            name="install py wheels",
-            status="pass" if done.rc == 0 else "fail",
-            seconds=round(done.seconds, 2),
-            wheels=[w.name for w in wheels],
+            name="py wheel",
+            status="pass",
+            wheel=wheel.name,
+            packages=tops,
             on_pythonpath=bool(missing),
-            missing_before=missing,
-            error=done.why(UNPACK_S * run.scale) if done.rc else None,
+            seconds=round(time.monotonic() - began, 2),
         )
         if missing:
             paths.append(str(target))
-    else:
-        run.record("env", name="install py wheels", status="skip", reason=f"no {whl / 'py'}/*.whl")
+    if not wheels:
+        run.record("env", name="py wheel", status="skip", reason=f"no {whl / 'py'}/*.whl")
     if paths:
         run.env["PYTHONPATH"] = os.pathsep.join([*paths, run.env["PYTHONPATH"]])
 
 
 def _tests(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
-    pytest_path = [p for p in env["PYTHONPATH"].split(os.pathsep) if p]
-    if importlib.util.find_spec("pytest") is None and not any(
-        (Path(p) / "pytest").exists() for p in pytest_path
-    ):
-        why = "pytest is not importable on this machine (nor from the packed wheels)"
+    """The CUDA-only tests in one pytest, each test's record appended the moment it ends
+    (``jobs/pytest_records.py``), so a kill at the limit keeps every test that finished; the image's
+    pytest, with no plugin but that one."""
+    if importlib.util.find_spec("pytest") is None:
+        why = "pytest is not importable on this machine"
         run.record("tests", name="pytest", status="fail", error=why)
         return 1, why
-    junit = run.work / "junit.xml"
-    argv = run.python(
-        "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}", *CUDA_TESTS
-    )
-    rc = run.session(argv, limit, env).rc
-    if junit.exists():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            outcome = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-            status = {"passed": "pass", "skipped": "skip"}.get(outcome, "fail")
-            detail = next((c.get("message", "") for c in case if c.tag == outcome), "")
-            run.record(
-                "tests",
-                name=f"{case.get('classname')}::{case.get('name')}",
-                status=status,
-                detail=detail[:300],
-            )
-    return (0 if rc == 5 else rc), "pytest exit 5: nothing collected" if rc == 5 else ""
+    env = {
+        **env,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "jobs"), env["PYTHONPATH"]]),
+        RECORDS_ENV: str(run.results),
+    }
+    plugins = ["-p", "no:cacheprovider", "-p", "pytest_records"]
+    argv = run.python("-m", "pytest", "-q", "-rA", *plugins, *CUDA_TESTS)
+    mark = len(read(run.results))
+    done = run.session(argv, limit, env)
+    mine = [r for r in read(run.results)[mark:] if r.get("stage") == "tests"]
+    if done.rc is None:
+        ended = {r["name"] for r in mine if r.get("status") != "start"}
+        hung = [r["name"] for r in mine if r.get("status") == "start" and r["name"] not in ended]
+        return None, f"killed in {hung[-1]}" if hung else ""
+    return (0 if done.rc == 5 else done.rc), "pytest exit 5: nothing collected" if done.rc == 5 else ""
 
 
 def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
-    """A multirun of the selection, then aggregation of whatever shards it left, then its rows."""
+    """A multirun of the selection, then aggregation of whatever shards it left, then its rows; each
+    part under what the stage has left but the later parts' reserves, so the stage ends in its limit."""
+    end = time.monotonic() + limit
     dataset = run.work / "dataset"
     scale = "ci" if run.dry_run else "full"
     workloads, variants = (DRY_WORKLOADS, DRY_VARIANTS) if run.dry_run else (WORKLOADS, VARIANTS)
     sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={variants}"]
-    sweep_limit = limit - AGGREGATE_S * run.scale
+    sweep_limit = end - time.monotonic() - (AGGREGATE_S + STATUS_S) * run.scale
     multirun = run.session(
         run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), sweep_limit, env
     )
@@ -773,8 +841,9 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
         overrides=sweep,
         reason=f"killed at {sweep_limit:.0f} s (the rest kept for aggregation)" if rc is None else None,
     )
-    left = limit - multirun.seconds
-    agg = run.session(run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures"), left - 10, env).rc
+    aggregate_limit = end - time.monotonic() - (0 if rc == 0 else STATUS_S * run.scale)
+    argv = run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures")
+    agg = run.session(argv, aggregate_limit, env).rc
     published = dataset / "mok-comparison.csv"
     if published.exists():
         shutil.copy(published, run.out / "mok-comparison.csv")
@@ -783,21 +852,47 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
                 run.record(
                     "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED}
                 )
+    for line in _phase_lines(dataset):
+        _, execution, parts = line.split(" ", 2)
+        run.record("pipeline", name="phases", status="info", execution=execution, **json.loads(parts))
+    _keep_dataset(run, dataset)
     if rc == 0:  # pipeline.run exits 0 only when every execution is done: nothing to tell apart
         return agg, ""
+    status_limit = end - time.monotonic()
     status = run_isolated(
-        run.python("-m", "pipeline.status", str(dataset), "--json"), max(left - 5, 5), env=env, cwd=ROOT
+        run.python("-m", "pipeline.status", str(dataset), "--json"), max(status_limit, 1), env=env, cwd=ROOT
     )
     try:
         executions = json.loads(status.output)["executions"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        run.record("pipeline", name="pipeline.status", status="fail", detail=status.why(max(left - 5, 5)))
+        run.record("pipeline", name="pipeline.status", status="fail", detail=status.why(status_limit))
         executions = []
     for e in executions:
         if e["state"] != "done":
             detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
             run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
     return rc, ""
+
+
+def _phase_lines(dataset: Path) -> list[str]:
+    """Each execution's ``phases`` line (:class:`pipeline.bench.execute.Phases`) from its job's log."""
+    logs = sorted((dataset / "logs").glob("**/*.out")) if (dataset / "logs").is_dir() else []
+    return [
+        line
+        for log in logs
+        for line in log.read_text(errors="replace").splitlines()
+        if line.startswith("phases ") and line.count(" ") >= 2
+    ]
+
+
+def _keep_dataset(run: Run, dataset: Path) -> None:
+    """The pipeline's dataset (shards, ledger, logs; no figures) as OUT_DIR/dataset.tar.gz, for the
+    run's record: per-phase times and peak memory live in the shards and the jobs' logs."""
+    if not dataset.is_dir():
+        return
+    with tarfile.open(run.out / "dataset.tar.gz.tmp", "w:gz") as tar:
+        tar.add(dataset, arcname="dataset")
+    os.replace(run.out / "dataset.tar.gz.tmp", run.out / "dataset.tar.gz")
 
 
 def _planted(run: Run, name: str) -> Callable[[float], tuple[int | None, str]]:
@@ -908,6 +1003,12 @@ def write_summary(out: Path) -> None:
         lines += ["", "## Pipeline executions", ""]
         keys = ("name", "iterationMS", "sanityMaxError", "sanityTolerance", "sanityPassed")
         lines += _table(["execution", *keys[1:]], [[r.get(k) for k in keys] for r in rows])
+    phases = [r for r in records if r.get("stage") == "pipeline" and r.get("name") == "phases"]
+    if phases:
+        lines += ["", "## Where each pipeline execution's time went (s, rank 0)", ""]
+        cols = [*PHASES, "compile", "compiles"]
+        cells = [[r.get("execution"), *(r.get(k) for k in cols)] for r in phases]
+        lines += _table(["execution", *cols], cells)
     rerun = [r for r in records if r.get("stage") == "run" and r.get("name") == "rerun"]
     if rerun and starts and rerun[-1]["run"] == starts[-1]["run"]:
         lines += ["", f"To finish: `jobs/gpu-run.sh OUT_DIR {' '.join(rerun[-1]['args'])}`"]

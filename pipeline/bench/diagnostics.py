@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import resource
 import subprocess
@@ -17,6 +18,14 @@ from pipeline.data.meta import Versions
 def peak_rss_bytes() -> int:
     """Peak resident set of this process (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (Linux: its start time in /proc against the uptime)."""
+    stat = Path("/proc/self/stat").read_text()
+    start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, after pid and (comm)
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
 
 
 def peak_allocated_bytes(device: torch.device) -> int | None:

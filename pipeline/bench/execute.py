@@ -3,15 +3,26 @@ write the shard. A failure anywhere raises (the job exits non-zero) after rank 0
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import json
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch.distributed as dist
 
+from cutlass_kernels import compiles
 from pipeline import REPO_ROOT
 from pipeline.bench import contention, distributed, graphs, nvlink, sanity
-from pipeline.bench.diagnostics import device_name, git_sha, peak_allocated_bytes, peak_rss_bytes, versions
+from pipeline.bench.diagnostics import (
+    device_name,
+    git_sha,
+    peak_allocated_bytes,
+    peak_rss_bytes,
+    process_age_s,
+    versions,
+)
 from pipeline.bench.kernels import kernels
 from pipeline.bench.spec import JobSpec
 from pipeline.bench.timing import Clock, calibrated, time_windows
@@ -50,20 +61,28 @@ class RankResult:
 
 def run_execution(spec: JobSpec) -> Summary | None:
     """Body of each task of the job. Returns rank 0's summary, else None."""
-    ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
+    phases = Phases()
+    with phases("init"):  # the device and the process group
+        ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
     execution_id, dataset, shape = spec.execution_id, spec.dataset, spec.shape
     try:
+        with phases("connect"):  # the first collective: NCCL builds its communicator here
+            dist.barrier()
         if ctx.world_size != shape.ranks:
             raise ValueError(f"the job has {ctx.world_size} tasks but {execution_id} needs {shape.ranks}")
         if ctx.rank == 0:
             ledger.append(dataset, ledger.Started(execution_id, spec.attempt, ctx.job_id))
         started_at = ledger.now()
-        work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed)
-        verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
+        with phases("build"):
+            work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed)
+        with phases("gate"):
+            verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
         clock = Clock(ctx.device)
-        steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
-        plan = calibrated(spec.timing, steps, clock)
-        with contention.sampled() as host:
+        with phases("capture"):
+            steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
+        with phases("calibrate"):
+            plan = calibrated(spec.timing, steps, clock)
+        with phases("windows"), contention.sampled() as host:
             times = time_windows(steps, clock, plan)
         ended_at = ledger.now()
         combined_ms = float(np.median(times["combined"])) / plan.iterations
@@ -123,6 +142,8 @@ def run_execution(spec: JobSpec) -> Summary | None:
             )
             summary = Summary(str(path), iteration_ms([r.windows for r in ranks], plan.iterations))
         dist.barrier()
+        if ctx.rank == 0:
+            print(phases.line(execution_id), flush=True)
         return summary
     except BaseException as err:
         if ctx.rank == 0:
@@ -131,6 +152,31 @@ def run_execution(spec: JobSpec) -> Summary | None:
         raise
     finally:
         distributed.close()
+
+
+class Phases:
+    """Wall seconds of each part of an execution on this rank, with the process's age when it began
+    (interpreter start, imports, the job's unpickling) and the kernel compiles inside the parts: where
+    an execution's time goes besides its windows, one line in the job's log."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {"process": process_age_s()}
+        self.began = time.monotonic()
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        began = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = time.monotonic() - began
+
+    def line(self, execution_id: str) -> str:
+        compiling, kernels = compiles.spent()
+        timed = sum(v for k, v in self.seconds.items() if k != "process")
+        parts = {**self.seconds, "record": time.monotonic() - self.began - timed, "compile": compiling}
+        rounded = {k: round(v, 3) for k, v in parts.items()}
+        return f"phases {execution_id} " + json.dumps({**rounded, "compiles": kernels})
 
 
 def iteration_ms(ranks: list[RankWindows], iterations: int) -> dict[str, float]:
