@@ -59,14 +59,14 @@ from cutlass_kernels.plants import PLANT_ENV, Plant  # noqa: E402
 from cutlass_kernels.results import append, read  # noqa: E402
 from pipeline.data.atomic import atomic_write  # noqa: E402
 
-TOTAL_S = 560  # the whole run: one call of the device tool (600 s at most) inside a 15-minute window
-OUTER_S = 20  # jobs/gpu-run.sh kills the run this long after its total (docs/gpu.md: the call's limit)
+TOTAL_S = 550  # the whole run: one call of the device tool (600 s at most) inside a 15-minute window
+OUTER_S = 15  # jobs/gpu-run.sh kills the run this long after its total (docs/gpu.md: the call's limit)
 STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
 # each stage's limit; "<stage>-kernel": each child of a kernel stage (one kernel, or one op x variant)
 LIMITS_S = {
     "env": 30,
-    "tests": 90,
-    "pipeline": 160,
+    "tests": 75,
+    "pipeline": 280,  # more than its reserve: what the steps before it leave goes to its executions
     "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
     "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
     "timing-kernel": 40,  # every shape of an op x variant that fits, see TIMING_MARGIN_S
@@ -75,16 +75,16 @@ LIMITS_S = {
 }
 # what each step (by its label) keeps for itself from the run's start; the steps not named here (the
 # other variants' kernel stages) run on what the named ones leave. Their sum and the unpacking's
-# ~25 s fit TOTAL_S.
+# seconds fit TOTAL_S.
 RESERVE_S = {
     "env": 25,
     "smoke default": 45,
     "correctness default": 50,
     "correctness swiglu": 30,
-    "tests": 90,
-    "timing default": 90,
+    "tests": 70,
+    "timing default": 70,
     "timing swiglu": 25,
-    "pipeline": 160,
+    "pipeline": 200,
     "sass": 15,
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
@@ -92,7 +92,7 @@ PARALLEL = 8  # smoke and correctness children at once (each one GPU context of 
 MAX_SCALE = 4.0  # the most the dry run stretches its times on a loaded host (see contention())
 PLANTED_LIMIT_S = 5
 UNPACK_S = 60  # the DSL archive's unpacking (inside the run's TOTAL_S)
-SMI_S = 15  # each nvidia-smi call
+SMI_S = 10  # each nvidia-smi call
 AGGREGATE_S = 25  # kept back from the pipeline stage for aggregating whatever shards exist
 STATUS_S = 10  # and, after a multirun that failed, for pipeline.status
 POLL_S = 2.0  # how often summary.md is refreshed while children run
@@ -236,7 +236,14 @@ def main(argv: list[str] | None = None) -> int:
                 plants,
                 scale=scale,
             )
-            return _run_all(run, args, stages, variants, planted)
+            try:
+                return _run_all(run, args, stages, variants, planted)
+            except Exception:  # the scheduler's own fault: recorded, and the summary still written
+                import traceback
+
+                run.record("run", status="fail", ended=_now(), error=traceback.format_exc()[-2000:])
+                _summarize(run, force=True)
+                raise
     if not args.dry_run and (problem := _no_gpu()):
         print(f"gpu-run: no GPU here ({problem}); on a CPU machine use --dry-run", file=sys.stderr)
         return 2
@@ -772,9 +779,8 @@ def _unpack(run: Run, whl: Path) -> None:
         target = run.work / "py" / wheel.name.split("-")[0]
         with zipfile.ZipFile(wheel) as z:
             z.extractall(target)
-            tops = sorted(
-                {n.split("/")[0].removesuffix(".py") for n in z.namelist() if ".dist-info/" not in n}
-            )
+            tops = sorted({n.split("/")[0].removesuffix(".py") for n in z.namelist()} - {""})
+            tops = [t for t in tops if t.isidentifier()]  # not NAME-VERSION.data
         missing = [t for t in tops if importlib.util.find_spec(t) is None]
         run.record(
             "env",
@@ -944,6 +950,12 @@ def write_summary(out: Path) -> None:
         lines += [f"Run {last['run']}: started {last['started']}, arguments `{' '.join(last['argv'])}`", ""]
         if last.get("scale", 1) > 1:
             lines += [f"Dry run on a loaded host: every limit and the total x{last['scale']}", ""]
+        ended = [
+            r for r in records if r.get("stage") == "run" and r.get("run") == last["run"] and r.get("ended")
+        ]
+        if ended and (ended[-1].get("reason") or ended[-1].get("error")):
+            why = ended[-1].get("reason") or ended[-1]["error"].strip().splitlines()[-1]
+            lines += [f"The run ended early: {why}", ""]
     env = next(
         (r for r in reversed(records) if r.get("stage") == "env" and r.get("name") == "versions"), None
     )
