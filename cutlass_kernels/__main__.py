@@ -4,7 +4,8 @@ The other commands are the children that ``jobs/gpu-run.sh`` runs, each isolated
 limit, appending its records to ``--results FILE``: ``env`` (versions, and the plan: which kernels
 and op x variants to check), ``plan`` (the plan alone), ``smoke-one`` (one kernel),
 ``correctness-op`` and ``timing-op`` (one op x variant), ``swiglu-correctness`` and ``swiglu-timing``
-(the SwiGLU backward kernel against the layers' unfused form) and ``sass``; ``--dry-run`` runs them
+(the SwiGLU backward kernel against the layers' unfused form) and ``sass``; ``choices RESULTS`` prints
+the per-shape variant table a run's timings support; ``--dry-run`` runs them
 on the CPU through the torch backend (the SwiGLU checks on the layers' fused CPU form, small shapes).
 As an entry point this module may import the layers (the SwiGLU checks' torch form)."""
 
@@ -90,6 +91,25 @@ def _swiglu(t: Any, stage: str, results: Path) -> int:
     return swiglu_check.timing(results, swiglu_backward, t.device, impl, shapes, iters, goal)
 
 
+def _choices(results: Path, date: str) -> int:
+    """Print the Python of :data:`cutlass_kernels.choices.CHOICES` from a device run's timings."""
+    from cutlass_kernels.choices import measured, source
+    from cutlass_kernels.results import read
+
+    if not results.is_file():
+        print(f"python -m cutlass_kernels choices: {results} is not a file", file=sys.stderr)
+        return 2
+    records = read(results)
+    env = next((r for r in reversed(records) if r.get("name") == "versions"), None)
+    if env is None or not env.get("arch"):
+        print(
+            f"python -m cutlass_kernels choices: {results} has no env record (device, arch)", file=sys.stderr
+        )
+        return 2
+    print(source(measured(records, env["arch"], date, env["device"])), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cutlass_kernels", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -119,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
             child.add_argument("--op", required=True, choices=OPS)
         if name == "timing-op":
             child.add_argument("--budget", type=float, default=30.0, help="start no shape after this (s)")
+    table = sub.add_parser("choices", help="the per-shape variant table a device run's timings support")
+    table.add_argument("results", type=Path, help="the run's results.jsonl")
+    table.add_argument("--date", required=True, help="the run's date (ISO), kept in each entry")
     args = parser.parse_args(argv)
+    if args.command == "choices":
+        return _choices(args.results, args.date)
     if args.command == "compile":
         if args.out.exists() and not args.out.is_dir():
             print(

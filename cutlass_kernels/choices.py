@@ -12,7 +12,8 @@ that the GPU check timed fastest for that class, with the date and device of tha
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
+from typing import Any
 
 import torch
 
@@ -54,9 +55,138 @@ class Choice:
         return self.arch == arch and (self.op, self.groups, self.n, self.k, self.rows_bucket) == key
 
 
-# Empty until a GPU measurement fills it: no variant has been timed yet, so every shape runs the
-# default kernel. Fill from the check's per-shape best variant, one Choice per shape class.
-CHOICES: tuple[Choice, ...] = ()
+def measured(records: Iterable[dict[str, Any]], arch: str, date: str, device: str) -> list[Choice]:
+    """The table the device run's timing records support: for each shape class and op, the variant
+    with the lowest graph-replay median, where it is not the default and all ten of its replays beat
+    all ten of the default's (its slowest faster than the default's fastest); elsewhere no entry, and
+    the default runs. ``records`` are results.jsonl's (:mod:`cutlass_kernels.bench`); the latest
+    record of a variant counts."""
+    best: dict[tuple[str, int, int, int, int], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        if r.get("stage") != "timing" or r.get("status") != "pass" or not r.get("graph_ms"):
+            continue
+        klass = (r["op"], r["groups"], r["n"], r["k"], rows_bucket(r["rows"]))
+        best.setdefault(klass, {})[r["variant"]] = r["graph_ms"]
+    table = []
+    for (op, groups, n, k, bucket), by_variant in best.items():
+        default = by_variant.get("default")
+        name, ms = min(by_variant.items(), key=lambda item: item[1]["median"])
+        if default is None or name == "default" or ms["max"] >= default["min"]:
+            continue
+        table.append(Choice(arch, op, groups, n, k, bucket, name, date, device))
+    return sorted(table, key=lambda c: (c.op, c.groups, c.n, c.k, c.rows_bucket))
+
+
+def source(table: Iterable[Choice]) -> str:
+    """``table`` as the Python of :data:`CHOICES`, one entry a line."""
+    lines = [f"    Choice{astuple(c)!r}," for c in table]
+    return "CHOICES: tuple[Choice, ...] = (\n" + "\n".join(lines) + "\n)\n"
+
+
+# What the H200 device run of 2026-12-04 measured (docs/gpu-runs/2026-12-04-h200.md): the
+# variant of each shape class whose ten graph replays all beat the default's, from
+# ``python -m cutlass_kernels choices RESULTS.jsonl --date 2026-12-04``; every shape class it does
+# not name runs the default. sm_100a has no entry: no Blackwell GPU has timed its variants.
+CHOICES: tuple[Choice, ...] = (
+    Choice("sm_90a", "dgrad", 6, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 6, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 6, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 6, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 6, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 12, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 12, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 12, 7168, 1536, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 12, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 12, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 24, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 48, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 48, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 48, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 48, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 256, 4096, 8192, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "dgrad", 256, 8192, 2048, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 6, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 6144, 7168, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 12, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 24, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 48, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 48, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 48, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 48, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 48, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 256, 4096, 8192, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "fprop", 256, 8192, 2048, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 6, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 12, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 24, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 6144, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 7168, 1536, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 7168, 3072, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 48, 12288, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "mx", 256, 8192, 2048, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 3072, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 6144, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 7168, 1536, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 7168, 3072, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 7168, 6144, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 6, 12288, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 3072, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 6144, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 7168, 1536, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 7168, 3072, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 7168, 6144, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 12, 12288, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 3072, 7168, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 6144, 7168, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 7168, 1536, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 7168, 3072, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 24, 12288, 7168, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 3072, 7168, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 6144, 7168, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 7168, 1536, 16384, "inplace", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 7168, 3072, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 7168, 6144, 16384, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 48, 12288, 7168, 16384, "tma_cluster2x1", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 256, 4096, 8192, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+    Choice("sm_90a", "wgrad", 256, 8192, 2048, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
+)
 
 
 def lookup(table: Iterable[Choice], arch: str, problem: Problem) -> str | None:

@@ -10,9 +10,9 @@ and timing only (:func:`stages_of`): its first correctness case is its canary. A
 from an earlier stage (never run, cut by the time limit) has not passed it. The latest verdict
 counts, so a rerun into the same results file replaces one.
 
-The tests and pipeline stages run on the CuTe kernels only where the kernels the layers run by
-default (the three default BF16 GEMMs and the SwiGLU backward) passed every check stage of theirs
-before timing (:func:`gate`); elsewhere they run on the torch backend.
+The tests and pipeline stages run on the CuTe kernels only where the kernels the layers run (the
+three default BF16 GEMMs, the SwiGLU backward and the variants the per-shape table names) passed
+every check stage of theirs before timing (:func:`gate`); elsewhere they run on the torch backend.
 Torch-free, for the runner as for the checks.
 """
 
@@ -78,15 +78,15 @@ def refusal(arch: str, found: dict[tuple[str, str], dict[str, Any]], stage: str,
     return ""
 
 
-def gate(found: dict[tuple[str, str], dict[str, Any]]) -> str:
+def gate(arch: str, found: dict[tuple[str, str], dict[str, Any]], keys: Iterable[str] = GATE_KEYS) -> str:
     """Why the tests and pipeline stages must not run on the CuTe kernels (``""``: they may): one of
-    the kernels of :data:`GATE_KEYS` did not pass a stage of its before timing. Timing is no part of
-    it: the gate is decided before timing runs, and a slow kernel is a result, not a wrong one."""
-    for k in GATE_KEYS:
-        for stage in stages_of(k)[:-1]:
-            got = found.get((stage, k))
-            if got is None or got.get("status") != "pass":
-                return f"{k} did not pass {stage}" + (
-                    f": {got.get('error') or got.get('reason')}" if got else ""
-                )
-    return ""
+    ``keys`` (the kernels the layers run: :data:`GATE_KEYS`, and those the per-shape variant table
+    names) did not pass every stage of its before timing, with the kernel that serves it. Timing is no
+    part of it: the gate is decided before timing runs, and a slow kernel is a result, not a wrong one."""
+    return next((why for k in keys if (why := refusal(arch, found, "timing", k))), "")
+
+
+def chosen_keys(variants_by_op: dict[str, list[str]]) -> tuple[str, ...]:
+    """The gate's keys beyond :data:`GATE_KEYS`: each op's variants the per-shape table names (BF16
+    out, as the layers run them)."""
+    return tuple(key(op, "bfloat16", v) for op, names in sorted(variants_by_op.items()) for v in names)

@@ -152,6 +152,8 @@ class Run:
     log_lock: threading.Lock = field(default_factory=threading.Lock)
     summarized: int = -1  # results.jsonl's size when summary.md was last written
     began: float = field(default_factory=time.monotonic)
+    chosen: dict[str, list[str]] = field(default_factory=dict)  # op -> the variants the table names
+    stalls: tuple[str, ...] = ()  # stages planted to stall (--plant stall:STAGE)
 
     @property
     def results(self) -> Path:
@@ -211,14 +213,15 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="KIND:AFTER | KIND:STAGE:KEY",
-        help="a planted stage (KIND fail or hang) after stage AFTER; or, in the dry run, a planted kernel "
-        "fault (KIND hang, wrong or zero-times-inf) in STAGE (or *) for kernel keys matching KEY",
+        help="a planted stage (KIND fail or hang) after stage AFTER, or the tests or pipeline stage "
+        "planted to stall (stall:STAGE); in the dry run, a planted kernel fault (KIND hang, wrong or "
+        "zero-times-inf) in STAGE (or *) for kernel keys matching KEY",
     )
     parser.add_argument("--limit", action="append", default=[], metavar="NAME=SECONDS")
     parser.add_argument("--total", type=float, default=TOTAL_S, help=f"the whole run's seconds ({TOTAL_S})")
     args = parser.parse_args(argv)
     try:
-        stages, variants, limits, planted, plants = _plan(args)
+        asked = _plan(args)
     except ValueError as e:
         print(f"gpu-run: {e}", file=sys.stderr)
         return 2
@@ -232,12 +235,13 @@ def main(argv: list[str] | None = None) -> int:
                 time.monotonic() + args.total * scale,
                 log,
                 run_id,
-                {name: seconds * scale for name, seconds in limits.items()},
-                plants,
+                {name: seconds * scale for name, seconds in asked.limits.items()},
+                asked.plants,
                 scale=scale,
+                stalls=asked.stalls,
             )
             try:
-                return _run_all(run, args, stages, variants, planted)
+                return _run_all(run, args, asked.stages, asked.variants, asked.planted)
             except Exception:  # the scheduler's own fault: recorded, and the summary still written
                 import traceback
 
@@ -299,11 +303,25 @@ def contention() -> float:
     return min(MAX_SCALE, max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1)))
 
 
-def _plan(
-    args: argparse.Namespace,
-) -> tuple[list[str], tuple[str, ...] | None, dict[str, float], dict[str, list[str]], tuple[str, ...]]:
-    """The stages, variants (None: all), limits, planted stages (after which stage) and kernel plants
-    the arguments ask for; a ValueError naming the bad one."""
+@dataclass(frozen=True)
+class Asked:
+    """What the command line asks for: the stages (in the fixed order), the variants (None: all), the
+    limits, the planted stages (after which stage), the dry run's kernel faults and the stages planted
+    to stall (their child sleeps until it is killed at the stage's limit)."""
+
+    stages: list[str]
+    variants: tuple[str, ...] | None
+    limits: dict[str, float]
+    planted: dict[str, list[str]]
+    plants: tuple[str, ...]
+    stalls: tuple[str, ...]
+
+
+STALLABLE = ("tests", "pipeline")
+
+
+def _plan(args: argparse.Namespace) -> Asked:
+    """What the arguments ask for; a ValueError naming the bad one."""
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in chosen:
         if s not in STAGES:
@@ -320,6 +338,7 @@ def _plan(
     table: dict[str, float] = dict(LIMITS_S)
     planted: dict[str, list[str]] = {}
     plants: list[str] = []
+    stalls: list[str] = []
     for plant in args.plant:
         parts = plant.split(":")
         if len(parts) == 3:
@@ -329,9 +348,13 @@ def _plan(
             plants.append(plant)
             continue
         kind, after = (parts + [""])[:2]
+        if kind == "stall" and len(parts) == 2 and after in STALLABLE and after in stages:
+            stalls.append(after)
+            continue
         if len(parts) != 2 or kind not in ("fail", "hang") or after not in stages:
             raise ValueError(
                 f"--plant {plant!r}: want fail:STAGE or hang:STAGE with STAGE one of {stages}, "
+                f"stall:STAGE with STAGE one of {list(STALLABLE)}, "
                 "or KIND:STAGE:KEY (a kernel fault, dry run only)"
             )
         planted.setdefault(after, []).append(f"planted-{kind}")
@@ -343,25 +366,30 @@ def _plan(
         table[name] = float(value)
     if args.total <= 0:
         raise ValueError(f"--total {args.total:g}: want a positive number of seconds")
-    return stages, variants, table, planted, tuple(plants)
+    return Asked(stages, variants, table, planted, tuple(plants), tuple(stalls))
 
 
 def steps(
-    stages: Sequence[str], variants: Sequence[str], planted: dict[str, list[str]] | None = None
+    stages: Sequence[str],
+    variants: Sequence[str],
+    planted: dict[str, list[str]] | None = None,
+    chosen: Sequence[str] = (),
 ) -> list[Step]:
-    """The run's steps in order of truth per second: env; the default kernels' smoke and correctness
-    and the SwiGLU backward kernel's correctness (``swiglu``), which decide the gate; tests; the
-    defaults' and the SwiGLU kernel's timing; pipeline; then each other variant's kernel stages in
-    turn (``variants`` as given); the SASS check (of the cubins smoke kept). A planted stage comes
-    right after the first step of the stage it follows."""
-    first = [v for v in (DEFAULT, SWIGLU) if v in variants]
-    rest = [v for v in variants if v not in first]
+    """The run's steps in order of truth per second: env; the smoke and correctness of the default
+    kernels, of the ``chosen`` variants (those the per-shape table names, which the layers run too)
+    and of the SwiGLU backward kernel (``swiglu``, correctness only), which decide the gate; tests;
+    the defaults' and the SwiGLU kernel's timing; pipeline; then the other variants' kernel stages in
+    turn, and the chosen ones' timing (``variants`` as given); the SASS check (of the cubins smoke
+    kept). A planted stage comes right after the first step of the stage it follows."""
+    first = [v for v in (DEFAULT, *chosen, SWIGLU) if v in variants]
+    timed = [v for v in (DEFAULT, SWIGLU) if v in variants]
     order = [Step("env")] if "env" in stages else []
     order += [Step(s, v) for v in first for s in _kernel_stages(v) if s in stages and s != "timing"]
     order += [Step("tests")] if "tests" in stages else []
-    order += [Step("timing", v) for v in first if "timing" in stages]
+    order += [Step("timing", v) for v in timed if "timing" in stages]
     order += [Step("pipeline")] if "pipeline" in stages else []
-    order += [Step(s, v) for v in rest for s in _kernel_stages(v) if s in stages]
+    for v in (v for v in variants if v not in timed):
+        order += [Step(s, v) for s in _kernel_stages(v) if s in stages and (v not in first or s == "timing")]
     order += [Step("sass")] if "smoke" in stages else []
     out: list[Step] = []
     pending = dict(planted or {})
@@ -445,7 +473,9 @@ def _run_all(
     elif any(s in stages for s in KERNEL_STAGES):
         ok &= _stage(run, Step("plan"), lambda limit: _plan_child(run, limit, plan))
     names = _variants_of(run, plan, variants)
-    order = [s for s in steps(stages, names, planted) if s.stage != "env"]
+    run.chosen = next((r["variants"] for r in plan if r.get("name") == "chosen"), {})
+    picked = [v for v in names if any(v in vs for vs in run.chosen.values())]
+    order = [s for s in steps(stages, names, planted, picked) if s.stage != "env"]
     for i, step in enumerate(order):
         deadline = run.deadline - reserved_after(order, i, run.scale)
         if step.variant is not None:
@@ -511,7 +541,7 @@ def _stage(
         run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         _say(run, f"{step.label}: skip ({RUN_SPENT})")
         return False
-    start = time.monotonic()
+    start, left = time.monotonic(), run.left(deadline)
     rc, note = body(limit)
     status = "timeout" if rc is None else "pass" if rc == 0 else "fail"
     extra = {"reason": f"killed at its {limit:.0f} s limit"} if rc is None else {}
@@ -523,6 +553,7 @@ def _stage(
         rc=rc,
         seconds=seconds,
         limit_s=round(limit),
+        left_s=round(left),
         note=note,
         **extra,
     )
@@ -545,7 +576,7 @@ def _plan_child(
     """The env (or plan) child, which appends the plan: every kernel and op x variant of the arch."""
     mark = len(read(run.results))
     done = run.child(run.kernels_cli(command), limit)
-    plan += [r for r in read(run.results)[mark:] if r.get("name") in ("kernel", "op variant")]
+    plan += [r for r in read(run.results)[mark:] if r.get("name") in ("kernel", "op variant", "chosen")]
     if plan:
         run.arch = plan[0]["arch"]
     return done.rc, f"{sum(r['name'] == 'kernel' for r in plan)} kernels planned"
@@ -564,13 +595,21 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
         run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=SPENT)
         _say(run, f"{step.label}: skip ({SPENT})")
         return False
-    mark = len(read(run.results))
+    mark, left = len(read(run.results)), run.left(deadline)
     bodies[step.stage](run, step.variant or "default", plan, deadline)
     found = [r for r in read(run.results)[mark:] if r.get("verdict") is True]
     count = {s: sum(r["status"] == s for r in found) for s in ("pass", "fail", "skip")}
     status = "fail" if count["fail"] else "pass" if count["pass"] else "skip"
     seconds = round(time.monotonic() - start, 1)
-    run.record(step.stage, name="stage", variant=step.variant, status=status, seconds=seconds, verdicts=count)
+    run.record(
+        step.stage,
+        name="stage",
+        variant=step.variant,
+        status=status,
+        seconds=seconds,
+        left_s=round(left),
+        verdicts=count,
+    )
     _summarize(run)
     tally = ", ".join(f"{n} {k}" for k, n in count.items() if n)
     _say(run, f"{step.label}: {status} in {seconds} s ({tally or 'no verdict'})")
@@ -723,7 +762,8 @@ def _sass(run: Run, deadline: float) -> None:
 def _gate(run: Run) -> dict[str, str]:
     """The environment of the tests and pipeline stages: the run's, with ``auto`` pinned to the torch
     backend unless the default kernels passed (:func:`cutlass_kernels.gating.gate`)."""
-    shut = gating.gate(gating.verdicts(read(run.results)))
+    keys = (*gating.GATE_KEYS, *gating.chosen_keys(run.chosen))
+    shut = gating.gate(run.arch, gating.verdicts(read(run.results)), keys)
     backend = "torch" if shut else "cute kernels"
     run.record(
         "gate",
@@ -742,7 +782,13 @@ def _gated(run: Run, stage: str) -> Callable[[float], tuple[int | None, str]]:
         env = _gate(run)
         backend = f"on the torch backend ({gating.BACKEND_ENV}=torch: the default kernels did not pass)"
         note = backend if env.get(gating.BACKEND_ENV) else "on the CuTe kernels"
-        rc, more = (_tests if stage == "tests" else _pipeline)(run, limit, env)
+        if stage in run.stalls:  # planted: the stage's child sleeps until it is killed at its limit
+            rc, more = (
+                run.session(run.python("-c", "import time; time.sleep(3600)"), limit).rc,
+                "planted stall",
+            )
+        else:
+            rc, more = (_tests if stage == "tests" else _pipeline)(run, limit, env)
         return rc, "; ".join(n for n in (note, more) if n)
 
     return body

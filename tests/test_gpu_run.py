@@ -1,10 +1,14 @@
-"""``jobs/gpu-run.sh``: its answers to bad input and to a machine without a GPU, and two dry runs end to
-end on this CPU. The plain one (what CI runs) passes every step. The other has planted faults, all in
-one run: a failing and a hanging stage (whose grandchild must die with it), a kernel that hangs in
-smoke, one that hangs only in correctness, one wrong only in the MX op, a 0 x Inf in wgrad's tail rows,
-a wrong SwiGLU backward kernel and a hanging default kernel. No later stage runs a bad kernel, the
-tests and pipeline stages run on the torch backend (a default kernel failed), the run ends within its
-360 s, and every other result lands in results.jsonl and summary.md."""
+"""``jobs/gpu-run.sh``: its answers to bad input and to a machine without a GPU, and dry runs end to end
+on this CPU. The plain one runs in the device's conditions: a Python without hydra, omegaconf, antlr4
+and submitit (they come from the packed wheels, as there), the device's limits, the wrapper command; it
+passes every step, each step's end on stdout and the summary last. The planted one has every fault at
+once: a failing and a hanging planted stage (whose grandchild must die with it), a kernel that hangs
+in smoke, one that hangs only in correctness, one wrong only in the MX op, a 0 x Inf in wgrad's tail
+rows, a wrong SwiGLU backward kernel, a hanging default kernel, a timing child that hangs and a tests
+stage that stalls: no later stage runs a bad kernel, every later step still has its reserved time,
+the tests and pipeline stages run on the torch backend, and every other result lands in results.jsonl
+and summary.md. A run stopped from outside keeps every finished step's records and prints its
+summary."""
 
 from __future__ import annotations
 
@@ -13,15 +17,19 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+import sysconfig
 import tarfile
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from jobs.gpu_run import MAX_SCALE, RUN_SPENT, SPENT, TOTAL_S
+from jobs.gpu_run import MAX_SCALE, RESERVE_S, RUN_SPENT, SPENT, TOTAL_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "jobs" / "gpu-run.sh"
@@ -91,12 +99,12 @@ CHILD_LIMITS = [
     "--limit",
     "correctness-kernel=45",
     "--limit",
-    "timing-kernel=45",
+    "timing-kernel=30",
 ]
 # planted kernel faults: one hangs in smoke, one only in correctness (after its other dtype passed),
 # the MX op alone is wrong (on sm90, the dry run's arch, it runs the fprop kernel, which is right), a
 # 0 x Inf in wgrad with FP32 out (the sm90 in-place kernel's, before its fix), the SwiGLU backward
-# kernel wrong, and a default BF16 kernel that hangs in smoke
+# kernel wrong, a default BF16 kernel that hangs in smoke, and a timing child that hangs
 FAULTS = [
     "hang:smoke:fprop/float32/default",
     "hang:correctness:dgrad/float32/default",
@@ -104,6 +112,17 @@ FAULTS = [
     "zero-times-inf:correctness:wgrad/float32/default",
     "wrong:correctness:swiglu/bfloat16/default",
     "hang:smoke:wgrad/bfloat16/default",
+    "hang:timing:dgrad/bfloat16/default",
+]
+ORDER = [
+    "env",
+    "smoke default",
+    "correctness default",
+    "correctness swiglu",
+    "tests",
+    "timing default",
+    "timing swiglu",
+    "pipeline",
 ]
 
 
@@ -120,13 +139,27 @@ def ran(found: list[dict], stage: str, k: str) -> list[dict]:
     return [r for r in found if r["stage"] == stage and r.get("key") == k and r["status"] != "skip"]
 
 
-def assert_within_its_total(found: list[dict]) -> None:
-    """The run ended within its 360 s (times the dry run's factor for a loaded host, 1 when idle)."""
+def started(found: list[dict]) -> dict:
     (start,) = [r for r in found if r["stage"] == "run" and r.get("started")]
+    return start
+
+
+def assert_within_its_total(found: list[dict]) -> None:
+    """The run ended within its total (times the dry run's factor for a loaded host, 1 when idle)."""
+    start = started(found)
     (end,) = [r["ended"] for r in found if r["stage"] == "run" and r.get("ended")]
     took = datetime.datetime.fromisoformat(end) - datetime.datetime.fromisoformat(start["started"])
     assert 1 <= start["scale"] <= MAX_SCALE and abs(start["total_s"] - TOTAL_S * start["scale"]) < 2
     assert took.total_seconds() < TOTAL_S * start["scale"]
+
+
+def assert_each_step_had_its_reserve(found: list[dict]) -> None:
+    """Every named step started with at least its reserved seconds left (times the run's scale),
+    whatever the steps before it took."""
+    scale = started(found)["scale"]
+    for label, record in step_records(found).items():
+        if label in RESERVE_S:
+            assert record["left_s"] >= RESERVE_S[label] * scale - 1, (label, record)
 
 
 # the dry run's own limit stretches with the host's load (jobs.gpu_run.contention), so may this one
@@ -145,25 +178,81 @@ def children(out: Path, command: str) -> list[str]:
     return [line for line in (out / "log.txt").read_text().splitlines() if f" {command} " in line]
 
 
+@pytest.fixture(scope="module")
+def device_like(tmp_path_factory) -> tuple[dict[str, str], Path]:
+    """The device's conditions on this CPU: ``python3`` on PATH is a venv that sees this one's packages
+    but hydra, omegaconf, antlr4 and submitit, and ``.whl/`` packs those four as wheels (zipped from
+    the installed packages) beside a DSL archive: the environment of the run, and the wheels folder."""
+    root = tmp_path_factory.mktemp("device")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root / "venv")], check=True)
+    site = Path(sysconfig.get_paths()["purelib"])
+    shadow = root / "site"
+    shadow.mkdir()
+    for entry in site.iterdir():
+        if not entry.name.startswith(DEVICE_LACKS) and entry.suffix != ".pth":
+            (shadow / entry.name).symlink_to(entry)
+    venv_site = Path(
+        subprocess.check_output(
+            [
+                str(root / "venv" / "bin" / "python3"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            text=True,
+        ).strip()
+    )
+    # the DSL: the image has none, and the packed archive is cp312; this host's own stands in for it
+    (venv_site / "device.pth").write_text(f"{shadow}\n{site / 'nvidia_cutlass_dsl' / 'dsl_packages'}\n")
+    whl = packed_wheels(root / "whl")
+    for package in ("hydra", "omegaconf", "antlr4", "submitit"):
+        with zipfile.ZipFile(whl / "py" / f"{package}_packed-1.0-py3-none-any.whl", "w") as z:
+            for path in sorted((site / package).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    z.write(path, path.relative_to(site).as_posix())
+    env = {**os.environ, "PATH": f"{root / 'venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    lacks = subprocess.run(
+        [
+            "python3",
+            "-c",
+            "import importlib.util as u; print([m for m in ('hydra', 'submitit') if u.find_spec(m)])",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert lacks.stdout.strip() == "[]", lacks  # the venv really lacks them
+    return env, whl
+
+
+DEVICE_LACKS = ("hydra", "omegaconf", "antlr4", "submitit")
+
+
 @pytest.mark.slow
 def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_stage(tmp_path):
-    """Every stage, with a failing and a hanging planted stage (whose grandchild must die with it) and
-    every kernel fault of FAULTS at once, in one run: each bad kernel stops where it failed and never
-    runs again, every other kernel is checked and timed, the tests and pipeline stages run on the
-    torch backend (a default kernel hung), and every other result is kept, within the run's 360 s."""
+    """Every stage, with a failing and a hanging planted stage (whose grandchild must die with it),
+    a stalling tests stage and every kernel fault of FAULTS at once, in one run: each bad kernel stops
+    where it failed and never runs again, every other kernel is checked and timed, every later step
+    keeps its reserved time, the tests and pipeline stages run on the torch backend (a default kernel
+    hung), and every other result is kept, within the run's total."""
     out, whl = tmp_path / "out", packed_wheels(tmp_path / "whl")
     args = [
         "--plant",
         "fail:smoke",
         "--plant",
         "hang:correctness",
+        "--plant",
+        "stall:tests",
         "--limit",
         "planted-hang=3",
+        "--limit",
+        "tests=8",
         *CHILD_LIMITS,
     ]
     done = gpu_run(str(out), "--dry-run", "--whl", str(whl), *args, *plants(*FAULTS), timeout=DRY_RUN_TIMEOUT)
     assert done.returncode == 1, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == [
+        "dataset.tar.gz",
         "log.txt",
         "mok-comparison.csv",
         "results.jsonl",
@@ -172,18 +261,9 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
 
     found = records(out)
     stage = step_records(found)
-    order = [
-        "env",
-        "smoke default",
-        "planted-fail",
-        "correctness default",
-        "planted-hang",
-        "timing default",
-        "correctness swiglu",
-        "timing swiglu",
-        "tests",
-        "pipeline",
-    ]
+    order = [*ORDER]
+    order.insert(order.index("smoke default") + 1, "planted-fail")
+    order.insert(order.index("correctness default") + 1, "planted-hang")
     assert list(stage) == order
     assert stage["env"]["status"] == "pass"
     assert (stage["planted-fail"]["status"], stage["planted-fail"]["rc"]) == ("fail", 3)
@@ -194,13 +274,9 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
     for pid in (hang["pid"], hang["child_pid"]):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    unpack = {
-        r["name"]: r
-        for r in found
-        if r["stage"] == "env" and r.get("name") in ("unpack cutlass-dsl", "install py wheels")
-    }
-    assert unpack["unpack cutlass-dsl"]["status"] == unpack["install py wheels"]["status"] == "pass"
-    assert unpack["install py wheels"]["wheels"] == ["gpu_run_probe_wheel-1.0-py3-none-any.whl"]
+    unpack = [r for r in found if r["stage"] == "env" and r.get("name") in ("unpack cutlass-dsl", "py wheel")]
+    assert [r["status"] for r in unpack] == ["pass", "pass"]
+    assert unpack[1]["wheel"] == "gpu_run_probe_wheel-1.0-py3-none-any.whl" and unpack[1]["on_pythonpath"]
 
     smoke, correctness, timing = (verdicts(found, s) for s in ("smoke", "correctness", "timing"))
     # hangs in smoke: killed at its limit, never checked or timed; nor the MX op its kernel serves
@@ -211,7 +287,9 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
         assert correctness[k] == "skip" and not ran(found, "correctness", k)
     # hangs only in correctness: its BF16 output, checked in full before the hang, keeps its pass
     assert smoke["dgrad/float32/default"] == "pass" and correctness["dgrad/float32/default"] == "fail"
-    assert correctness["dgrad/bfloat16/default"] == "pass" and timing["dgrad/bfloat16/default"] == "pass"
+    assert correctness["dgrad/bfloat16/default"] == "pass"
+    # ... and its BF16 timing child hangs: killed at its limit, a failed timing verdict
+    assert timing["dgrad/bfloat16/default"] == "fail"
     # wrong only in the MX op: not timed; the fprop kernel it runs on is timed, on every shape
     assert correctness["mx/bfloat16/default"] == "fail" and timing["mx/bfloat16/default"] == "skip"
     assert not ran(found, "timing", "mx/bfloat16/default")
@@ -238,16 +316,20 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
     swiglu = "swiglu/bfloat16/default"
     assert correctness[swiglu] == "fail" and timing[swiglu] == "skip"
     assert len(children(out, "swiglu-correctness")) == 1 and not children(out, "swiglu-timing")
-    # the gate: shut by the hanging default, the first of the gate's kernels it names (so the faults
-    # in fprop's and dgrad's FP32 kernels and in the MX op left their BF16 defaults passing)
+    # the gate, decided before timing: shut by the hanging default, the first of the gate's kernels
+    # it names (so the faults in fprop's and dgrad's FP32 kernels and in the MX op left their BF16
+    # defaults passing)
     gates = [r for r in found if r["stage"] == "gate"]  # one for each of the tests and pipeline stages
     assert len(gates) == 2 and gates[0]["reason"] == gates[1]["reason"]
     gate = gates[0]
     assert gate["backend"] == "torch"
-    assert gate["reason"].startswith("wgrad/bfloat16/default did not pass smoke: timed out")
-    for name in ("tests", "pipeline"):
-        assert stage[name]["status"] == "pass", stage[name]
-        assert "on the torch backend" in stage[name]["note"]
+    assert gate["reason"].startswith("wgrad/bfloat16/default failed smoke: timed out")
+    # the stalled tests stage: killed at its limit; every step after it, and after the hanging timing
+    # child, still had its reserved time, and the pipeline ran
+    assert (stage["tests"]["status"], stage["tests"]["rc"]) == ("timeout", None)
+    assert "planted stall" in stage["tests"]["note"] and "on the torch backend" in stage["tests"]["note"]
+    assert stage["pipeline"]["status"] == "pass" and "on the torch backend" in stage["pipeline"]["note"]
+    assert_each_step_had_its_reserve(found)
     executions = [r for r in found if r["stage"] == "pipeline" and r.get("sanityPassed") == "true"]
     assert len(executions) == 1
     assert len((out / "mok-comparison.csv").read_text().splitlines()) == 2
@@ -259,32 +341,41 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
         stage_name, _, variant = name.partition(" ")
         assert f"| {stage_name} | {variant} |" in summary
     assert "| planted-hang |  | timeout |" in summary and "planted-fail stage: planted fail" in summary
-    assert "Tests and pipeline ran on: torch (wgrad/bfloat16/default did not pass smoke" in summary
+    assert "Tests and pipeline ran on: torch (wgrad/bfloat16/default failed smoke" in summary
     assert "- smoke grouped_fprop_bfloat16-float32_128x256_sm_90a fprop/float32/default: timed out" in summary
     assert "- correctness verdict swiglu/bfloat16/default: 4 of 5 case(s) failed" in summary
     assert "## Timing" in summary and "## Pipeline executions" in summary
+    assert done.stdout.rstrip().endswith(summary.rstrip())  # the summary is the last thing on stdout
 
 
 @pytest.mark.slow
-def test_the_plain_dry_run_passes_every_step_within_its_time(tmp_path):
-    """``jobs/gpu-run.sh OUT --dry-run`` as CI runs it: every step passes, the SwiGLU kernel's after
-    the GEMM defaults, and the tests and pipeline stages run with the gate open."""
+def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path, device_like):
+    """``jobs/gpu-run.sh OUT --dry-run`` where hydra, omegaconf, antlr4 and submitit come from the
+    packed wheels, as on the device: every step passes in its order, within the device's limits, each
+    step's end on stdout and the summary last."""
+    env, whl = device_like
     out = tmp_path / "out"
-    done = gpu_run(str(out), "--dry-run", timeout=DRY_RUN_TIMEOUT)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out), "--dry-run", "--whl", str(whl)],
+        capture_output=True,
+        text=True,
+        timeout=DRY_RUN_TIMEOUT,
+        cwd=ROOT,
+        env=env,
+    )
     assert done.returncode == 0, (out / "summary.md").read_text()[-3000:]
     found = records(out)
     stage = step_records(found)
-    assert list(stage) == [
-        "env",
-        "smoke default",
-        "correctness default",
-        "timing default",
-        "correctness swiglu",
-        "timing swiglu",
-        "tests",
-        "pipeline",
-    ]
+    assert list(stage) == ORDER
     assert {r["status"] for r in stage.values()} == {"pass"}
+    wheels = {r["packages"][0]: r["on_pythonpath"] for r in found if r.get("name") == "py wheel"}
+    assert wheels == {
+        "antlr4": True,
+        "hydra": True,
+        "omegaconf": True,
+        "submitit": True,
+        "gpu_run_probe_wheel": True,
+    }
     every = {s: verdicts(found, s) for s in ("smoke", "correctness", "timing")}
     assert set(every["smoke"].values()) == set(every["correctness"].values()) == {"pass"}
     assert len(every["smoke"]) == 6 and len(every["correctness"]) == 9 and len(every["timing"]) == 5
@@ -296,8 +387,54 @@ def test_the_plain_dry_run_passes_every_step_within_its_time(tmp_path):
         "on the CuTe kernels" in stage["tests"]["note"] and "on the CuTe kernels" in stage["pipeline"]["note"]
     )
     assert_within_its_total(found)
+    assert_each_step_had_its_reserve(found)
+    phases = [r for r in found if r["stage"] == "pipeline" and r.get("name") == "phases"]
+    assert len(phases) == 1 and phases[0]["windows"] > 0  # where the execution's time went
+    for label in ORDER:
+        assert f"] {label}: pass in " in done.stdout, label
     summary = (out / "summary.md").read_text()
     assert "Tests and pipeline ran on: cute kernels" in summary and "To finish" not in summary
+    assert done.stdout.rstrip().endswith(summary.rstrip())
+
+
+def test_a_run_stopped_from_outside_keeps_what_it_did_and_prints_its_summary(tmp_path):
+    """SIGTERM to the run (what the device tool sends at its call's limit) once the defaults' smoke
+    has ended: every process of the run is killed, the finished steps' records and the summary stay
+    in OUT_DIR, and stdout has each finished step's line, the reason and the summary."""
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [str(SCRIPT), str(out), "--dry-run", "--only", "env,smoke,correctness,timing"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "results.jsonl").exists() and "smoke default" in step_records(records(out)):
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    stdout, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stdout
+    found = records(out)
+    assert list(step_records(found))[:2] == ["env", "smoke default"]
+    (end,) = [r for r in found if r["stage"] == "run" and r.get("ended")]
+    assert (end["status"], end["reason"]) == ("fail", "stopped by SIGTERM")
+    run_id = started(found)["run"]
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _runs(p, run_id)]
+    summary = (out / "summary.md").read_text()
+    assert "The run ended early: stopped by SIGTERM" in summary and "| smoke | default | pass |" in summary
+    assert "] env: pass in" in stdout and "] smoke default: pass in" in stdout
+    assert "gpu-run: stopped by SIGTERM" in stdout and stdout.rstrip().endswith(summary.rstrip())
+
+
+def _runs(proc: Path, run_id: str) -> bool:
+    """Whether process ``proc`` belongs to run ``run_id`` (its environment names it)."""
+    try:
+        return f'"{run_id}"]'.encode() in (proc / "environ").read_bytes()
+    except OSError:
+        return False
 
 
 def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):

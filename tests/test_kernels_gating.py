@@ -71,33 +71,49 @@ def test_the_swiglu_kernel_has_no_smoke_stage_and_is_timed_after_its_correctness
     assert refusal("sm_90a", wrong, "timing", k) == f"{k} failed correctness: 3 of 5 case(s) failed"
 
 
-def test_the_gate_needs_the_three_default_bf16_kernels_and_the_swiglu_kernel():
+def test_the_gate_needs_the_default_kernels_the_swiglu_kernel_and_the_chosen_variants():
     assert gating.GATE_KEYS == (
         "fprop/bfloat16/default",
         "dgrad/bfloat16/default",
         "wgrad/bfloat16/default",
         gating.SWIGLU_KEY,
     )
+
+    def gate(records: list[dict], keys: tuple[str, ...] = gating.GATE_KEYS) -> str:
+        return gating.gate("sm_90a", gating.verdicts(records), keys)
+
     good = [r for k in gating.GATE_KEYS for r in passed_all(k, gating.stages_of(k))]
-    assert gating.gate(gating.verdicts(good)) == ""
+    assert gate(good) == ""
     no_timing = [r for k in gating.GATE_KEYS for r in passed_all(k, gating.stages_of(k)[:-1])]
-    assert gating.gate(gating.verdicts(no_timing)) == ""  # timing not run: the checks passed
+    assert gate(no_timing) == ""  # timing not run: the checks passed
     others = [
         verdict("smoke", "fprop/float32/default", "fail"),
         verdict("correctness", "mx/bfloat16/default", "fail"),
     ]
-    assert gating.gate(gating.verdicts(good + others)) == ""  # only the three gate
+    assert gate(good + others) == ""  # only the gate's keys count
     hung = [*good, verdict("smoke", "wgrad/bfloat16/default", "fail", error="timed out after 45 s (hang?)")]
-    assert (
-        gating.gate(gating.verdicts(hung))
-        == "wgrad/bfloat16/default did not pass smoke: timed out after 45 s (hang?)"
-    )
+    assert gate(hung) == "wgrad/bfloat16/default failed smoke: timed out after 45 s (hang?)"
     cut = [r for r in good if r["key"] != "dgrad/bfloat16/default" or r["stage"] != "correctness"]
-    assert gating.gate(gating.verdicts(cut)) == "dgrad/bfloat16/default did not pass correctness"
+    assert gate(cut) == "dgrad/bfloat16/default has no correctness verdict (not run, or cut)"
     slow = [*good, verdict("timing", "fprop/bfloat16/default", "fail", error="timed out")]
-    assert gating.gate(gating.verdicts(slow)) == ""  # decided before timing: slow is not wrong
+    assert gate(slow) == ""  # decided before timing: slow is not wrong
     swiglu = [r for r in good if r["key"] != gating.SWIGLU_KEY]
-    assert gating.gate(gating.verdicts(swiglu)) == f"{gating.SWIGLU_KEY} did not pass correctness"
+    assert gate(swiglu) == f"{gating.SWIGLU_KEY} has no correctness verdict (not run, or cut)"
+    # the variants the per-shape table names: each must pass too, the MX op with the fprop kernel of
+    # its variant (sm90 has no block-scaled MMA)
+    chosen = gating.chosen_keys({"mx": ["tma_epilogue"], "wgrad": ["inplace"]})
+    assert chosen == ("mx/bfloat16/tma_epilogue", "wgrad/bfloat16/inplace")
+    keys = (*gating.GATE_KEYS, *chosen)
+    assert gate(good, keys) == "fprop/bfloat16/tma_epilogue has no smoke verdict (not run, or cut)"
+    variants = [
+        verdict("smoke", "fprop/bfloat16/tma_epilogue"),
+        verdict("correctness", "fprop/bfloat16/tma_epilogue"),
+        verdict("correctness", "mx/bfloat16/tma_epilogue"),
+        *passed_all("wgrad/bfloat16/inplace", ("smoke", "correctness")),
+    ]
+    assert gate(good + variants, keys) == ""
+    wrong = [*good, *variants, verdict("correctness", "wgrad/bfloat16/inplace", "fail", error="wrong")]
+    assert gate(wrong, keys) == "wgrad/bfloat16/inplace failed correctness: wrong"
 
 
 def test_unknown_stage_is_refused():

@@ -9,13 +9,14 @@ import importlib.util
 import re
 import shutil
 import subprocess
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
 import torch
 
 from cutlass_kernels import api, quantize_mx
-from cutlass_kernels.choices import CHOICES, Choice, Problem, lookup, rows_bucket
+from cutlass_kernels.choices import CHOICES, Choice, Problem, lookup, measured, rows_bucket, source
 from cutlass_kernels.mxfp8 import fake_quantize
 
 needs_dsl = pytest.mark.skipif(
@@ -38,8 +39,38 @@ def test_rows_bucket_is_the_next_power_of_two():
     assert [rows_bucket(r) for r in rows] == [0, 1, 2, 4, 4, 8, 16384, 16384, 32768]
 
 
-def test_the_committed_table_is_empty_until_measured():
-    assert CHOICES == ()
+def _timed(variant: str, lo: float, median: float, hi: float, op: str = "fprop") -> dict:
+    """A timing record of the device run, for UP's shape."""
+    shape = {"groups": UP.groups, "rows": UP.rows, "n": UP.n, "k": UP.k}
+    ms = {"min": lo, "median": median, "max": hi}
+    return {"stage": "timing", "status": "pass", "op": op, "variant": variant, **shape, "graph_ms": ms}
+
+
+def test_the_table_names_a_variant_only_where_all_its_replays_beat_the_defaults():
+    def table(*records: dict) -> list[str]:
+        return [c.variant for c in measured(records, "sm_90a", "2026-12-04", "H200")]
+
+    default = _timed("default", 2.0, 2.1, 2.2)
+    assert table(default, _timed("wide", 1.5, 1.6, 1.9)) == ["wide"]
+    assert table(default, _timed("wide", 1.5, 1.6, 2.05)) == []  # its slowest reaches the default's fastest
+    assert table(default, _timed("wide", 2.3, 2.4, 2.5)) == []  # slower
+    assert table(_timed("wide", 1.0, 1.1, 1.2)) == []  # nothing to beat: no default timed
+    two = [default, _timed("wide", 1.5, 1.6, 1.9), _timed("tall", 1.4, 1.5, 1.7)]
+    assert table(*two) == ["tall"]  # the lowest median
+    (entry,) = measured(two, "sm_90a", "2026-12-04", "H200")
+    assert (entry.op, entry.groups, entry.n, entry.k, entry.rows_bucket) == ("fprop", 48, 6144, 7168, 16384)
+    assert eval(source([entry]).split("=", 1)[1]) == (entry,)  # the table's Python reads back
+
+
+def test_the_committed_table_names_registered_variants_of_each_op():
+    """Every entry (from the H200 run of 2026-12-04) names a variant the registry has for its arch
+    and op, and no shape class twice."""
+    pytest.importorskip("cutlass")
+    from cutlass_kernels import registry
+
+    assert CHOICES and len({astuple(c)[:6] for c in CHOICES}) == len(CHOICES)
+    for c in CHOICES:
+        assert c.variant in registry.variants(c.arch, c.op) and c.variant != "default", c
 
 
 def test_lookup_matches_arch_op_groups_extents_and_rows_bucket():
