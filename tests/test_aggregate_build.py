@@ -29,6 +29,7 @@ from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.document import PackingEvidence
+from pipeline.report.publication import MANIFEST_NAME
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0", "packing-ep32-f3072-profile-a")
@@ -295,7 +296,7 @@ def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None
     shutil.copytree(Dataset(published).ledger_dir, Dataset(moved).ledger_dir)
     again = aggregate(moved, tmp_path / "out", workers=1)
     names = sorted(p.name for p in again.files)
-    assert len(names) == 3 + 3 + 1  # CSVs, JSON; EP8 and EP32 time figures; saved-state figure; page
+    assert len(names) == 3 + 3 + 1 + 1  # CSVs, JSON; EP8 and EP32 figures; saved-state figure; page; manifest
     assert "report.html" in names
     for name in names:
         assert (tmp_path / "out" / name).read_bytes() == (published / name).read_bytes(), name
@@ -416,12 +417,15 @@ def test_cli_reports_skipped_paths_on_stderr(published: Path, tmp_path: Path, ca
     assert f"skipped shards/execution={FUTURE}/attempt-3.parquet: unknown schema_version 99" in err
     assert f"missing 3 execution(s): {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
     assert f"not published: 3 execution(s) without a row: {' '.join(sorted([INCOMPLETE, *NEVER_RAN]))}" in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([CSV_NAME, PAIRS_NAME, JSON_NAME])
+    published = sorted([CSV_NAME, PAIRS_NAME, JSON_NAME, MANIFEST_NAME])
+    assert sorted(p.name for p in tmp_path.iterdir()) == published
 
 
-def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> None:
+def test_a_shard_that_contradicts_its_execution_id_is_skipped_not_published(tmp_path: Path) -> None:
+    """A precision its id does not name (before, the metrics failed on it; now the reader refuses
+    it first): skipped with the reason, and the execution is missing from the publication."""
     e = SUBSET[0]
-    table = shard_table(e, 1, np.random.default_rng(), ranks=4)
+    table = shard_table(e, 1, np.random.default_rng(5), ranks=4)
     column = table.schema.get_field_index("precision")
     table = table.set_column(column, table.schema.field(column), pa.array(["fp4"] * table.num_rows))
     write_table(tmp_path, table)
@@ -429,7 +433,8 @@ def test_shard_whose_metrics_cannot_be_computed_is_skipped(tmp_path: Path) -> No
     assert [(s.path, s.reason) for s in result.skipped] == [
         (
             f"shards/execution={e.execution_id}/attempt-1.parquet",
-            "metrics cannot be computed (precision must be one of bf16, mxfp8; got 'fp4')",
+            f"the shard contradicts its execution id {e.execution_id!r}: "
+            "precision='fp4' (the id says 'bf16')",
         )
     ]
     assert e.execution_id in result.missing and result.document.executions == ()

@@ -207,6 +207,21 @@ def test_bounds_are_the_threshold_or_the_first_steps_noise() -> None:
         bounds(-0.1, [0.01], [3.0], 1)
 
 
+def test_noise_that_allows_no_finite_ratio_gives_the_largest_float_not_an_overflow() -> None:
+    """A time whose noise sigma times its t quantile passes log(float max) (sigma 21 in log units at
+    2.5 degrees of freedom, once seen): its bound and its interval's upper end are the largest float,
+    which JSON can hold, and the lower end stays the exact exp (the reader bounds window times, so
+    only such a sigma from few windows can bring this about)."""
+    import sys
+
+    (bound,) = bounds(0.05, [21.0**2], [2.5], 290)
+    assert bound == (pytest.approx(sys.float_info.max, rel=1e-12), "noise")
+    ((low, high),) = noise_intervals([0.3], [300.0**2], [2.5], 0.95)  # the 95% quantile needs more
+    half = stats.t.isf(0.025, 2.5) * 300.0
+    assert high == pytest.approx(sys.float_info.max, rel=1e-12) and math.isfinite(high)
+    assert low == pytest.approx(math.exp(0.3 - half), rel=1e-9)
+
+
 def test_a_change_needs_size_significance_and_its_windows() -> None:
     window = (1.1, 1.5)
     assert direction(1.3, 0.01, window, 0.05) == 1 and time_change(1.3, 0.01, window, 0.05) == "slower"

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -248,11 +249,11 @@ def test_three_windows_a_side_are_never_a_change(tmp_path, capsys) -> None:
     assert "no time has windows enough for a test" in out and "0 slower, 0 faster, 25 unchanged" in out
 
 
-def test_a_time_whose_noise_allows_no_finite_ratio_still_publishes(tmp_path, capsys) -> None:
-    """One execution's first window of every phase and rank 1e250 times slower in NEW: its times'
-    sigma is so large that exp(t quantile x sigma) overflows; their bound and interval end are the
-    largest float, and the text, the JSON and the page are written (no exception)."""
-    rng = np.random.default_rng()
+def test_the_wildest_windows_a_shard_may_hold_still_publish(tmp_path, capsys) -> None:
+    """One execution's first window of every phase and rank as slow as a day in NEW, against
+    milliseconds: the text, the JSON and the page are written and every bound and interval end is
+    finite (past log(float max) the noise is classify's to clamp: test_compare_statistics)."""
+    rng = np.random.default_rng(17)
     wild = SUBSET[0].execution_id
     for side in ("base", "new"):
         for e in SUBSET:
@@ -260,16 +261,15 @@ def test_a_time_whose_noise_allows_no_finite_ratio_still_publishes(tmp_path, cap
             if side == "new" and e.execution_id == wild:
                 first = pc.equal(table.column("window"), pc.min(table.column("window")))
                 column = table.schema.get_field_index("window_ms")
-                scaled = pc.if_else(first, pc.multiply(table.column(column), 1e250), table.column(column))
+                scaled = pc.if_else(first, pa.scalar(86_400_000.0), table.column(column))
                 table = table.set_column(column, table.schema.field(column), scaled)
             write_table(tmp_path / side, table)
     args = [str(tmp_path / "base"), str(tmp_path / "new")]
     main([*args, "--json", "--out", str(tmp_path / "page")])
     document = json.loads(capsys.readouterr().out)
-    times = [t for t in document["times"] if t["execution_id"] == wild and t["bound"] is not None]
-    assert times and all(t["bound"] == pytest.approx(sys.float_info.max, rel=1e-5) for t in times)
-    assert all(t["change"] == "unchanged" and math.isfinite(t["high"]) for t in times)
-    assert document["bounds"]["times"]["high"] == pytest.approx(sys.float_info.max, rel=1e-5)
+    times = [t for t in document["times"] if t["execution_id"] == wild]
+    assert times and all(math.isfinite(t["high"]) for t in times)
+    assert all(t["bound"] is None or math.isfinite(t["bound"]) for t in times)
     assert (tmp_path / "page" / "comparison.html").is_file()
     main(args)
-    assert "to x1.8e+308 (set by" in capsys.readouterr().out
+    assert " unchanged of 25 times;" in capsys.readouterr().out  # the text is written whole

@@ -20,7 +20,7 @@ from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 task, node = os.environ["SLURM_PROCID"], os.environ["SLURMD_NODENAME"]
 for i in range(int(sys.argv[2])):
-    ledger.append(Dataset(sys.argv[1]), ledger.Started(f"{node}-{task}", i + 1, "j" * 200))
+    ledger.append(Dataset(sys.argv[1]), ledger.Started(f"{node}-{task}", i + 1, "9" * 20))
 """
 
 

@@ -6,11 +6,13 @@
   ledger/<ns>-<host>-<pid>-<seq>.json                   the launch ledger, one file per record
   logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
   logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
+  claims/<execution_id>/attempt-<n>.json                who writes that attempt (pipeline.data.claims)
+  claims/.owners/<sweep>.json                           a live writer's heartbeat
   hydra/                                                Hydra's run and multirun folders
 ```
 
 Paths recorded inside the dataset (ledger, published metadata) are relative to its root, so a dataset
-can be moved or copied.
+can be moved or copied; a path or name read back from it is used only where it stays inside it.
 """
 
 from __future__ import annotations
@@ -19,18 +21,31 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from pipeline.folders import check_writable
+from pipeline.folders import check_path, check_writable
 
-SHARDS, LEDGER = "shards", "ledger"
+SHARDS, LEDGER, CLAIMS, OWNERS = "shards", "ledger", "claims", ".owners"
 LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
-_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)\.parquet")
+_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)(\.[a-z]+)")
 _SHARD_FOLDER = "execution="
 
 
-def parse_attempt(file_name: str) -> int | None:
-    """n of ``attempt-<n>.parquet`` (n >= 1), else None."""
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]{0,199}")
+
+
+def safe_name(name: str, what: str) -> str:
+    """``name`` when it can be one path component inside the dataset (letters, digits, ``._=-``, not
+    starting with a dot, at most 200 characters): names taken from a dataset's records never lead
+    outside it. A ValueError names the bad one."""
+    if not _SAFE_NAME.fullmatch(name) or ".." in name:
+        shown = name if len(name) <= 80 else f"{name[:77]}..."
+        raise ValueError(f"{what} {shown!r} is not a plain name (letters, digits, . _ = -; not .. or /)")
+    return name
+
+
+def parse_attempt(file_name: str, suffix: str = ".parquet") -> int | None:
+    """n of ``attempt-<n><suffix>`` (n >= 1; a shard by default, ``.json`` a claim), else None."""
     match = _ATTEMPT_FILE.fullmatch(file_name)
-    return int(match.group(1)) if match else None
+    return int(match.group(1)) if match and match.group(2) == suffix else None
 
 
 class Dataset:
@@ -43,7 +58,7 @@ class Dataset:
     def existing(cls, root: str | os.PathLike[str]) -> Dataset:
         """The dataset folder at ``root``, which must be a directory; a ValueError says what it is
         instead (the one check every command that reads a dataset makes)."""
-        path = Path(root)
+        path = Path(check_path(root))  # '' is no folder, nor is a path no system call can take
         if path.is_file():
             raise ValueError(f"{str(root)!r} is a file, not a dataset directory")
         if not path.is_dir():
@@ -74,7 +89,7 @@ class Dataset:
         return self.root / SHARDS
 
     def shard_dir(self, execution_id: str) -> Path:
-        return self.shards_dir / f"{_SHARD_FOLDER}{execution_id}"
+        return self.shards_dir / f"{_SHARD_FOLDER}{safe_name(execution_id, 'execution id')}"
 
     def shard_path(self, execution_id: str, attempt: int) -> Path:
         """``shards/execution=<id>/attempt-<n>.parquet``."""
@@ -126,13 +141,32 @@ class Dataset:
     def has_ledger(self) -> bool:
         return bool(self.ledger_record_files())
 
+    # claims of attempts, and the heartbeats of their owners (pipeline.data.claims)
+    @property
+    def claims_dir(self) -> Path:
+        return self.root / CLAIMS
+
+    def claim_dir(self, execution_id: str) -> Path:
+        return self.claims_dir / safe_name(execution_id, "execution id")
+
+    def claim_path(self, execution_id: str, attempt: int) -> Path:
+        """``claims/<execution_id>/attempt-<n>.json``."""
+        if attempt < 1:
+            raise ValueError(f"attempt must be >= 1, got {attempt}")
+        return self.claim_dir(execution_id) / f"attempt-{attempt}.json"
+
+    @property
+    def owners_dir(self) -> Path:
+        """``claims/.owners/``: one heartbeat file per live owner (no execution id starts with a dot)."""
+        return self.claims_dir / OWNERS
+
     @property
     def logs_dir(self) -> Path:
         return self.root / LOGS
 
     def log_dir(self, execution_id: str, attempt: int) -> Path:
         """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
-        return self.logs_dir / execution_id / f"attempt-{attempt}"
+        return self.logs_dir / safe_name(execution_id, "execution id") / f"attempt-{attempt}"
 
     @property
     def arrays_dir(self) -> Path:
@@ -152,8 +186,20 @@ class Dataset:
             raise ValueError(f"{absolute} lies outside the dataset {self.root}") from None
 
     def locate(self, recorded: str) -> Path:
-        """The path a record names (relative to the root, as :meth:`relative` wrote it)."""
+        """The path a record names (relative to the root, as :meth:`relative` wrote it), which must
+        stay inside the dataset, links followed: a ValueError for an absolute path, a ``..`` or a link
+        that leads out (a dataset is untrusted input)."""
         path = PurePosixPath(recorded)
-        if path.is_absolute():
-            raise ValueError(f"recorded path {recorded!r} is absolute; records hold dataset-relative paths")
-        return self.root / path
+        if path.is_absolute() or ".." in path.parts:
+            raise ValueError(f"recorded path {recorded!r} leaves the dataset; records hold paths inside it")
+        found = self.root / path
+        if not self.inside(found):
+            raise ValueError(
+                f"recorded path {recorded!r} links out of the dataset (to {os.path.realpath(found)})"
+            )
+        return found
+
+    def inside(self, path: Path) -> bool:
+        """Whether ``path``, every link on the way followed, lies inside the dataset."""
+        root = os.path.realpath(self.root)
+        return os.path.commonpath([root, os.path.realpath(path)]) == root

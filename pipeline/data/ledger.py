@@ -18,16 +18,21 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
+from pipeline.data import claims
 from pipeline.data.atomic import atomic_write
 from pipeline.data.codec import RecordError, decode, encode
 from pipeline.data.comparable import Comparable
-from pipeline.data.dataset import Dataset
+from pipeline.data.dataset import Dataset, safe_name
+
+JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")  # a pid, a Slurm job, or a Slurm array task
 
 
 def now() -> str:
@@ -45,6 +50,9 @@ class _Record:
     def __post_init__(self) -> None:
         if self.attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {self.attempt!r}")
+        safe_name(self.execution_id, "execution id")  # names from a ledger become paths: plain ones only
+        if not JOB_ID.fullmatch(self.job_id):
+            raise ValueError(f"job id {self.job_id[:40]!r} is not a scheduler's (digits, or digits_digits)")
 
     def to_json(self) -> dict[str, object]:
         return {"event": self.event, **{k: v for k, v in encode(self).items() if v is not None}}
@@ -161,21 +169,38 @@ def append(dataset: Dataset, record: Record) -> None:
 
 
 def read(dataset: Dataset) -> list[Record]:
-    """Every record, in time order."""
-    return [_parse(path.read_text(), str(path)) for path in dataset.ledger_record_files()]
+    """Every readable record, in time order (:func:`survey` also says which files were not)."""
+    return survey(dataset)[0]
 
 
-def _parse(text: str, where: str) -> Record:
-    try:
-        return from_json(json.loads(text))
-    except (json.JSONDecodeError, TypeError, ValueError) as err:
-        raise ValueError(f"{where}: not a ledger record ({err}): {text.strip()[:80]!r}") from None
+def survey(dataset: Dataset) -> tuple[list[Record], list[tuple[str, str]]]:
+    """Every readable record in time order, and each file that is none (its dataset-relative path and
+    why): one truncated or foreign file costs its own record, never the ledger. Only regular files
+    are opened (a FIFO would block the reader, a link could lead out of the dataset)."""
+    records, unreadable = [], []
+    for path in dataset.ledger_record_files():
+        where = dataset.relative(path)
+        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                unreadable.append((where, "not a regular file"))
+                continue
+            text = path.read_text(errors="replace")
+        except OSError as err:
+            unreadable.append((where, f"unreadable: {err.strerror}"))
+            continue
+        try:
+            records.append(from_json(json.loads(text)))
+        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            unreadable.append((where, f"not a ledger record ({err}): {text.strip()[:80]!r}"))
+    return records, unreadable
 
 
 def next_attempt(dataset: Dataset, execution_id: str) -> int:
-    """1 + the highest attempt of this execution seen in the ledger or among its shard files."""
+    """1 + the highest attempt of this execution seen in the ledger, among its shard files or its
+    claims."""
     seen = [r.attempt for r in attempt_records(read(dataset)) if r.execution_id == execution_id]
-    return 1 + max(seen + dataset.shard_attempts(execution_id), default=0)
+    seen += [*dataset.shard_attempts(execution_id), claims.highest_attempt(dataset, execution_id)]
+    return 1 + max(seen, default=0)
 
 
 def attempt_records(records: list[Record]) -> list[AttemptRecord]:

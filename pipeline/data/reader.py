@@ -1,16 +1,23 @@
 """Validated shard reader: a shard is either fully usable or rejected with the reason.
 
-A shard is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls, carries
-``execution`` metadata that constructs an :class:`~pipeline.data.meta.ExecutionMeta` (of this schema
-version) matching its file name and rows, names one execution in every row, and is complete: exactly
-one row per rank x phase x window that its metadata declares. Required phases: those of the kind
-(:func:`pipeline.vocabulary.kind_phases`).
+A shard is untrusted input. It is opened only if it is a regular file (a FIFO, a device, a socket or a
+directory named like a shard is refused from its ``stat``, never opened: a read of one could block
+for ever). It is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls,
+carries ``execution`` metadata that constructs an :class:`~pipeline.data.meta.ExecutionMeta` (of this
+schema version) matching its file name and rows, names one execution of the matrix in every row with
+every field that execution's id determines as the id says (implementation, pipeline, precision,
+workload, kind, profile, EP, nominal d_ff, the per-layer loads), is complete (exactly one row per rank
+x phase x window that its metadata declares; required phases: those of the kind,
+:func:`pipeline.vocabulary.kind_phases`) and has window times within the bounds a window can take
+(:data:`pipeline.bounds.ITERATION_MS_MIN`, :data:`pipeline.bounds.WINDOW_MS_MAX`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import os
+import stat
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -18,14 +25,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from pipeline.bounds import ITERATION_MS_MIN, WINDOW_MS_MAX
 from pipeline.data.codec import RecordError, decode
 from pipeline.data.dataset import Dataset, parse_attempt
 from pipeline.data.meta import ExecutionMeta, MetaError
-from pipeline.data.schema import IDENTITY_COLUMNS, METADATA_KEY, SCHEMA, SCHEMA_VERSION, ShardIdentity
+from pipeline.data.schema import (
+    IDENTITY_COLUMNS,
+    METADATA_KEY,
+    SCHEMA,
+    SCHEMA_VERSION,
+    Identity,
+    ShardIdentity,
+)
+from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.vocabulary import KINDS, PHASES, kind_phases
 
 _TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
 _INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
+# What a file that is not a regular one is, by the test of its mode.
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 class ShardError(ValueError):
@@ -63,11 +87,26 @@ def read_shard(path: Path | str) -> Shard:
     answered so, whatever it holds (empty, another table, columns of other types)."""
     path = Path(path)
     try:
+        _check_regular(path)
         return _read(path)
     except ShardError:
         raise
     except (OSError, pa.ArrowException, KeyError, IndexError, TypeError, ValueError) as exc:
         raise ShardError(path, f"unreadable parquet ({type(exc).__name__}: {exc})") from None
+
+
+def _check_regular(path: Path) -> None:
+    """Refuse anything but a regular file (or a link to one) from its ``stat`` alone: opening a FIFO
+    blocks until a writer comes, reading a device may never end."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise ShardError(path, f"a link that leads to no file ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        what = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
+        raise ShardError(path, f"{what}, not a regular file: not opened")
 
 
 def _read(path: Path) -> Shard:
@@ -84,15 +123,15 @@ def _read(path: Path) -> Shard:
     if nulls:
         raise ShardError(path, f"null values in column(s) {nulls}")
     _check_names(path, meta, identity)
+    _check_identity(path, meta, identity)
     phase = _phase_index(path, pc.dictionary_encode(table.column("phase").chunk(0)))
     rank = table.column("rank").to_numpy().astype(np.int64)
     window = table.column("window").to_numpy().astype(np.int64)
     _check_complete(path, meta, identity.kind, phase, rank, window)
-    window_ms = table.column("window_ms").to_numpy()
-    if not (np.isfinite(window_ms) & (window_ms > 0)).all():
-        raise ShardError(path, "window_ms must be positive and finite in every row")
     if identity.iterations < 1:
         raise ShardError(path, f"iterations must be >= 1, got {identity.iterations}")
+    window_ms = table.column("window_ms").to_numpy()
+    _check_windows(path, window_ms, identity.iterations, phase, rank, window)
     return Shard(
         path=path,
         meta=meta,
@@ -181,6 +220,54 @@ def _check_names(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> No
             raise ShardError(path, f"metadata shape.{key}={said!r} but rows say {getattr(identity, key)!r}")
     if identity.kind not in KINDS:
         raise ShardError(path, f"unknown kind {identity.kind!r}; allowed: {', '.join(KINDS)}")
+
+
+def _check_identity(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> None:
+    """Every field the execution id determines is what the matrix's execution of that id says: a
+    shard's other fields are only its own word, and a shard that names one execution while its fields
+    say another would be published as that other one (a pair lost, or one made up)."""
+    execution = EXECUTION_BY_ID.get(identity.execution_id)
+    if execution is None:
+        raise ShardError(path, f"execution id {identity.execution_id!r} is not an execution of the matrix")
+    said = Identity.of(execution, identity.ranks, identity.iterations, identity.attempt)
+    wrong = [
+        f"{f.name}={getattr(identity, f.name)!r} (the id says {getattr(said, f.name)!r})"
+        for f in fields(Identity)
+        if getattr(identity, f.name) != getattr(said, f.name)
+    ]
+    if tuple(meta.shape.layer_loads) != execution.workload.layer_loads:
+        wrong.append(
+            f"metadata shape.layer_loads={list(meta.shape.layer_loads)} "
+            f"(the id says {list(execution.workload.layer_loads)})"
+        )
+    if wrong:
+        raise ShardError(
+            path, f"the shard contradicts its execution id {identity.execution_id!r}: {', '.join(wrong)}"
+        )
+
+
+def _check_windows(
+    path: Path,
+    window_ms: np.ndarray,
+    iterations: int,
+    phase: np.ndarray,
+    rank: np.ndarray,
+    window: np.ndarray,
+) -> None:
+    """Every window time is one a window can take (:mod:`pipeline.bounds`): an attempt of impossible
+    times is no measurement, and it must not stand in for an older valid attempt."""
+    least = ITERATION_MS_MIN * iterations
+    bad = np.flatnonzero(~(np.isfinite(window_ms) & (window_ms >= least) & (window_ms <= WINDOW_MS_MAX)))
+    if bad.size:
+        first = bad[0]
+        raise ShardError(
+            path,
+            f"window_ms must be positive and finite in every row, within {least:g} ms ({ITERATION_MS_MIN:g} "
+            f"ms per iteration, {iterations} iterations) and {WINDOW_MS_MAX:g} ms "
+            f"({WINDOW_MS_MAX / 86_400_000:g} days): {bad.size} row(s) are not, the first "
+            f"{float(window_ms[first])!r} (phase {PHASES[phase[first]]}, rank {rank[first]}, window "
+            f"{window[first]})",
+        )
 
 
 def _check_complete(
