@@ -5,8 +5,9 @@ with the overrides and the launcher settings its newest submission recorded (tim
 exclude, ...; on Slurm without waiting). An operator changes settings with ``--set KEY=VALUE`` or the
 Hydra spelling ``hydra.launcher.KEY=VALUE``; ``--dry-run`` lists what would go out and submits
 nothing. Composition, planning and submission run in this process, so progress shows as it happens.
-Done, pending and running executions are never touched, so running it twice, or while a sweep is
-still going, never duplicates work. It needs only the dataset folder: the process that launched the
+Done, pending and running executions are never touched, and each attempt is claimed before it goes
+out (:mod:`pipeline.data.claims`), so running it twice at once, or while a sweep is still going,
+never duplicates work. It needs only the dataset folder: the process that launched the
 sweep may be long gone.
 """
 
@@ -26,13 +27,14 @@ from pipeline.compose.select import compose_each
 from pipeline.data.comparable import KEYS, text
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings
-from pipeline.exits import dataset_parser, run_command
+from pipeline.exits import dataset_parser, refuse, run_command
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import FAILED
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.settings import LaunchSettings
-from pipeline.launch.sweep import run
+from pipeline.launch.sweep import claimed, run
 from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.printable import printable
 from pipeline.status import MISSING, ExecutionStatus, dataset_survey
 
 CHOICES = (FAILED, MISSING)
@@ -151,7 +153,7 @@ def resubmit(
     wanted = {only} if only else set(CHOICES)
     statuses, skipped = dataset_survey(dataset)
     for s in skipped:
-        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
+        print(printable(f"skipped {s.path}: {s.reason}"), file=sys.stderr)
     check_changes(dataset, statuses, changes or {})
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
@@ -167,12 +169,20 @@ def resubmit(
         shown = " ".join(
             f"{k}={v}" for k, v in sorted(batch.settings.to_json().items()) if v not in (None, [], {})
         )
-        for p, was in zip(batch.planned, batch.was, strict=True):
-            verb = "would resubmit" if dry_run else "resubmitting"
-            print(f"{verb} {p.execution.execution_id} as attempt {p.attempt} (was {was.state})", flush=True)
-        print(f"  launcher: {shown}", flush=True)
-        if not dry_run:
-            outcomes += [o for o in run(list(batch.planned), batch.settings) if o.ended]
+        was = {p.execution_id: w.state for p, w in zip(batch.planned, batch.was, strict=True)}
+        if dry_run:
+            for p in batch.planned:
+                print(f"would resubmit {p.execution_id} as attempt {p.attempt} (was {was[p.execution_id]})")
+            print(f"  launcher: {shown}", flush=True)
+            continue
+        # what another writer took meanwhile (a sweep still going, a second resubmission) stays its
+        with claimed(list(batch.planned), resume=True) as sweep:
+            for line in sweep.skips("resubmit"):
+                print(line, flush=True)
+            for p in sweep.to_run:
+                print(f"resubmitting {p.execution_id} as attempt {p.attempt} (was {was[p.execution_id]})")
+            print(f"  launcher: {shown}", flush=True)
+            outcomes += [o for o in run(sweep.to_run, batch.settings) if o.ended]
     return chosen, outcomes
 
 
@@ -198,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.dataset_dir), args.only, changes, args.dry_run, args.exclude_failed_nodes
         )
     except (ValueError, RuntimeError) as err:
-        print(f"pipeline.resubmit: {err}", file=sys.stderr)
-        return 2
+        return refuse("pipeline.resubmit", err)
     print(f"{len(chosen)} execution(s) {'would be ' if args.dry_run else ''}resubmitted")
     return 1 if any(o.error is not None for o in outcomes) else 0
 

@@ -13,6 +13,7 @@ interrupted by SIGINT / SIGTERM (the running job stopped and recorded as interru
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -27,9 +28,11 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, output, register
 from pipeline.compose.errors import one_line
 from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
-from pipeline.exits import BAD_INPUT, FAILED, OK, run_command
-from pipeline.launch.plan import plan, resumed
-from pipeline.launch.sweep import ExecutionFailed, run
+from pipeline.compose.overrides import check as check_overrides
+from pipeline.exits import BAD_INPUT, FAILED, OK, refuse, run_command, shorten
+from pipeline.folders import check_path
+from pipeline.launch.plan import plan
+from pipeline.launch.sweep import ExecutionFailed, claimed, run
 
 RESUME = "--resume"
 PROG = "pipeline.run"
@@ -38,14 +41,16 @@ PROG = "pipeline.run"
 @hydra.main(config_path=str(CONFIG_DIR), config_name=CONFIG_NAME, version_base="1.3")
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    with refusals(PROG, cleanup=lambda: output.discard(Path(hydra_cfg.runtime.output_dir))):
+    discard = lambda: output.discard(Path(hydra_cfg.runtime.output_dir))  # noqa: E731
+    with refusals(PROG, cleanup=discard):
         settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
         planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
-    if resume_of(hydra_cfg.launcher):
-        planned, done = resumed(planned)
-        for p in done:
-            print(f"{RESUME}: {p.execution_id} is done already: skipped", flush=True)
-    outcomes = run(planned, settings)
+    with claimed(planned, resume_of(hydra_cfg.launcher)) as sweep:
+        with refusals(PROG, cleanup=discard):
+            sweep.check()
+        for line in sweep.skips(RESUME):
+            print(line, flush=True)
+        outcomes = run(sweep.to_run, settings)
     if any(o.error is not None for o in outcomes):
         raise ExecutionFailed(f"{outcomes[0].planned.execution_id} failed")
 
@@ -56,17 +61,20 @@ def cli(arguments: list[str] | None = None) -> int:
     arguments = sys.argv[1:] if arguments is None else arguments
     parser = get_args_parser()  # Hydra's own: an option it does not know is refused in one line
     parser.prog = f"{PROG} (Hydra)"
-    parser.error = lambda message: parser.exit(BAD_INPUT, f"{PROG}: error: {message} (see --help)\n")  # type: ignore[method-assign]
-    parser.parse_args([a for a in arguments if a != RESUME])
+    parser.error = lambda message: parser.exit(BAD_INPUT, f"{PROG}: error: {shorten(message)} (see --help)\n")  # type: ignore[method-assign]
+    args = parser.parse_args([a for a in arguments if a != RESUME])
     register()
+    try:
+        _check(args)
+    except ValueError as err:
+        return refuse(PROG, err)
     called, full_error = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = [sys.argv[0], *("hydra.launcher.resume=true" if a == RESUME else a for a in arguments)]
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors rather than printing them: said here
     try:
         main()
     except (HydraException, OmegaConfBaseException) as err:
-        print(f"{PROG}: {one_line(err)}", file=sys.stderr, flush=True)
-        return BAD_INPUT
+        return refuse(PROG, one_line(err))
     except ExecutionFailed:  # its FAILED line and the summary are printed already
         return FAILED
     finally:
@@ -76,6 +84,37 @@ def cli(arguments: list[str] | None = None) -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
     return OK
+
+
+def _check(args: argparse.Namespace) -> None:
+    """A ValueError for what Hydra would fail on later with a traceback, or take without using: two
+    modes at once, a file name (a config, a pickled config) that no file can have, an override that
+    chooses no option of its group or adds a key outside the extension points."""
+    modes = [
+        flag
+        for flag, chosen in (
+            ("--run", args.run),
+            ("--multirun", args.multirun),
+            ("--cfg", args.cfg is not None),
+            ("--info", args.info is not None),
+            ("--shell-completion", args.shell_completion),
+        )
+        if chosen
+    ]
+    if len(modes) > 1:
+        raise ValueError(
+            f"{' with '.join(modes)}: allowed: one of --run, --multirun, --cfg, --info, --shell-completion"
+        )
+    for option, name in (
+        ("--config-name", args.config_name),
+        ("--experimental-rerun", args.experimental_rerun),
+    ):
+        if name is not None:
+            try:
+                check_path(name)
+            except ValueError as err:
+                raise ValueError(f"{option} {err}") from None
+    check_overrides(args.overrides)
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
+from pipeline.bench.spec import JobSpec
 from pipeline.compose import compose_jobs, job_config, output
 from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
-from pipeline.launch.plan import Outcome, plan, resumed
-from pipeline.launch.sweep import ExecutionFailed, run
+from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.sweep import ExecutionFailed, claimed, run
 
 
 class MoEBenchLauncher(Launcher):
@@ -42,26 +43,34 @@ class MoEBenchLauncher(Launcher):
                 raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
             jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
             planned = plan(jobs, settings[0])
-        config_of = {id(p): cfg for p, cfg in zip(planned, configs, strict=True)}
-        folders = {}
-        for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
-            folders[id(p)] = output.prepare(cfg, num, p.overrides)
-        returns = {}
-        to_run = planned
-        if resume_of(self.config.hydra.launcher):
-            to_run, done = resumed(planned)
-            for p in done:
-                print(f"--resume: {p.execution_id} is done already: skipped", flush=True)
-                returns[id(p)] = job_return(Outcome(p, None, None), config_of[id(p)], folders[id(p)])
-        callbacks = self.hydra_context.callbacks
-        for p in to_run:
-            output.save(config_of[id(p)], folders[id(p)], p.config, p.log_dir)
-            callbacks.on_job_start(config=config_of[id(p)], task_function=self.task_function)
-        for outcome in run(to_run, settings[0]):  # in the order executions end
-            key = id(outcome.planned)
-            returns[key] = job_return(outcome, config_of[key], folders[key])
-            callbacks.on_job_end(config=config_of[key], job_return=returns[key])
-        return [returns[id(p)] for p in planned]
+        config_of = {_key(p): cfg for p, cfg in zip(planned, configs, strict=True)}
+        with claimed(planned, resume_of(self.config.hydra.launcher)) as sweep:
+            with refusals("pipeline.run"):
+                sweep.check()
+            folders = {}
+            for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
+                folders[_key(p)] = output.prepare(cfg, num, p.overrides)
+            returns = {}
+            for line in sweep.skips("--resume"):
+                print(line, flush=True)
+            for p in [*sweep.done, *(q for q, _ in sweep.owned)]:
+                e = _key(p)
+                returns[e] = job_return(Outcome(p, None, None), config_of[e], folders[e])
+            callbacks = self.hydra_context.callbacks
+            for p in sweep.to_run:
+                e = _key(p)
+                output.save(config_of[e], folders[e], p.config, p.log_dir)
+                callbacks.on_job_start(config=config_of[e], task_function=self.task_function)
+            for outcome in run(sweep.to_run, settings[0]):  # in the order executions end
+                e = _key(outcome.planned)
+                returns[e] = job_return(outcome, config_of[e], folders[e])
+                callbacks.on_job_end(config=config_of[e], job_return=returns[e])
+        return [returns[_key(p)] for p in planned]
+
+
+def _key(p: JobSpec) -> tuple[str, str]:
+    """A planned job's key: its dataset and execution (claiming renumbers its attempt)."""
+    return str(p.dataset.root), p.execution_id
 
 
 def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:

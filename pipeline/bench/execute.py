@@ -25,6 +25,7 @@ from pipeline.bench.diagnostics import (
 )
 from pipeline.bench.kernels import kernels
 from pipeline.bench.spec import JobSpec
+from pipeline.bench.tether import tether
 from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import build_work
 from pipeline.data import ledger
@@ -62,6 +63,8 @@ class RankResult:
 def run_execution(spec: JobSpec) -> Summary | None:
     """Body of each task of the job. Returns rank 0's summary, else None."""
     phases = Phases()
+    if spec.backend == "local":
+        tether()  # a sweep killed outright takes its job with it
     with phases("init"):  # the device and the process group
         ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
     execution_id, dataset, shape = spec.execution_id, spec.dataset, spec.shape

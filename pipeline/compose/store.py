@@ -9,6 +9,7 @@ config, the scales, the cluster presets. The launcher configs are typed dataclas
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,3 +41,5 @@ def register() -> None:
     OmegaConf.register_new_resolver("repo_path", lambda rel: str(outputs_base() / rel), replace=True)
     # ``${dataset_hydra:${dataset_dir}}``: where Hydra's own run folders go inside a dataset.
     OmegaConf.register_new_resolver("dataset_hydra", lambda root: str(Dataset(root).hydra_dir), replace=True)
+    # ``${pid:}``: this process, so that two sweeps started in the same second get folders of their own
+    OmegaConf.register_new_resolver("pid", lambda: str(os.getpid()), replace=True)

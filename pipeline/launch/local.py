@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -110,12 +109,15 @@ def _job_processes(folder: Path) -> list[int]:
 
 
 def _state(job: Job) -> JobState:
+    """Running while its process lives; once it is gone, what its own ledger records said (never
+    submitit's result pickle: reading a dataset must not run what it holds)."""
     if _runs_job(int(job.job_id), job.log_dir):
         return JobState(RUNNING)
-    outcome = _result(job)
-    if outcome is None:
-        return JobState(FAILED, f"process {job.job_id} ended without a result (killed?)")
-    return outcome
+    if job.said == "finished":
+        return JobState(COMPLETED)
+    if job.said in ("failed", "interrupted"):
+        return JobState(FAILED)
+    return JobState(FAILED, f"process {job.job_id} ended without a result (killed?)")
 
 
 def _runs_job(pid: int, folder: Path) -> bool:
@@ -128,17 +130,3 @@ def _runs_job(pid: int, folder: Path) -> bool:
         return False
     zombie = "\nState:\tZ" in status
     return not zombie and str(folder) in arguments and any("submitit" in a for a in arguments)
-
-
-def _result(job: Job) -> JobState | None:
-    """Outcome that submitit recorded for task 0, or None when it wrote none."""
-    path = job.log_dir / f"{job.job_id}_0_result.pkl"
-    try:
-        with open(path, "rb") as f:
-            kind, value = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
-        return None
-    if kind == "success":
-        return JobState(COMPLETED)
-    lines = [ln for ln in str(value).strip().splitlines() if ln.strip()]
-    return JobState(FAILED, lines[-1].strip() if lines else "error without a traceback")

@@ -1,7 +1,9 @@
 """Run a planned sweep on its backend and report progress an operator can follow.
 
-Before anything is submitted, the sweep's intent goes into each of its datasets' ledgers (one record:
-every execution it means), so an interrupted sweep loses none of them: ``pipeline.status`` reports
+A sweep first claims the attempts it will write (:func:`claimed`): one writer per execution, so a
+resubmission or a second sweep never runs what a live sweep or job still has. Before anything is
+submitted, the sweep's intent goes into each of its datasets' ledgers (one record: every execution it
+means), so an interrupted sweep loses none of them: ``pipeline.status`` reports
 those that never went out as missing and ``pipeline.resubmit`` brings them. A line when each execution
 starts and when it ends (in the order they end, on any backend), each with the counts, the elapsed
 time and an estimate of the time left; a failure's line carries its error and its log. The lines are
@@ -13,15 +15,20 @@ stopped and what is left. Which backend runs it is the settings' ``backend``
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from pipeline.bench.spec import JobSpec
-from pipeline.data import ledger
+from pipeline.data import claims, ledger
+from pipeline.data.dataset import Dataset
 from pipeline.exits import Interrupted
 from pipeline.launch.backends import backend
-from pipeline.launch.plan import Outcome, intents
+from pipeline.launch.jobs import PENDING, RUNNING, Job
+from pipeline.launch.plan import Outcome, intents, resumed
 from pipeline.launch.settings import LaunchSettings
 
 
@@ -81,9 +88,105 @@ class Progress:
             self.stream.flush()
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """What a sweep may run: ``to_run`` (each with the attempt it claimed, in the plan's order),
+    ``done`` (skipped by ``--resume``: a valid shard exists) and ``owned`` (skipped: another live
+    writer has it, and why)."""
+
+    to_run: list[JobSpec]
+    done: list[JobSpec]
+    owned: list[tuple[JobSpec, str]]
+    refused: str = ""  # why the sweep may run nothing (another writer has what it means)
+
+    def check(self) -> None:
+        """Raise the refusal, if any, as the ValueError that ends a command in one line."""
+        if self.refused:
+            raise ValueError(self.refused)
+
+    def skips(self, prefix: str) -> list[str]:
+        """One line per execution skipped: done already, or another writer's."""
+        lines = [f"{prefix}: {p.execution_id} is done already: skipped" for p in self.done]
+        return lines + [f"{prefix}: {p.execution_id} is {why}: skipped" for p, why in self.owned]
+
+
+@contextlib.contextmanager
+def claimed(planned: list[JobSpec], resume: bool = False) -> Iterator[Claimed]:
+    """This process's claim of an attempt of each planned execution (:mod:`pipeline.data.claims`),
+    held, with a heartbeat in each dataset, until the context closes (the sweep's end). Claims are
+    taken in one order (datasets, then execution ids), so that racing sweeps meet on the same
+    execution first. An execution another live writer has (a sweep's claim, or a job still pending
+    or running) is skipped with ``resume`` (``--resume``, resubmission), which also skips those done
+    already; without it the sweep runs nothing: its claims are given back and ``refused`` names the
+    writer (:meth:`Claimed.check` raises it)."""
+    owner = claims.Owner.this_process()
+    with contextlib.ExitStack() as beating:
+        for dataset in dict.fromkeys(p.dataset for p in planned):
+            beating.enter_context(claims.Heartbeat(dataset, owner))
+        remaining, done = resumed(planned) if resume else (planned, [])
+        jobs = _live_jobs(remaining)
+        taken: dict[int, JobSpec] = {}
+        owned: list[tuple[JobSpec, str]] = []
+        for p in sorted(remaining, key=lambda p: (str(p.dataset.root), p.execution_id)):
+            if owned and not resume:
+                break  # refusing: claim no more
+            while True:
+                if why := _writer(p, jobs):
+                    owned.append((p, why))
+                    break
+                attempt = ledger.next_attempt(p.dataset, p.execution_id)
+                if claims.take(p.dataset, p.execution_id, attempt, owner):
+                    taken[id(p)] = replace(p, attempt=attempt)
+                    break  # else another writer took it between the look and the claim: look again
+        if owned and not resume:
+            for q in taken.values():
+                claims.release(q.dataset, claims.Claim(q.execution_id, q.attempt, owner))
+            p, why = owned[0]
+            refused = (
+                f"nothing was launched; {p.execution_id} in {p.dataset.root} is {why}: "
+                "wait for it, or add --resume to run only what no other writer has"
+            )
+            yield Claimed([], done, owned, refused)
+            return
+        yield Claimed([taken[id(p)] for p in remaining if id(p) in taken], done, owned)
+
+
+def _live_jobs(planned: list[JobSpec]) -> dict[tuple[Dataset, str], str]:
+    """(dataset, execution id) -> why its newest submitted attempt is still being written: a job that
+    its backend says is pending or running (one question per backend and dataset)."""
+    found: dict[tuple[Dataset, str], str] = {}
+    for dataset in dict.fromkeys(p.dataset for p in planned):
+        records = ledger.read(dataset)
+        said = {(r.execution_id, r.attempt): r.event for r in records if isinstance(r, ledger.TERMINAL)}
+        newest = ledger.newest_submissions(records)
+        mine = {p.execution_id for p in planned if p.dataset == dataset}
+        open_jobs = {
+            e: Job(r.job_id, r.backend, dataset.log_dir(e, r.attempt))
+            for e, r in newest.items()
+            if e in mine and (e, r.attempt) not in said
+        }
+        for name in sorted({j.backend for j in open_jobs.values()}):
+            states = backend(name).job_states([j for j in open_jobs.values() if j.backend == name])
+            for e, job in open_jobs.items():
+                state = states.get(job.job_id) if job.backend == name else None
+                if state is not None and state.state in (PENDING, RUNNING):
+                    found[dataset, e] = f"{state.state} in job {job.job_id} (attempt {newest[e].attempt})"
+    return found
+
+
+def _writer(p: JobSpec, jobs: dict[tuple[Dataset, str], str]) -> str:
+    """Why another writer has ``p``'s execution now (``""``: none has)."""
+    claim = claims.newest(p.dataset, p.execution_id)
+    if claim is not None and claims.alive(p.dataset, claim.owner):
+        if not ledger.ended(ledger.read(p.dataset), p.execution_id, claim.attempt):
+            return f"claimed as attempt {claim.attempt} by {claim.owner.describe()}"
+    return jobs.get((p.dataset, p.execution_id), "")
+
+
 def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
-    """Record the sweep's intent, submit the executions, wait for each (unless the settings do not
-    wait), print progress; the outcomes in the order the executions ended."""
+    """Record the sweep's intent, submit the executions (with the attempts :func:`claimed` took),
+    wait for each (unless the settings do not wait), print progress; the outcomes in the order the
+    executions ended."""
     if not planned:
         print("nothing to run", flush=True)
         return []

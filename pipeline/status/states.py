@@ -1,10 +1,13 @@
 """Status of every execution of a launched dataset: ledger + shards + the jobs' own state.
 
 The executions are those the dataset's sweeps meant (their intents in the ledger), were submitted or
-left a shard. ``done``: a valid shard exists. Otherwise the newest attempt in the ledger decides: its
-job is ``pending`` or ``running``; ``failed`` (with a reason and the log to read); or it completed
-without leaving a valid shard (deleted, corrupt), or its sweep stopped it (SIGINT, SIGTERM), which is
-``missing`` like an execution whose shards are gone and one its sweep meant but never submitted.
+left a shard. ``done``: a valid shard exists. Otherwise a newer attempt claimed by a writer that still
+lives (:mod:`pipeline.data.claims`) is ``pending``: that sweep will run it. Otherwise the newest
+attempt in the ledger decides: its job is ``pending`` or ``running``; ``failed`` (with a reason and
+the log to read); or it completed without leaving a valid shard (deleted, corrupt), or its sweep
+stopped it (SIGINT, SIGTERM), which is ``missing`` like an execution whose shards are gone and one
+its sweep meant but never submitted. Nothing read is executed, and every path used stays inside the
+dataset (the job's folder is where the layout puts it, not where a record says).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.data import ledger
+from pipeline.data import claims, ledger
 from pipeline.data.dataset import Dataset
-from pipeline.data.scan import Skipped, scan_shards
+from pipeline.data.scan import Meant, Skipped, scan_shards
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, error_log
 
@@ -44,16 +47,22 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
     """:func:`dataset_status` and the shard files the scan skipped (each with its reason), which the
     commands list so that no unusable file goes unsaid."""
     folder = Dataset.existing(dataset)
-    records = ledger.read(folder)
+    records, unreadable = ledger.survey(folder)
     submitted = ledger.newest_submissions(records)
     intended = ledger.newest_intents(records)
     failures = {(r.execution_id, r.attempt): r.reason for r in records if isinstance(r, ledger.Failed)}
     stops = {(r.execution_id, r.attempt): r.signal for r in records if isinstance(r, ledger.Interrupted)}
+    said = {(r.execution_id, r.attempt): r.event for r in records if isinstance(r, ledger.TERMINAL)}
     scan = scan_shards(folder)
-    executions = set(intended) | set(submitted) | folder.executions_with_shards()
+    meant = Meant.of(records).execution_ids  # a folder under another id is a skipped file, no execution
+    executions = set(intended) | set(submitted) | (folder.executions_with_shards() & meant)
     if not executions:
         raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
-    jobs = {e: Job(r.job_id, r.backend, folder.locate(r.log_dir)) for e, r in submitted.items()}
+    # the job's folder is where the layout puts it, never a path read from the ledger
+    jobs = {
+        e: Job(r.job_id, r.backend, folder.log_dir(e, r.attempt), said.get((e, r.attempt)))
+        for e, r in submitted.items()
+    }
     states = _job_states(list(jobs.values()))
     out = []
     for execution_id in sorted(executions):
@@ -72,6 +81,12 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
         no_shard = (
             f"no valid shard ({Path(rejected.path).name}: {rejected.reason})" if rejected else "no shard"
         )
+        if (claim := live_claim(folder, records, execution_id, record)) is not None:
+            detail = f"attempt {claim.attempt} claimed by {claim.owner.describe()}; not started yet"
+            out.append(
+                ExecutionStatus(execution_id, PENDING, claim.attempt, None, detail, None, record, (), intent)
+            )
+            continue
         if record is None:
             if intent is not None and rejected is None:
                 no_shard = f"never submitted (meant by the sweep of {intent.at})"
@@ -96,7 +111,20 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
                 execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes, intent
             )
         )
-    return out, scan.skipped
+    return out, [*scan.skipped, *(Skipped(path, reason) for path, reason in unreadable)]
+
+
+def live_claim(
+    dataset: Dataset, records: list[ledger.Record], execution_id: str, submitted: ledger.Submitted | None
+) -> claims.Claim | None:
+    """The claim of an attempt newer than the execution's newest submission whose owner lives and
+    which has not ended: the sweep that will run it next (until then the execution is pending)."""
+    claim = claims.newest(dataset, execution_id)
+    if claim is None or (submitted is not None and claim.attempt <= submitted.attempt):
+        return None
+    if ledger.ended(records, execution_id, claim.attempt) or not claims.alive(dataset, claim.owner):
+        return None
+    return claim
 
 
 def _job_states(jobs: list[Job]) -> dict[str, JobState]:
