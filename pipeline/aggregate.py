@@ -2,11 +2,14 @@
 
 Skipped shards (unreadable, incomplete, foreign, or set otherwise than the dataset) and missing
 executions are listed on stderr (and in the JSON meta); the files are written all the same, since a
-partial dataset is still worth publishing. Exit status: 0 when every execution the dataset's sweeps
-meant (and every one a skipped file names) has a published row; 1 when one has none, when the
-published executions differ in their comparable settings (a dataset from before its sweeps' intents
-fixed them), or when the dataset holds no shard at all; 2 for bad input (a path that is no
-directory, an --out that cannot be written).
+partial dataset is still worth publishing. The files, figures, page and their manifest
+(mok-comparison.sha256) replace the previous ones as one set: a write that fails (a full disk, an I/O
+error) leaves the previous publication byte-identical and ends in one line. Exit status: 0 when every
+execution the dataset's sweeps meant (and every one a skipped file names) has a published row; 1
+when one has none, when the published executions differ in their comparable settings (a dataset from
+before its sweeps' intents fixed them), when the dataset holds no shard at all, or when the files
+could not be written; 2 for bad input, refused before anything is written (a path that is no
+directory, a folder to publish into that cannot be written: the dataset without --out, or --out).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from pathlib import Path
 from pipeline.data.dataset import Dataset
 from pipeline.exits import BAD_INPUT, FAILED, OK, ArgumentParser, help_text, prog, run_command
 from pipeline.folders import check_writable
+from pipeline.printable import printable
 from pipeline.report import Aggregate, aggregate
 from pipeline.report.provenance import mixed_text
+from pipeline.report.publication import PublishError
 
 
 def _problem(dataset: Path, out: Path | None, workers: int) -> str | None:
@@ -27,11 +32,12 @@ def _problem(dataset: Path, out: Path | None, workers: int) -> str | None:
         Dataset.existing(dataset)
     except ValueError as err:
         return str(err)
-    if out is not None:
-        try:
-            check_writable(out)
-        except ValueError as err:
+    try:
+        check_writable(dataset if out is None else out)
+    except ValueError as err:
+        if out is not None:
             return f"--out {err}"
+        return f"dataset {err}: the files are published into the dataset unless --out names another folder"
     if workers < 1:
         return f"--workers {workers}: must be at least 1"
     return None
@@ -63,7 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("dataset", type=Path, help="dataset directory holding shards/ (and ledger/)")
     parser.add_argument("--out", type=Path, default=None, help="where to write the files (default: dataset)")
-    parser.add_argument("--no-figures", action="store_true", help="write only the CSV and JSON files")
+    parser.add_argument(
+        "--no-figures",
+        action="store_true",
+        help="publish only the CSV and JSON files (an earlier publication's figures and page go with it)",
+    )
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
     parser.add_argument(
         "--estimate",
@@ -74,40 +84,49 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     problem = _problem(args.dataset, args.out, args.workers)
     if problem is not None:
-        print(f"pipeline.aggregate: {problem}", file=sys.stderr)
+        _say(problem)
         return BAD_INPUT
     if not Dataset(args.dataset).shard_files():
-        print(f"pipeline.aggregate: {args.dataset} holds no shards: nothing to publish", file=sys.stderr)
+        _say(f"{args.dataset} holds no shards: nothing to publish")
         return FAILED
     if args.estimate and (reason := _cannot_estimate()):
-        print(
-            f"pipeline.aggregate: --estimate: {reason}; publishing the kept estimates only", file=sys.stderr
-        )
+        _say(f"--estimate: {reason}; publishing the kept estimates only")
         args.estimate = False
     try:
         result = aggregate(
             args.dataset, args.out, figures=not args.no_figures, workers=args.workers, estimate=args.estimate
         )
     except ValueError as exc:
-        print(f"pipeline.aggregate: {exc}", file=sys.stderr)
+        _say(str(exc))
         return BAD_INPUT
+    except PublishError as exc:
+        _say(str(exc))
+        return FAILED
+    except OSError as exc:  # reading: publication turns its own into a PublishError
+        _say(f"cannot read the dataset: {exc}; nothing was published")
+        return FAILED
     for skipped in result.skipped:
-        print(f"skipped {skipped.path}: {skipped.reason}", file=sys.stderr)
+        _say(f"skipped {skipped.path}: {skipped.reason}", named=False)
     if result.missing:
-        print(f"missing {len(result.missing)} execution(s): {' '.join(result.missing)}", file=sys.stderr)
+        _say(f"missing {len(result.missing)} execution(s): {' '.join(result.missing)}", named=False)
     counts = result.document.meta.counts
     print(
-        f"{counts.executions} executions, {counts.matched_workloads} matched workloads, "
-        f"{counts.pairs} pairs; wrote {', '.join(str(f) for f in result.files)}"
+        printable(
+            f"{counts.executions} executions, {counts.matched_workloads} matched workloads, "
+            f"{counts.pairs} pairs; wrote {', '.join(str(f) for f in result.files)}"
+        )
     )
     if result.mixed:
-        print(
-            f"settings differ between the published executions: {mixed_text(result.mixed)}", file=sys.stderr
-        )
+        _say(f"settings differ between the published executions: {mixed_text(result.mixed)}", named=False)
     left = unpublished(result)
     if left:
-        print(f"not published: {len(left)} execution(s) without a row: {' '.join(left)}", file=sys.stderr)
+        _say(f"not published: {len(left)} execution(s) without a row: {' '.join(left)}", named=False)
     return FAILED if left or result.mixed else OK
+
+
+def _say(line: str, *, named: bool = True) -> None:
+    """One line on stderr, the dataset's strings in it made printable; ``named``: after the command's name."""
+    print(printable(f"pipeline.aggregate: {line}" if named else line), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,19 @@
-"""Aggregate a dataset's shards into the published files: CSV, pairs CSV, JSON and figures."""
+"""Aggregate a dataset's shards into the published files: CSV, pairs CSV, JSON, figures and page.
+
+Everything is computed first, the figures and the page included; then the files are published as one
+set with their manifest (:mod:`pipeline.report.publication`: all of them or, on any error, none, the
+previous publication left byte-identical). What is published names paths relative to the dataset
+only: a skip reason that names a file of the dataset names it so, and any other absolute path is
+withheld, so a copied dataset publishes the same bytes.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from pipeline.data.atomic import atomic_write
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
@@ -15,15 +23,19 @@ from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.report import executions, pairs
 from pipeline.report.deviations import deviations
 from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Missing, PackingEvidence
-from pipeline.report.figures import write_figures
+from pipeline.report.figures import figure_files, is_figure_name
 from pipeline.report.launched import launched
-from pipeline.report.page import write_report
+from pipeline.report.page import REPORT_NAME, report_html
 from pipeline.report.provenance import mixed
+from pipeline.report.publication import publish
 from pipeline.report.publish import Row, csv_text, json_text
 
 CSV_NAME = "mok-comparison.csv"
 PAIRS_NAME = "mok-comparison-pairs.csv"
 JSON_NAME = "mok-comparison.json"
+# An absolute path, where it starts a word of a text: what is left once the dataset's own are relative.
+_ABSOLUTE = re.compile(r"(?<![\w.~/-])/(?=[\w.~-])[^\s'\"()]*")
+OUTSIDE = "<a path outside the dataset>"
 
 
 @dataclass(frozen=True)
@@ -41,10 +53,10 @@ def aggregate(
     dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8, estimate: bool = False
 ) -> Aggregate:
     """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset);
-    ``estimate`` computes the full-scale estimates the kept table lacks (else their cells are empty)."""
+    ``estimate`` computes the full-scale estimates the kept table lacks (else their cells are empty).
+    A :class:`~pipeline.report.publication.PublishError` says why nothing was published."""
     folder = Dataset.existing(dataset)
     out = folder.root if out is None else Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     scan = scan_shards(folder, workers=workers)
     skipped = list(scan.skipped)
     rows: list[Row] = []
@@ -61,7 +73,9 @@ def aggregate(
         rows.append({**row, **estimated[execution_id], "shard": shard_file})
         if shard.identity.kind == "packing":
             states.append(packing_evidence(shard))
-    skipped.sort(key=lambda s: s.path)
+    skipped = sorted(
+        (Skipped(s.path, dataset_relative(s.reason, folder)) for s in skipped), key=lambda s: s.path
+    )
     pair_rows = pairs.pair_rows(rows)
     ledger = launched(folder)
     present = {str(r["execution_id"]) for r in rows}
@@ -90,15 +104,33 @@ def aggregate(
         pairs=tuple(pair_rows),
         saved_state=tuple(states),
     )
-    files = [out / CSV_NAME, out / PAIRS_NAME, out / JSON_NAME]
-    atomic_write(files[0], csv_text(rows, executions.COLUMNS))
-    atomic_write(files[1], csv_text(pair_rows, pairs.COLUMNS))
-    atomic_write(files[2], json_text(document.to_json()))
+    files = {
+        CSV_NAME: csv_text(rows, executions.COLUMNS).encode(),
+        PAIRS_NAME: csv_text(pair_rows, pairs.COLUMNS).encode(),
+        JSON_NAME: json_text(document.to_json()).encode(),
+    }
     if figures:
-        pngs = write_figures(out, rows, pair_rows, states)
-        files += [*pngs, write_report(out, document, scan.newest, pngs)]
+        pngs = figure_files(rows, pair_rows, states)
+        files |= pngs
+        files[REPORT_NAME] = report_html(document, scan.newest, pngs).encode()
+    written = publish(out, files, owned=published_name)
     published = [scan.newest[str(r["execution_id"])] for r in rows]
-    return Aggregate(files=files, skipped=skipped, missing=missing, document=document, mixed=mixed(published))
+    return Aggregate(
+        files=written, skipped=skipped, missing=missing, document=document, mixed=mixed(published)
+    )
+
+
+def published_name(name: str) -> bool:
+    """Whether ``name`` is one of the files a publication writes (what a new one replaces or removes)."""
+    return name in (CSV_NAME, PAIRS_NAME, JSON_NAME, REPORT_NAME) or is_figure_name(name)
+
+
+def dataset_relative(text: str, folder: Dataset) -> str:
+    """``text`` with every path into ``folder`` relative to its root and any other absolute path
+    withheld, for publication."""
+    for root in sorted({str(folder.root), os.path.realpath(folder.root)}, key=len, reverse=True):
+        text = re.sub(re.escape(root) + r"(/|(?![\w.~-]))", lambda m: "" if m.group(1) else ".", text)
+    return _ABSOLUTE.sub(OUTSIDE, text)
 
 
 def packing_evidence(shard: Shard) -> PackingEvidence:

@@ -7,15 +7,15 @@ software stamp, so the same rows give the same PNG bytes.
 from __future__ import annotations
 
 import io
-from pathlib import Path
+import re
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from pipeline.data.atomic import atomic_write
 from pipeline.matrix import WORKLOADS
+from pipeline.printable import printable
 from pipeline.report.document import PackingEvidence
 from pipeline.report.publish import Row, number
 from pipeline.vocabulary import KINDS, PRECISIONS
@@ -27,21 +27,25 @@ PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 HEADROOM = 1.6
 PNG_METADATA = {"Software": None}
 TABLE_TITLE = "paired values: Dist-MoE / MoK"
+SAVED_STATE_NAME = "mok-comparison-saved-state.png"
 _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 
 
-def write_figures(out: Path, rows: list[Row], pairs: list[Row], states: list[PackingEvidence]) -> list[Path]:
-    """Write one time figure per EP and the saved-state figure; return the paths written."""
-    written = []
-    for ep in sorted({_int(r, "ep") for r in rows}):
-        path = Path(out) / f"mok-comparison-ep{ep}.png"
-        atomic_write(path, png(time_figure(ep, rows, pairs)))
-        written.append(path)
+def figure_files(rows: list[Row], pairs: list[Row], states: list[PackingEvidence]) -> dict[str, bytes]:
+    """One time figure per EP and the saved-state figure: file name -> PNG bytes, in EP order."""
+    files = {f"mok-comparison-ep{ep}.png": png(time_figure(ep, rows, pairs)) for ep in _eps(rows)}
     if states:
-        path = Path(out) / "mok-comparison-saved-state.png"
-        atomic_write(path, png(saved_state_figure(states, pairs, rows)))
-        written.append(path)
-    return written
+        files[SAVED_STATE_NAME] = png(saved_state_figure(states, pairs, rows))
+    return files
+
+
+def is_figure_name(name: str) -> bool:
+    """Whether ``name`` is the name of a published figure."""
+    return name == SAVED_STATE_NAME or re.fullmatch(r"mok-comparison-ep[1-9][0-9]*\.png", name) is not None
+
+
+def _eps(rows: list[Row]) -> list[int]:
+    return sorted({_int(r, "ep") for r in rows})
 
 
 def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
@@ -121,7 +125,7 @@ def _panel_title(ep: int, kind: str, precision: str, mine: list[Row]) -> str:
     scales the BF16 and MXFP8 panels ran float32 layers (MXFP8 products of dequantized operands)."""
     label = f"EP{ep} {kind} {precision.upper()}"
     ran = sorted({str(r["dtype"]) for r in mine if r["kind"] == kind and r["precision"] == precision})
-    return label if ran in ([], ["bfloat16"]) else f"{label}, ran {', '.join(ran)}"
+    return label if ran in ([], ["bfloat16"]) else _shown(f"{label}, ran {', '.join(ran)}")
 
 
 def _paired_table(
@@ -161,7 +165,13 @@ def _provenance(rows: list[Row]) -> str:
     """Where and at which scale the rows ran, for a title."""
     devices = sorted({str(r.get("device")) for r in rows})
     scales = sorted({str(r.get("scale")) for r in rows})
-    return f"device {', '.join(devices)}, scale={', '.join(scales)}"
+    return _shown(f"device {', '.join(devices)}, scale={', '.join(scales)}")
+
+
+def _shown(text: str) -> str:
+    """A dataset's text for a figure: control characters written out, and no ``$`` that would make
+    matplotlib read it as mathematics."""
+    return printable(text).replace("$", r"\$")
 
 
 def saved_state_figure(

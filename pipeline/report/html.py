@@ -2,6 +2,8 @@
 
 A page opens from disk in any browser without a server or a network, and the same content gives
 the same bytes (nothing here reads a clock or a path), so pages are published like the CSV files.
+Every text goes through :func:`escape`, so a dataset's strings reach the page as text, control
+characters included.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import base64
 import html
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from pipeline.printable import printable
 
 Cell = str | tuple[str, str]  # text, or (text, CSS class of its cell)
 
@@ -87,4 +91,6 @@ def page(title: str, parts: Iterable[str]) -> str:
 
 
 def escape(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+    """``text`` for the page: control characters written out (they are no characters of HTML, and a
+    dataset's strings are untrusted), then HTML's special characters escaped."""
+    return html.escape(printable(text), quote=True)

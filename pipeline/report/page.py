@@ -2,40 +2,31 @@
 
 What ran (device, scale, provenance), how complete the launched matrix is, the per-EP time figures,
 the pairs with their speedups, every execution's times, and the saved-state evidence of the packing
-cases. It is built from the aggregate's document, its figure files and the shards' metadata only, and
+cases. It is built from the aggregate's document, its figures and the shards' metadata only, and
 names no absolute path, so the same shards give the same bytes wherever the dataset lives.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from pipeline.data.atomic import atomic_write
 from pipeline.data.reader import Shard
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
 from pipeline.report.document import Document, Meta, PackingEvidence
 from pipeline.report.provenance import describe, mixed, mixed_text, time_span
+from pipeline.report.publication import MANIFEST_NAME
 from pipeline.report.publish import Row, number, optional_number
 
 REPORT_NAME = "report.html"
 TITLE = "MoK vs Dist-MoE: expert-parallel MoE layer benchmark"
 
 
-def write_report(out: Path, document: Document, shards: Mapping[str, Shard], figures: Sequence[Path]) -> Path:
-    """Write ``report.html`` into ``out`` from the aggregate ``document``, the winning ``shards`` by
-    execution id and the figure files just written; return its path."""
-    path = Path(out) / REPORT_NAME
-    atomic_write(path, report_html(document, shards, {Path(f).name: Path(f).read_bytes() for f in figures}))
-    return path
-
-
 def report_html(document: Document, shards: Mapping[str, Shard], pngs: Mapping[str, bytes]) -> str:
     """The page's text; ``pngs`` maps figure file names to their bytes."""
     published = [shards[str(r["execution_id"])] for r in document.executions]
     saved = {name: data for name, data in pngs.items() if "saved-state" in name}
-    times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order, as written
+    times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order
     return html.page(
         TITLE,
         [
@@ -73,6 +64,11 @@ def _what_ran(meta: Meta, shards: list[Shard]) -> str:
             f"{counts.executions} executions, {counts.matched_workloads} matched workloads, "
             f"{counts.pairs} pairs (schema version {meta.schema_version}). Each value "
             "below is followed by the number of executions that recorded it."
+        ),
+        html.paragraph(
+            f"This page, its figures, the CSV and JSON files beside it are one publication: {MANIFEST_NAME} "
+            f"lists each with its SHA-256, and 'sha256sum -c {MANIFEST_NAME}' in their folder checks them.",
+            "note",
         ),
         *_mixed(shards),
         html.table(["field", "values (executions)"], rows),

@@ -1,8 +1,8 @@
 """Write the published CSV and JSON files byte-for-byte reproducibly.
 
 Floats are rounded to six significant digits (timing noise is far larger), in both CSV and JSON, so
-the two files agree; empty CSV cells and JSON nulls mark values that do not exist. Each file is
-written under a temporary name and renamed, so readers never see half a file.
+the two files agree; empty CSV cells and JSON nulls mark values that do not exist. The texts are
+published with the figures and the page as one set (:mod:`pipeline.report.publication`).
 """
 
 from __future__ import annotations
