@@ -5,16 +5,21 @@ all is well; ``1`` something failed or is not published (an execution failed, st
 missing executions, aggregate left an intended execution without a published row, compare found
 something slower); ``2`` bad input, refused in one line before anything is launched or written;
 ``130`` / ``143`` interrupted by SIGINT (Ctrl-C) / SIGTERM, after one line that says what was stopped.
+The first of these signals decides: the line and the status name it, whatever arrives after it.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pipeline.folders import SHOWN, check_path, cut
 
 OK, FAILED, BAD_INPUT = 0, 1, 2
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -24,7 +29,7 @@ TABLE = (
      "an intended execution has no published row, something got slower)"),
     (BAD_INPUT, "bad input, refused in one line before anything is launched or written"),
     (128 + signal.SIGINT, "interrupted by SIGINT (Ctrl-C), after one line saying what was stopped"),
-    (128 + signal.SIGTERM, "interrupted by SIGTERM, likewise"),
+    (128 + signal.SIGTERM, "interrupted by SIGTERM, likewise (of several signals, the first counts)"),
 )  # fmt: skip
 
 
@@ -47,18 +52,38 @@ class Interrupted(BaseException):
 
 
 def _raise(signum: int, _frame: object) -> None:
+    # the first signal decides how the command ends: later ones (a second Ctrl-C, a kill) neither
+    # cut short the stopping of its jobs nor change the status or the line that say which signal it was
+    for s in SIGNALS:
+        signal.signal(s, _after_first)
     raise Interrupted(signum)
+
+
+def _after_first(_signum: int, _frame: object) -> None:
+    """A signal after the first of an interrupted command: it is stopping already."""
 
 
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Inside, SIGINT and SIGTERM raise :class:`Interrupted` in the main thread."""
+    """Inside, the first SIGINT or SIGTERM raises :class:`Interrupted` in the main thread; later ones
+    are dropped while the command stops its jobs (by a Python handler, which a process started then
+    does not inherit) and ignored once the block is left, so that the command ends as that first
+    signal says."""
     previous = {s: signal.signal(s, _raise) for s in SIGNALS}
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        if signal.getsignal(signal.SIGINT) is _after_first:
+            # blocking runs the handler of a signal caught already (ignoring a caught one would print a
+            # warning); setting SIG_IGN then drops those pending, and stays through the interpreter's
+            # exit, which would put back the default handler of a Python one and so die of a late signal
+            mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+            for s in SIGNALS:
+                signal.signal(s, signal.SIG_IGN)
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        else:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
 
 
 @contextmanager
@@ -102,11 +127,44 @@ def help_text(doc: str) -> str:
     return doc.replace("``", "")
 
 
+def shorten(message: object) -> str:
+    """``message`` as one line of a refusal: its lines joined, every word longer than
+    :data:`pipeline.folders.SHOWN` characters (a path of thousands) cut to its start and end."""
+    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    return re.sub(rf"\S{{{SHOWN + 1},}}", lambda word: cut(word.group(0)), text)
+
+
+def refuse(command: str, message: object) -> int:
+    """Say why ``command`` refuses its input, in one line on stderr; the status it then ends with."""
+    print(f"{command}: {shorten(message)}", file=sys.stderr, flush=True)
+    return BAD_INPUT
+
+
+def path_text(text: str) -> str:
+    """A path argument as given, once :func:`pipeline.folders.check_path` allows it (an argparse type)."""
+    try:
+        return check_path(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def path_argument(text: str) -> Path:
+    """A path argument as a Path, once :func:`pipeline.folders.check_path` allows it."""
+    return Path(path_text(text))
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """Argument errors in one line (no usage block) with exit status 2, like every other bad input."""
+    """Argument errors in one line (no usage block, long values cut) with exit status 2, like every
+    other bad input; every path argument (``type=Path``) is checked as it is parsed
+    (:func:`path_argument`), so an empty or over-long one is an argument error too."""
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("type") is Path:
+            kwargs["type"] = path_argument
+        return super().add_argument(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(BAD_INPUT, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(BAD_INPUT, f"{self.prog}: error: {shorten(message)} (see --help)\n")
 
 
 def dataset_parser(module: str, doc: str | None) -> ArgumentParser:
@@ -117,5 +175,5 @@ def dataset_parser(module: str, doc: str | None) -> ArgumentParser:
         description=help_text(doc or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("dataset_dir", help="dataset folder holding ledger/ and shards/")
+    parser.add_argument("dataset_dir", type=path_text, help="dataset folder holding ledger/ and shards/")
     return parser

@@ -164,9 +164,12 @@ def _published_json_says_what_ran(shards: list[Path]) -> None:
     [
         (
             ["workload=inference-ep8-f1536,inference-ep4-f1536", "variant=mok-bf16"],
-            "Available options in 'workload'",
+            "Could not find 'workload/inference-ep4-f1536'; allowed workload: ",
         ),
-        (["workload=inference-ep8-f1536", "variant=mok-bf16,mok-int4"], "Available options in 'variant'"),
+        (
+            ["workload=inference-ep8-f1536", "variant=mok-bf16,mok-int4"],
+            "Could not find 'variant/mok-int4'; allowed variant: ",
+        ),
         (
             ["workload=inference-ep8-f1536,training-ep64-f3072", "variant=mok-bf16", "scale.num_experts=96"],
             "cannot hold EP64: num_experts 96 is not a multiple of 64",

@@ -7,32 +7,26 @@ a bad option), with a one-line error.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.compare.comparison import any_slower, bounds_text, compare
 from pipeline.compare.family import MULTIPLICITY
 from pipeline.compare.page import write_page
 from pipeline.compare.side import load
+from pipeline.exits import ArgumentParser
 from pipeline.folders import check_writable
+from pipeline.printable import printable
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.compare"
 
 
-class _Parser(argparse.ArgumentParser):
-    """Argument errors as one line too (no usage block), like every other bad input."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog=PROG, description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("base", type=Path, help="dataset directory measured before (holds shards/)")
     parser.add_argument("new", type=Path, help="dataset directory measured after")
     parser.add_argument(
@@ -69,19 +63,20 @@ def main(argv: list[str] | None = None) -> int:
         document = compare(*sides, args.threshold, multiplicity=args.multiplicity, history=history)
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
-        parser.exit(2, f"{PROG}: error: {exc}\n")
+        parser.exit(2, printable(f"{PROG}: error: {exc}") + "\n")
     for side in ("base", "new"):
         for skipped in document[side]["skipped"]:
-            print(f"skipped ({side}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
+            print(printable(f"skipped ({side}) {skipped['path']}: {skipped['reason']}"), file=sys.stderr)
     for h in document["history"]:
         for skipped in h["skipped"]:
-            print(f"skipped (history {h['dataset']}) {skipped['path']}: {skipped['reason']}", file=sys.stderr)
+            line = f"skipped (history {h['dataset']}) {skipped['path']}: {skipped['reason']}"
+            print(printable(line), file=sys.stderr)
     if args.json:
-        print(json_text(document), end="")
+        print(json_text(document), end="")  # ASCII: JSON escapes every control character
     else:
         print(text(document))
     if page is not None:
-        print(f"wrote {page}", file=sys.stderr)
+        print(printable(f"wrote {page}"), file=sys.stderr)
     return 1 if any_slower(document) else 0
 
 
@@ -105,7 +100,8 @@ def _check_out(out: Path) -> None:
 
 
 def text(document: dict[str, Any]) -> str:
-    """The comparison for a terminal: what differs between the datasets first, then the changes."""
+    """The comparison for a terminal: what differs between the datasets first, then the changes; each
+    line made printable, since execution ids, settings and reasons come from the datasets."""
     lines = [
         f"{side.upper():4} {document[side]['dataset']}: {document[side]['executions']} executions"
         for side in ("base", "new")
@@ -151,7 +147,7 @@ def text(document: dict[str, Any]) -> str:
         f"{counts['speedup_lower']} lower of {len(document['speedups'])}; "
         f"{counts['selections_flipped']} of {counts['selections']} selections flipped"
     )
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _noise(entry: dict[str, Any]) -> str:

@@ -3,7 +3,6 @@ and checked by :func:`pipeline.launch.settings.effective`; a refusal ends the co
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -11,7 +10,7 @@ from typing import Any, cast
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.compose.store import CONFIG_DIR
-from pipeline.exits import BAD_INPUT
+from pipeline.exits import refuse
 from pipeline.launch.settings import LaunchSettings, effective
 
 
@@ -47,5 +46,4 @@ def refusals(command: str, cleanup: Callable[[], None] | None = None) -> Iterato
     except ValueError as err:
         if cleanup is not None:
             cleanup()
-        print(f"{command}: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(BAD_INPUT) from None
+        raise SystemExit(refuse(command, err)) from None

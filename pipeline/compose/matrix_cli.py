@@ -3,15 +3,15 @@ would launch (execution id, then its overrides) and count them, without launchin
 
 from __future__ import annotations
 
-import sys
-
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.compose.errors import one_line
 from pipeline.compose.jobs import job_config
+from pipeline.compose.overrides import check as check_overrides
 from pipeline.compose.select import select
-from pipeline.exits import BAD_INPUT, OK
+from pipeline.exits import OK, refuse
+from pipeline.folders import check_path
 from pipeline.launch.plan import check_distinct, validate
 from pipeline.matrix import counts
 
@@ -29,23 +29,35 @@ def main(arguments: list[str]) -> int:
         return OK
     options = [a for a in arguments if a.startswith("-")]
     if options:
-        print(
-            f"error: unknown option {options[0]}; allowed: -h, --help (the rest are overrides)",
-            file=sys.stderr,
-        )
-        return BAD_INPUT
+        return refuse("error", f"unknown option {options[0]}; allowed: -h, --help (the rest are overrides)")
     try:
+        check_overrides(arguments)
         jobs = select(arguments)
         # the launcher's own checks: what it would refuse is not listed as launchable
-        executions = [validate(job_config(cfg))[0] for _, cfg in jobs]
+        configs = [job_config(cfg) for _, cfg in jobs]
+        executions = [validate(c)[0] for c in configs]
+        for c in configs:  # its form (nothing is written here, so not whether it can be written)
+            _dataset_path(c["dataset_dir"])
         check_distinct(
-            [(o, c["dataset_dir"], e.execution_id) for (o, c), e in zip(jobs, executions, strict=True)]
+            [
+                (o, c["dataset_dir"], e.execution_id)
+                for (o, _), c, e in zip(jobs, configs, executions, strict=True)
+            ]
         )
     except (ValueError, HydraException, OmegaConfBaseException) as err:
-        print(f"error: {one_line(err)}", file=sys.stderr)
-        return BAD_INPUT
+        return refuse("error", one_line(err))
     for (overrides, _), execution in zip(jobs, executions, strict=True):
         print(execution.execution_id, *overrides)
     n, workloads, pairs = counts(executions)
     print(f"{n} executions, {workloads} workloads, {pairs} pairs")
     return OK
+
+
+def _dataset_path(root: object) -> None:
+    """Refuse a ``dataset_dir`` that the run would refuse for its form: not a path, empty, too long."""
+    if not isinstance(root, str):
+        raise ValueError(f"dataset_dir must be a path, got {root!r}")
+    try:
+        check_path(root)
+    except ValueError as err:
+        raise ValueError(f"dataset_dir {err}") from None

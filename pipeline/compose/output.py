@@ -55,5 +55,7 @@ def discard(folder: Path) -> None:
     for empty in (folder / ".hydra", folder, folder.parent, folder.parent.parent):
         try:
             empty.rmdir()
-        except OSError:  # not empty (or not there): what else it holds is not Hydra's to remove
+        except FileNotFoundError:  # a sweep's folder has no .hydra of its own
+            continue
+        except OSError:  # not empty: what else it holds is not Hydra's to remove
             return

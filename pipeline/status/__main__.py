@@ -11,8 +11,9 @@ import json
 import sys
 from collections import Counter
 
-from pipeline.exits import dataset_parser, run_command
+from pipeline.exits import dataset_parser, refuse, run_command
 from pipeline.launch.jobs import FAILED
+from pipeline.printable import printable
 from pipeline.status import MISSING, STATES, ExecutionStatus, dataset_survey
 
 
@@ -55,10 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         statuses, skipped = dataset_survey(args.dataset_dir)
     except (ValueError, RuntimeError) as err:
-        print(f"pipeline.status: {err}", file=sys.stderr)
-        return 2
+        return refuse("pipeline.status", err)
     for s in skipped:
-        print(f"skipped {s.path}: {s.reason}", file=sys.stderr)
+        print(printable(f"skipped {s.path}: {s.reason}"), file=sys.stderr)
     counts = Counter(s.state for s in statuses)
     shown = [s for s in statuses if not args.state or s.state in args.state]
     if args.json:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(document, indent=2))
     else:
         for line in lines(shown):
-            print(line)
+            print(printable(line))  # ids, reasons and hosts come from the dataset
         print(", ".join(f"{counts[k]} {k}" for k in STATES) + f" of {len(statuses)} executions")
     return 1 if counts[FAILED] or counts[MISSING] else 0
 
