@@ -63,7 +63,12 @@ def check_writable(folder: str | os.PathLike[str]) -> Path:
             what = "a file, not a directory" if existing == path else f"not a directory: {existing} is a file"
             raise ValueError(f"{shown(str(folder))} is {what}")
         for parent in reversed([path, *path.parents][: len(path.parts) - len(existing.parts)]):
-            parent.mkdir()
+            try:
+                parent.mkdir()
+            except FileExistsError:  # another process made it meanwhile: it is theirs to keep
+                if not parent.is_dir():
+                    raise
+                continue
             made.append(parent)
         probe = path / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
@@ -72,5 +77,8 @@ def check_writable(folder: str | os.PathLike[str]) -> Path:
         raise ValueError(f"{shown(str(folder))} cannot be written here ({err.strerror})") from None
     finally:
         for parent in reversed(made):
-            parent.rmdir()
+            try:
+                parent.rmdir()
+            except OSError:  # another process has put something in it meanwhile
+                break
     return path
