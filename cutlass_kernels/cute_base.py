@@ -1,6 +1,7 @@
 """What the CuTe DSL grouped-GEMM kernels share: their compile key, fake-tensor signatures, a compile
 cache, the group tile walk on the device (:mod:`cutlass_kernels.tile_schedule`'s, traced, and the
-prefix it walks, built by one warp), and the torch -> CuTe argument conversion.
+prefix it walks, built by one warp), the torch -> CuTe argument conversion, and :class:`GroupedGemm`,
+the base of each arch's kernel class.
 
 Every kernel is compiled once per :class:`KernelSpec` with symbolic M, N, K and group count, so a new
 routing (new ``offs``) or a new token count reuses the compiled kernel. Compiling needs no GPU: with
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import re
 import types
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -222,3 +224,55 @@ def total_tiles(problem: cutlass.Constexpr, prefix: cute.Tensor, groups, tiles_m
 def tile_work(problem: cutlass.Constexpr, prefix: cute.Tensor, offs: cute.Tensor, group, tile, shape):
     """:func:`tile_schedule.tile_work` on the device."""
     return _tile_work(problem, prefix, offs, group, tile, shape, DEVICE)
+
+
+class GroupedGemm(ABC):
+    """What every arch's grouped GEMM shares: the tile, the grouping, the FP32 accumulator, the entry
+    :func:`compile_spec` compiles, and the tile walk its CTAs loop over. An arch's class sets up its
+    MMA and shared memory (``problem`` among them) and launches its kernel in :meth:`_launch`."""
+
+    problem: tile_schedule.GroupedProblem
+    cluster_n = 1  # N tiles one step of the walk covers (clusters whose CTAs sit side by side along N)
+
+    def __init__(self, tile_m: int, tile_n: int, k_grouped: bool) -> None:
+        self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
+        self.acc_dtype = cutlass.Float32
+
+    @cute.jit
+    def __call__(
+        self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, ctas: cutlass.Int32, stream
+    ) -> None:
+        """M-grouped: a (M, K); b (N, K, G) K- or N-major; c (M, N). K-grouped: a (N, R) and b (K, R),
+        both N-major over the rows R (the padded copies' rows, or the operands' own); c (G * N, K).
+        offs (G,) int32 row ends; ctas persistent CTAs (the SM count, rounded down to whole
+        clusters)."""
+        if cutlass.const_expr(self.k_grouped):
+            # the one B of a K-grouped launch as a group of one: (K, R, 1)
+            b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
+        self._launch(a, b, c, offs, ctas, stream)
+
+    @abstractmethod
+    def _launch(self, a: Any, b: Any, c: Any, offs: Any, ctas: Any, stream: Any) -> None:
+        """Trace-time body of ``__call__``, B as (N, K, G): TMA atoms, shared storage, kernel launch."""
+
+    def _walk(
+        self, prefix: Any, offs: Any, mA: Any, rows: Any, cols: Any, walker: Any, walkers: Any
+    ) -> CtaWalk:
+        """The walk of CTA (or cluster) ``walker`` of ``walkers`` over the tiles of C, ``rows x cols``;
+        K-grouped, over each group's block of it (A's rows x ``cols``)."""
+        rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else rows
+        tiles_m = cute.ceil_div(rows_out, self.problem.tile_m)
+        tiles_n = cute.ceil_div(cols, self.tile_n)
+        if cutlass.const_expr(self.cluster_n > 1):
+            tiles_n = cute.ceil_div(tiles_n, self.cluster_n)
+        # K tiles of ``problem.chunk`` (the K tile); K-grouped tiles take theirs (a group's row chunks)
+        # from the prefix
+        k_tiles = (
+            0
+            if cutlass.const_expr(self.k_grouped)
+            else cute.ceil_div(cute.size(mA, mode=[1]), self.problem.chunk)
+        )
+        total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
+        return CtaWalk(
+            prefix, offs, walker, walkers, total, tile_schedule.WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
+        )

@@ -41,8 +41,8 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils import blockscaled_layout
 
-from cutlass_kernels.cute_base import MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
-from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
+from cutlass_kernels.cute_base import MAX_GROUPS, CtaWalk, GroupedGemm, build_tile_prefix, tile_work
+from cutlass_kernels.tile_schedule import GroupedProblem
 
 _EPI_WARPS = (0, 1, 2, 3)
 _MMA_WARP = 4
@@ -99,7 +99,7 @@ def _tma_load(atom: Any, source: Any, stages: Any, handle: Any, mask: Any) -> No
     cute.copy(atom, source, stages[(None, handle.index)], tma_bar_ptr=handle.barrier, mcast_mask=mask)
 
 
-class Sm100GroupedGemm:
+class Sm100GroupedGemm(GroupedGemm):
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
     ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape; ``tile_m`` is 128, or 256 on
     CTA pairs."""
@@ -132,9 +132,8 @@ class Sm100GroupedGemm:
                 f"tile {tile_m}x{tile_n} with {acc_stages} accumulator stages needs {columns} "
                 f"tensor-memory columns; {_TMEM_COLUMNS} exist (1 or 2 stages)"
             )
-        self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
+        super().__init__(tile_m, tile_n, k_grouped)
         self.cta_pair, self.cluster_n, self.acc_stages = cta_pair, cluster_n, acc_stages
-        self.acc_dtype = cutlass.Float32
         # read, like c_layout / cta_tile_shape_mnk, by CUTLASS's epilogue
         self.use_2cta_instrs = cta_pair
         self.cta_group = tcgen05.CtaGroup.TWO if cta_pair else tcgen05.CtaGroup.ONE
@@ -223,25 +222,9 @@ class Sm100GroupedGemm:
         acc_shape = tiled_mma.partition_shape_C(self.mma_tiler[:2])
         return tiled_mma.make_fragment_C(cute.append(acc_shape, self.acc_stages))
 
-    @cute.jit
-    def __call__(
-        self,
-        a: cute.Tensor,
-        b: cute.Tensor,
-        c: cute.Tensor,
-        offs: cute.Tensor,
-        num_ctas: cutlass.Int32,
-        stream,
-    ) -> None:
-        """a (M, K); b (N, K, G) K- or N-major; c (M, N); offs (G,) int32 row ends; num_ctas persistent
-        CTAs (the SM count; on pairs rounded down to whole clusters)."""
-        self._launch(a, b, c, offs, None, None, num_ctas, stream)
-
-    def _launch(self, a, b, c, offs, sfa, sfb, num_ctas, stream) -> None:
-        """Trace-time body of ``__call__``: TMA atoms (2-CTA on pairs, A multicast across pairs),
-        shared storage, kernel launch."""
-        if cutlass.const_expr(self.k_grouped):
-            b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
+    def _launch(self, a, b, c, offs, ctas, stream, sfa=None, sfb=None) -> None:
+        """Trace-time body of ``__call__`` (with the MX kernel's ``sfa`` / ``sfb``): TMA atoms (2-CTA on
+        pairs, A multicast across pairs), shared storage, kernel launch."""
         self._setup(a, b, c)
         a_stage = cute.slice_(self.a_smem, (None, None, None, 0))
         b_stage = cute.slice_(self.b_smem, (None, None, None, 0))
@@ -278,9 +261,9 @@ class Sm100GroupedGemm:
         self.storage = Storage
         c3 = cute.make_tensor(c.iterator, cute.append(c.layout, cute.make_layout(1)))
         cluster_size = self.cluster_size
-        grid = num_ctas
+        grid = ctas
         if cutlass.const_expr(cluster_size > 1):
-            grid = num_ctas // cluster_size * cluster_size
+            grid = ctas // cluster_size * cluster_size
         self.kernel(
             self.tiled_mma,
             tma_a,
@@ -344,25 +327,18 @@ class Sm100GroupedGemm:
     def kernel(
         self,
         tiled_mma: cute.TiledMma,
-        tma_a: cute.CopyAtom,
-        mA: cute.Tensor,
-        tma_b: cute.CopyAtom,
-        mB: cute.Tensor,
-        mC: cute.Tensor,
-        offs: cute.Tensor,
+        tma_a: cute.CopyAtom, mA: cute.Tensor,
+        tma_b: cute.CopyAtom, mB: cute.Tensor,
+        mC: cute.Tensor, offs: cute.Tensor,
         cluster_vmnk: cute.Layout,
-        a_smem: cute.ComposedLayout,
-        b_smem: cute.ComposedLayout,
+        a_smem: cute.ComposedLayout, b_smem: cute.ComposedLayout,
         epi_tile: cute.Tile,
-        tma_sfa: cute.CopyAtom | None,
-        mSFA: cute.Tensor | None,
-        tma_sfb: cute.CopyAtom | None,
-        mSFB: cute.Tensor | None,
-        sfa_smem: cute.Layout | None,
-        sfb_smem: cute.Layout | None,
-        tiled_mma_sfb: Any,
-        cluster_sfb_vmnk: Any,
-    ) -> None:
+        # MX: the scales' TMA atoms, views and shared layouts; on pairs, B's scales' 1-CTA MMA and cluster
+        tma_sfa: cute.CopyAtom | None, mSFA: cute.Tensor | None,
+        tma_sfb: cute.CopyAtom | None, mSFB: cute.Tensor | None,
+        sfa_smem: cute.Layout | None, sfb_smem: cute.Layout | None,
+        tiled_mma_sfb: Any, cluster_sfb_vmnk: Any,
+    ) -> None:  # fmt: skip
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         tidx, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
@@ -427,16 +403,7 @@ class Sm100GroupedGemm:
         cute.arch.sync_threads()
 
         m_total, n_total, _ = mC.shape
-        # C rows per group when K-grouped (A's row count), else C's row count
-        rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else m_total
-        tiles_m = cute.ceil_div(rows_out, self.tile_m)
-        tiles_n = cute.ceil_div(n_total, self.tile_n)
-        if cutlass.const_expr(self.cluster_n > 1):
-            tiles_n = cute.ceil_div(tiles_n, self.cluster_n)  # N tiles of one cluster step
-        k_tiles = cute.ceil_div(cute.size(mA, mode=[1]), self.mma_tiler[2])
-        total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
-        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
-        walk = CtaWalk(prefix, offs, walker, walkers, total, work_shape)
+        walk = self._walk(prefix, offs, mA, m_total, n_total, walker, walkers)
         thr_mma = tiled_mma.get_slice(v)
         acc_layout = self._acc_fragment(tiled_mma).layout
         place = _Place(cluster_vmnk, rank, v, n_in_cluster, tiled_mma_sfb, cluster_sfb_vmnk)
@@ -724,9 +691,9 @@ class Sm100MxGroupedGemm(Sm100GroupedGemm):
         offs: cute.Tensor,
         sfa: cute.Tensor,
         sfb: cute.Tensor,
-        num_ctas: cutlass.Int32,
+        ctas: cutlass.Int32,
         stream,
     ) -> None:
         """As :class:`Sm100GroupedGemm` (B K-major), plus ``sfa`` / ``sfb``: the flat atom-layout scales
         of :func:`cutlass_kernels.mx_layout.atom_layout` (A's padded per tile)."""
-        self._launch(a, b, c, offs, sfa, sfb, num_ctas, stream)
+        self._launch(a, b, c, offs, ctas, stream, sfa, sfb)

@@ -43,8 +43,6 @@ Trace-time switches, all off in the default kernel (each registered variant of
   multiple of 64.
 """
 
-from __future__ import annotations
-
 from typing import Any, NamedTuple
 
 import cutlass
@@ -56,8 +54,8 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from cutlass_kernels import tile_schedule
-from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, CtaWalk, build_tile_prefix, tile_work, total_tiles
-from cutlass_kernels.tile_schedule import GroupedProblem, WalkShape
+from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, CtaWalk, GroupedGemm, build_tile_prefix, tile_work
+from cutlass_kernels.tile_schedule import GroupedProblem
 
 _SMEM_BYTES = 232448  # sm90 dynamic shared memory per CTA
 _THREADS_PER_WG = 128
@@ -157,7 +155,7 @@ def slice_value(s: int, v: int, per_slice: int) -> int:
     return s * per_slice + v
 
 
-class Sm90GroupedGemm:
+class Sm90GroupedGemm(GroupedGemm):
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
     ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape, with the switches of the
     module docstring."""
@@ -168,9 +166,9 @@ class Sm90GroupedGemm:
         tile_n: int = 256,
         k_grouped: bool = False,
         *,
+        cluster_m: int = 1,
         tma_store: bool = False,
         skip_empty_halves: bool = False,
-        cluster_m: int = 1,
         in_place: bool = False,
     ) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
@@ -183,12 +181,11 @@ class Sm90GroupedGemm:
                 f"k_grouped={k_grouped}, tma_store={tma_store}, skip_empty_halves={skip_empty_halves}, "
                 f"cluster_m={cluster_m}"
             )
-        self.tile_m, self.tile_n, self.k_grouped = tile_m, tile_n, k_grouped
+        super().__init__(tile_m, tile_n, k_grouped)
         self.tma_store, self.cluster_m, self.in_place = tma_store, cluster_m, in_place
         self.cluster_size = cluster_m  # CTAs per cluster
         # a cluster's CTA without rows must skip its wgmma, so clusters imply the skip
         self.skip_empty_halves = skip_empty_halves or cluster_m > 1
-        self.acc_dtype = cutlass.Float32
         self.num_mma_wg = 2
         self.half_m = tile_m // self.num_mma_wg
         self.consumer_threads = self.num_mma_wg * _THREADS_PER_WG
@@ -237,22 +234,9 @@ class Sm90GroupedGemm:
         self.a_smem = sm90_utils.make_smem_layout_a(self.a_layout, self.tile_mnk, self.a_dtype, self.stages)
         self.b_smem = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_mnk, self.b_dtype, self.stages)
 
-    @cute.jit
-    def __call__(
-        self,
-        a: cute.Tensor,
-        b: cute.Tensor,
-        c: cute.Tensor,
-        offs: cute.Tensor,
-        num_ctas: cutlass.Int32,
-        stream,
-    ) -> None:
-        """M-grouped: a (M, K); b (N, K, G) K- or N-major; c (M, N). K-grouped: a (N, R) and b (K, R),
-        both N-major over the padded rows R (in place: over the rows themselves); c (G * N, K). offs
-        (G,) int32 row ends; num_ctas persistent CTAs (the SM count; with clusters rounded down to
-        whole clusters, at least one)."""
-        if cutlass.const_expr(self.k_grouped):
-            b = cute.make_tensor(b.iterator, cute.append(b.layout, cute.make_layout(1)))
+    def _launch(self, a, b, c, offs, ctas, stream) -> None:
+        """Trace-time body of ``__call__``: TMA atoms (B multicast across a cluster), shared storage,
+        kernel launch on ``ctas`` rounded down to whole clusters, at least one."""
         self._setup(a, b, c)
         a_tile = cute.slice_(self.a_smem, (None, None, 0))
         b_tile = cute.slice_(self.b_smem, (None, None, 0))
@@ -280,9 +264,9 @@ class Sm90GroupedGemm:
             sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem)], 1024]
 
         self.storage = Storage
-        grid = num_ctas
+        grid = ctas
         if cutlass.const_expr(self.cluster_m > 1):
-            grid = cutlass.max(num_ctas // self.cluster_m, 1) * self.cluster_m
+            grid = cutlass.max(ctas // self.cluster_m, 1) * self.cluster_m
         self.kernel(
             tma_a, mA, tma_b, mB, c, offs, self.tiled_mma, self.a_smem, self.b_smem, tma_c, mC_tma, epi_smem
         ).launch(
@@ -352,18 +336,7 @@ class Sm90GroupedGemm:
         sA = storage.sA.get_tensor(a_smem.outer, swizzle=a_smem.inner)
         sB = storage.sB.get_tensor(b_smem.outer, swizzle=b_smem.inner)
         m_total, n_total = mC.shape
-        # C rows per group when K-grouped (A's row count), else C's row count
-        rows_out = cute.size(mA, mode=[0]) if cutlass.const_expr(self.k_grouped) else m_total
-        tiles_m = cute.ceil_div(rows_out, self.problem.tile_m)
-        tiles_n = cute.ceil_div(n_total, self.tile_n)
-        # in place, a group's K tiles are its own chunks, counted by the walk's prefix
-        k_tiles = (
-            0
-            if cutlass.const_expr(self.in_place)
-            else cute.ceil_div(cute.size(mA, mode=[1]), self.tile_mnk[2])
-        )
-        total = total_tiles(self.problem, prefix, cute.size(offs), tiles_m, tiles_n)
-        work_shape = WalkShape(tiles_m, tiles_n, k_tiles, rows_out)
+        walk = self._walk(prefix, offs, mA, m_total, n_total, walker, walkers)
 
         # B K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G); with a cluster each
         # CTA loads its 1/cluster_m share and multicasts it. In place, B's slices start at each group.
@@ -383,7 +356,6 @@ class Sm90GroupedGemm:
                 cute.make_layout((self.cluster_m, 1, 1)), (rank, 0, 0), mode=0
             )
 
-        walk = CtaWalk(prefix, offs, walker, walkers, total, work_shape)
         wg = cute.arch.make_warp_uniform(tidx // _THREADS_PER_WG)
         if wg == 0:
             cute.arch.setmaxregister_decrease(40)

@@ -10,13 +10,20 @@ when one has none, when the published executions differ in their comparable sett
 before its sweeps' intents fixed them), when the dataset holds no shard at all, or when the files
 could not be written; 2 for bad input, refused before anything is written (a path that is no
 directory, a folder to publish into that cannot be written: the dataset without --out, or --out).
+The full-scale estimate columns are those kept (``pipeline/data/estimates.py``); ``--estimate`` first
+computes the missing ones with ``python -m pipeline.estimate --dataset DATASET_DIR``, a process of its
+own, so publishing itself never imports the estimate (torch, fake CUDA, a C++ build).
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
+from pipeline import REPO_ROOT
 from pipeline.data.dataset import Dataset
 from pipeline.exits import BAD_INPUT, FAILED, OK, ArgumentParser, help_text, prog, run_command
 from pipeline.folders import check_writable
@@ -51,16 +58,18 @@ def unpublished(result: Aggregate) -> list[str]:
     return sorted((meant | {s.execution_id for s in result.skipped}) - published)
 
 
-def _cannot_estimate() -> str | None:
-    """Why estimates cannot be computed here (the fake CUDA shim cannot be built), or None; building
-    it now, once, if it is missing."""
-    from pipeline.estimate.fake_cuda import FakeCudaError, prepare
-
-    try:
-        prepare()
-    except FakeCudaError as err:
-        return str(err)
-    return None
+def _estimate(dataset: Path) -> None:
+    """``--estimate``: compute and keep the full-scale estimates the dataset publishes that are not kept
+    yet, by the estimate's own command in a process of its own (publishing never imports the estimate's
+    machinery); its lines pass through, and a failure leaves the kept estimates to publish."""
+    command = ["python", "-m", "pipeline.estimate", "--dataset", str(dataset)]
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, *command[1:]], env={**os.environ, "PYTHONPATH": path}, check=False
+    )  # the code of this process, wherever it runs from
+    if done.returncode:
+        ended = f"{shlex.join(command)} ended with status {done.returncode}"
+        _say(f"--estimate: {ended}; publishing the kept estimates only")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--estimate",
         action="store_true",
-        help="compute the full-scale estimates not yet kept (seconds of CPU each); without it their "
-        "columns are empty",
+        help="first compute the full-scale estimates not yet kept (python -m pipeline.estimate --dataset "
+        "DATASET, seconds of CPU each); without it only the kept ones are published, the others empty",
     )
     args = parser.parse_args(argv)
     problem = _problem(args.dataset, args.out, args.workers)
@@ -89,13 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if not Dataset(args.dataset).shard_files():
         _say(f"{args.dataset} holds no shards: nothing to publish")
         return FAILED
-    if args.estimate and (reason := _cannot_estimate()):
-        _say(f"--estimate: {reason}; publishing the kept estimates only")
-        args.estimate = False
+    if args.estimate:
+        _estimate(args.dataset)
     try:
-        result = aggregate(
-            args.dataset, args.out, figures=not args.no_figures, workers=args.workers, estimate=args.estimate
-        )
+        result = aggregate(args.dataset, args.out, figures=not args.no_figures, workers=args.workers)
     except ValueError as exc:
         _say(str(exc))
         return BAD_INPUT

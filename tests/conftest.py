@@ -1,16 +1,66 @@
-"""Fixtures shared by test modules: every CuTe kernel of an arch compiled once per session, and one
-real ten-execution scale=ci sweep that the tests read (and never write)."""
+"""Fixtures shared by test modules: a test's random generators, seeded from its node id (the seed is
+printed with a failure); every CuTe kernel of an arch compiled once per session; and one real
+ten-execution scale=ci sweep that the tests read (and never write)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from tests.sweeps import CI_SWEEP, run_sweep
+
+# One intra-op thread in this process, as in every rank it spawns (tests/distributed.py): on a host
+# whose cores are busy elsewhere, torch's pool of threads waits for its own threads many times longer
+# than the work takes (a layer test: 0.4 s on one thread, 17 s on two), and no reference or tolerance
+# here depends on the thread count (a test of what more threads change sets its own: test_moe_swiglu).
+torch.set_num_threads(1)
+
+_SEED = pytest.StashKey[int]()
+
+
+def seed_of(nodeid: str) -> int:
+    """The seed of the test ``nodeid`` (``tests/test_x.py::test_y[param]``): the first eight bytes of
+    its SHA-256, so a test draws the same values on every run, host and Python (no ``hash()``
+    randomization), and each parametrized case its own."""
+    return int.from_bytes(hashlib.sha256(nodeid.encode()).digest()[:8], "big")
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's fixed seed (:func:`seed_of` its node id); a failure's report names it."""
+    value = seed_of(request.node.nodeid)
+    request.node.stash[_SEED] = value
+    return value
+
+
+@pytest.fixture
+def rng(seed: int) -> np.random.Generator:
+    """A numpy generator of this test's seed: the test's every numpy draw comes from it."""
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def torch_rng(seed: int) -> torch.Generator:
+    """A CPU torch generator of this test's seed, for ``torch.randn(..., generator=torch_rng)``."""
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, object, object]:
+    """A failed test that drew from its seed gets a report section naming it."""
+    report = yield
+    if isinstance(report, pytest.TestReport) and report.failed and _SEED in item.stash:
+        report.sections.append(
+            ("random seed", f"{item.nodeid} drew from seed {item.stash[_SEED]} (tests/conftest.py seed_of)")
+        )
+    return report
 
 
 @pytest.fixture(scope="session")

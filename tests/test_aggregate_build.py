@@ -57,10 +57,9 @@ def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
     ledger.append(Dataset(dataset), record)
 
 
-def build_dataset(dataset: Path) -> None:
+def build_dataset(dataset: Path, rng: np.random.Generator) -> None:
     """15 launched executions with duplicate, torn, future-version and incomplete attempts, plus two
-    launched executions that never wrote a shard."""
-    rng = np.random.default_rng()
+    launched executions that never wrote a shard; window times drawn from ``rng``."""
     for e in SUBSET:
         path = _write(dataset, e, 1, rng)
         _submit(dataset, e.execution_id, 1)
@@ -80,7 +79,7 @@ def build_dataset(dataset: Path) -> None:
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dataset = tmp_path_factory.mktemp("dataset")
-    build_dataset(dataset)
+    build_dataset(dataset, np.random.default_rng(20261203))
     aggregate(dataset, workers=3)
     return dataset
 
@@ -256,11 +255,10 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 4
+    assert meta["schema_version"] == 5
 
 
-def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path) -> None:
-    rng = np.random.default_rng()
+def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path, rng: np.random.Generator) -> None:
     present = SUBSET[:5]
     for e in present:
         _write(tmp_path, e, 1, rng)
@@ -441,17 +439,18 @@ def test_a_shard_that_contradicts_its_execution_id_is_skipped_not_published(tmp_
 
 
 def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unasked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
 ) -> None:
     """Aggregation publishes the kept full-scale estimates and leaves the others empty: computing one
-    costs seconds of CPU, so only ``--estimate`` (or ``pipeline.estimate``) does."""
+    costs seconds of CPU, so only ``--estimate`` (or ``pipeline.estimate``) does. The estimate's writer
+    keeps; the report's reader (pipeline.data.estimates) finds."""
+    from pipeline.data import estimates
     from pipeline.estimate import table
     from pipeline.estimate.jobs import Job
     from pipeline.estimate.presets import Preset
 
     monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path / "cache"))
     kept, unkept = SUBSET[0], SUBSET[1]
-    rng = np.random.default_rng()
     for e in (kept, unkept):
         write_table(tmp_path / "d", shard_table(e, 1, rng, ranks=4))
     table.keep([Job(kept.execution_id, Preset.named("gb300"))], [{"timed_peak_gib": 12.5, "device_ops": 321}])
@@ -462,22 +461,29 @@ def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unaske
     )
     assert rows[unkept.execution_id]["estimatedPeakGiB"] is None
     assert rows[unkept.execution_id]["opsPerIteration"] is None
-    kept_table = json.loads((tmp_path / "cache" / f"estimates-{table.fingerprint()}.json").read_text())
+    kept_table = json.loads((tmp_path / "cache" / f"estimates-{estimates.fingerprint()}.json").read_text())
     assert list(kept_table) == [f"{kept.execution_id}|gb300"]  # nothing computed, nothing added
     assert not list((tmp_path / "cache").glob("fake_cuda-*"))  # the shim was never built
 
 
 def test_estimate_without_a_compiler_publishes_the_kept_ones_and_says_why(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    rng: np.random.Generator,
 ) -> None:
+    """``--estimate`` runs the estimate's own command in a process of its own: its line says why it could
+    not, and aggregation's what that leaves."""
     monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
-    write_table(tmp_path / "d", shard_table(SUBSET[0], 1, np.random.default_rng(), ranks=4))
+    write_table(tmp_path / "d", shard_table(SUBSET[0], 1, rng, ranks=4))
     assert main([str(tmp_path / "d"), "--estimate", "--no-figures"]) == 0
-    (line,) = [line for line in capsys.readouterr().err.splitlines() if "--estimate" in line]
+    err = capfd.readouterr().err.splitlines()
+    assert "error: fake CUDA tensors need a C++ compiler (g++ or $CXX) to build their shim once" in err
+    (line,) = [line for line in err if "--estimate" in line]
     assert line == (
-        "pipeline.aggregate: --estimate: fake CUDA tensors need a C++ compiler (g++ or $CXX) to build their "
-        "shim once; publishing the kept estimates only"
+        f"pipeline.aggregate: --estimate: python -m pipeline.estimate --dataset {tmp_path / 'd'} ended with "
+        "status 1; publishing the kept estimates only"
     )
     (row,) = json.loads((tmp_path / "d" / JSON_NAME).read_text())["executions"]
     assert row["estimatedPeakGiB"] is None

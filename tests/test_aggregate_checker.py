@@ -26,7 +26,7 @@ TORN = SUBSET[-1].execution_id
 @pytest.fixture(scope="module")
 def published(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dataset = tmp_path_factory.mktemp("checked")
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(20261203)
     for e in SUBSET:
         write_table(dataset, shard_table(e, 1, rng, ranks=3))
     torn = write_table(dataset, shard_table(SUBSET[-1], 2, rng, ranks=3))

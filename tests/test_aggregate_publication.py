@@ -140,6 +140,7 @@ def _unprivileged() -> list[str]:
 # A full disk, for real -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_full_tmpfs_leaves_the_previous_publication_byte_identical(tmpfs) -> None:
     disk = tmpfs("4m")
     dataset = disk / "dataset"
@@ -216,19 +217,24 @@ class _Fault:
         return self.real(*args, **kwargs)
 
 
+def _fault(name: str, code: int, change: str, slow: bool = False) -> object:
+    """A fault's parameters; ``slow``: its calls run to a few seconds (a figure per attempt)."""
+    return pytest.param(name, code, change, id=f"{name}-{change}", marks=[pytest.mark.slow] if slow else [])
+
+
 FAULTS = [
-    ("open", errno.ENOSPC, "sixth"),
-    ("write", errno.ENOSPC, "sixth"),
-    ("fsync", errno.ENOSPC, "sixth"),
-    ("mkdir", errno.ENOSPC, "sixth"),
-    ("link", errno.ENOSPC, "sixth"),
-    ("replace", errno.EIO, "sixth"),
-    ("replace", errno.EIO, "no figures"),
-    ("unlink", errno.EIO, "no figures"),
+    _fault("open", errno.ENOSPC, "sixth", slow=True),
+    _fault("write", errno.ENOSPC, "sixth", slow=True),
+    _fault("fsync", errno.ENOSPC, "sixth", slow=True),
+    _fault("mkdir", errno.ENOSPC, "sixth"),
+    _fault("link", errno.ENOSPC, "sixth", slow=True),
+    _fault("replace", errno.EIO, "sixth", slow=True),
+    _fault("replace", errno.EIO, "no figures"),
+    _fault("unlink", errno.EIO, "no figures"),
 ]
 
 
-@pytest.mark.parametrize(("name", "code", "change"), FAULTS, ids=[f"{n}-{c}" for n, _, c in FAULTS])
+@pytest.mark.parametrize(("name", "code", "change"), FAULTS)
 def test_a_fault_at_any_call_leaves_the_previous_publication_byte_identical(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,

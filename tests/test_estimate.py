@@ -40,6 +40,7 @@ def checks() -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_views_and_allocations_launch_no_kernel(checks: dict) -> None:
     assert checks["views_launch_nothing"]["ops"] == {
         "aten.add_": 1,
@@ -49,6 +50,7 @@ def test_views_and_allocations_launch_no_kernel(checks: dict) -> None:
     }
 
 
+@pytest.mark.slow
 def test_every_read_of_device_data_is_one_host_sync(checks: dict) -> None:
     got = checks["every_read_of_the_device_is_a_sync"]
     # .tolist() (one sync for all its elements), int(), bool(), nonzero, float(), a branch, .cpu()
@@ -59,6 +61,7 @@ def test_every_read_of_device_data_is_one_host_sync(checks: dict) -> None:
     assert got["value"] == [[3, 1, 4, 1, 5], 14, True, 5, 0.0, 0]
 
 
+@pytest.mark.slow
 def test_memory_is_the_live_storages_rounded_to_blocks(checks: dict) -> None:
     got = checks["memory_is_what_lives"]
     assert (
@@ -79,6 +82,7 @@ def _plans(rank: int, world: int) -> dict:
     return {"exchanged": exchanged, "host": host}
 
 
+@pytest.mark.slow
 def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
     got = run_ranks(4, _plans)[0]
     exchanged, host = got["exchanged"], got["host"]
@@ -93,8 +97,8 @@ def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
         (["scale=ci"], "error: the estimate is of scale=full; got scale=ci"),
         (["max_ranks=1"], "error: the estimate runs each execution's EP world size; max_ranks=1 is not "
                           "allowed"),
-        (["cluster=local-slurm"], "error: cluster=local-slurm is not a GPU preset with gpu_memory_gb and "
-                                  "arch; allowed: gb300, h200"),
+        (["cluster=local-slurm"], "error: cluster=local-slurm is not a GPU preset (gpus=False); allowed: "
+                                  "gb300, h200"),
         (["cluster=gb300", "cluster.arch=sm_80"], "error: cluster=gb300: arch='sm_80'; allowed: sm_90a, "
                                                   "sm_100a"),
         (["cluster=h200", "cluster.gpu_memory_gb=-1"], "error: cluster=h200: gpu_memory_gb=-1; allowed: a "
@@ -102,7 +106,13 @@ def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
         (["--swiglu-form", "loop"], "error: --swiglu-form 'loop'; allowed: blocked, whole-tensor, "
                                     "cute-kernel"),
         (["--workers", "0"], "error: --workers '0': allowed: a positive integer"),
-        (["--fast"], "error: unknown option '--fast'; allowed: --json, --swiglu-form, --workers, --help"),
+        (["cluster=h200", "cluster.gpus.peaks.hbm_tb_s.value=0"], "error: cluster=h200: "
+                                  "gpus.peaks.hbm_tb_s.value=0; allowed: a positive TB/s"),
+        (["--fast"], "error: unknown option '--fast'; allowed: --json, --swiglu-form, --workers, --dataset, "
+                     "--help"),
+        (["--dataset", "outputs/x", "cluster=h200"], "error: --dataset estimates what the dataset publishes, "
+                     "on its preset with the GPU's own SwiGLU form: cluster=h200 is not allowed with it"),
+        (["--dataset", "/no/such/dataset"], "error: dataset directory '/no/such/dataset' does not exist"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(
@@ -204,6 +214,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return {"plain": plain, "planted": both}
 
 
+@pytest.mark.slow
 def test_a_planted_host_sync_in_the_timed_step_is_counted(planted: dict[str, dict]) -> None:
     plain, sync = planted["plain"], planted["planted"]
     assert plain["host_syncs"] == 0 and plain["host_sync_sites"] == []
@@ -213,6 +224,7 @@ def test_a_planted_host_sync_in_the_timed_step_is_counted(planted: dict[str, dic
     assert sync["device_ops"] == plain["device_ops"] + 1  # the planted sum
 
 
+@pytest.mark.slow
 def test_a_planted_full_weights_draw_shows_in_the_peak(planted: dict[str, dict]) -> None:
     plain, weights = planted["plain"], planted["planted"]
     d, f, e = 7168, 1536, 384

@@ -397,6 +397,7 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     assert done.stdout.rstrip().endswith(summary.rstrip())
 
 
+@pytest.mark.slow
 def test_a_run_stopped_from_outside_keeps_what_it_did_and_prints_its_summary(tmp_path):
     """SIGTERM to the run (what the device tool sends at its call's limit) once the defaults' smoke
     has ended: every process of the run is killed, the finished steps' records and the summary stay

@@ -44,6 +44,7 @@ KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items(
 SWIGLU_KERNEL = "swiglu_backward_bfloat16"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(MMA))
 def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels):
     out = compiled_kernels(arch)
@@ -81,12 +82,12 @@ def test_kernel_spec_rejects_unknown_arch_and_op():
         KernelSpec("sm_90a", "fprop", torch.float8_e4m3fn, torch.bfloat16, 128, 128, mx=True)
 
 
-def test_backend_names_what_its_kernels_do_not_cover():
+def test_backend_names_what_its_kernels_do_not_cover(torch_rng: torch.Generator):
     from cutlass_kernels.cute_backend import unsupported_reason
 
     offs = torch.tensor([3, 8], dtype=torch.int32)
-    b = torch.randn(2, 16, 32, dtype=torch.bfloat16).permute(1, 2, 0)
-    a = torch.randn(8, 32, dtype=torch.bfloat16)
+    b = torch.randn(2, 16, 32, dtype=torch.bfloat16, generator=torch_rng).permute(1, 2, 0)
+    a = torch.randn(8, 32, dtype=torch.bfloat16, generator=torch_rng)
     assert "bfloat16" in unsupported_reason(a.float(), b.float(), offs, torch.float32, op="fprop")
     assert "output dtype" in unsupported_reason(a, b, offs, torch.float16, op="fprop")
     assert "CUDA" in unsupported_reason(a, b, offs, torch.bfloat16, op="fprop")
@@ -101,24 +102,33 @@ def test_backend_names_what_its_kernels_do_not_cover():
     )
 
 
-def test_backend_names_what_the_block_scaled_kernel_does_not_cover():
+def test_backend_names_what_the_block_scaled_kernel_does_not_cover(torch_rng: torch.Generator):
     from cutlass_kernels import quantize_mx
     from cutlass_kernels.cute_backend import mx_unsupported_reason
 
     offs = torch.tensor([3, 8], dtype=torch.int32)
-    a, b = quantize_mx(torch.randn(8, 256)), quantize_mx(torch.randn(2, 128, 256))
+    a, b = (
+        quantize_mx(torch.randn(8, 256, generator=torch_rng)),
+        quantize_mx(torch.randn(2, 128, 256, generator=torch_rng)),
+    )
     assert "CUDA" in mx_unsupported_reason(a, b, offs, torch.bfloat16)
-    a96, b96 = quantize_mx(torch.randn(8, 96)), quantize_mx(torch.randn(2, 128, 96))
+    a96, b96 = (
+        quantize_mx(torch.randn(8, 96, generator=torch_rng)),
+        quantize_mx(torch.randn(2, 128, 96, generator=torch_rng)),
+    )
     assert "multiples of 128" in mx_unsupported_reason(a96, b96, offs, torch.bfloat16)
-    b_n64 = quantize_mx(torch.randn(2, 64, 256))
+    b_n64 = quantize_mx(torch.randn(2, 64, 256, generator=torch_rng))
     assert "N=64" in mx_unsupported_reason(a, b_n64, offs, torch.bfloat16)
 
 
-def test_backend_names_what_the_wgrad_kernel_does_not_cover():
+def test_backend_names_what_the_wgrad_kernel_does_not_cover(torch_rng: torch.Generator):
     from cutlass_kernels.cute_backend import wgrad_unsupported_reason
 
     offs = torch.tensor([3, 8], dtype=torch.int32)
-    dy, x = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(8, 32, dtype=torch.bfloat16)
+    dy, x = (
+        torch.randn(8, 16, dtype=torch.bfloat16, generator=torch_rng),
+        torch.randn(8, 32, dtype=torch.bfloat16, generator=torch_rng),
+    )
     assert "CUDA" in wgrad_unsupported_reason(dy, x, offs, torch.float32)
     assert "bfloat16" in wgrad_unsupported_reason(dy.float(), x.float(), offs, torch.float32)
     assert "multiples of 8" in wgrad_unsupported_reason(dy[:, :12], x, offs, torch.float32)

@@ -158,9 +158,9 @@ def test_mx_form_matches_dequantized_float64(mode: str):
         torch.testing.assert_close(out[s:e].double(), a64[s:e] @ b64[g].T, rtol=1e-5, atol=1e-5)
 
 
-def test_all_groups_empty_gives_empty_output():
+def test_all_groups_empty_gives_empty_output(torch_rng: torch.Generator):
     a = torch.zeros(0, 16)
-    b = torch.randn(3, 8, 16)
+    b = torch.randn(3, 8, 16, generator=torch_rng)
     out = grouped_gemm(a, b, torch.zeros(3, dtype=torch.int32), backend="torch")
     assert out.shape == (0, 8)
 
@@ -172,8 +172,8 @@ def test_unknown_backend_is_rejected_by_name(backend: str):
 
 
 @pytest.mark.parametrize("backend", ["cute-sm90", "cute-sm100"])
-def test_cute_backend_on_cpu_is_rejected(backend: str):
-    a, b = torch.randn(4, 16), torch.randn(2, 8, 16)
+def test_cute_backend_on_cpu_is_rejected(backend: str, torch_rng: torch.Generator):
+    a, b = torch.randn(4, 16, generator=torch_rng), torch.randn(2, 8, 16, generator=torch_rng)
     with pytest.raises(ValueError, match=backend):
         grouped_gemm(a, b, _offs([2, 2]), backend=backend)
 
@@ -190,19 +190,39 @@ def test_auto_on_cpu_is_torch():
         torch.tensor([[2, 4]], dtype=torch.int32),  # not 1-d
     ],
 )
-def test_bad_offs_is_rejected(offs: torch.Tensor):
-    a, b = torch.randn(4, 16), torch.randn(2, 8, 16)
+def test_bad_offs_is_rejected(offs: torch.Tensor, torch_rng: torch.Generator):
+    a, b = torch.randn(4, 16, generator=torch_rng), torch.randn(2, 8, 16, generator=torch_rng)
     with pytest.raises(ValueError, match="offs"):
         grouped_gemm(a, b, offs, backend="torch")
 
 
-def test_mismatched_operands_are_rejected():
+def test_mismatched_operands_are_rejected(torch_rng: torch.Generator):
     offs = _offs([2, 2])
     with pytest.raises(ValueError, match="share K"):
-        grouped_gemm(torch.randn(4, 16), torch.randn(2, 8, 12), offs, backend="torch")
+        grouped_gemm(
+            torch.randn(4, 16, generator=torch_rng),
+            torch.randn(2, 8, 12, generator=torch_rng),
+            offs,
+            backend="torch",
+        )
     with pytest.raises(ValueError, match="float32/bfloat16"):
-        grouped_gemm(torch.randn(4, 16).half(), torch.randn(2, 8, 16).half(), offs, backend="torch")
+        grouped_gemm(
+            torch.randn(4, 16, generator=torch_rng).half(),
+            torch.randn(2, 8, 16, generator=torch_rng).half(),
+            offs,
+            backend="torch",
+        )
     with pytest.raises(ValueError, match="share N"):
-        grouped_gemm_dgrad(torch.randn(4, 7), torch.randn(2, 8, 16), offs, backend="torch")
+        grouped_gemm_dgrad(
+            torch.randn(4, 7, generator=torch_rng),
+            torch.randn(2, 8, 16, generator=torch_rng),
+            offs,
+            backend="torch",
+        )
     with pytest.raises(ValueError, match="share M"):
-        grouped_gemm_wgrad(torch.randn(4, 8), torch.randn(5, 16), offs, backend="torch")
+        grouped_gemm_wgrad(
+            torch.randn(4, 8, generator=torch_rng),
+            torch.randn(5, 16, generator=torch_rng),
+            offs,
+            backend="torch",
+        )

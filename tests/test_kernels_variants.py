@@ -280,22 +280,22 @@ def test_the_backend_falls_back_on_auto_and_raises_for_a_named_variant(op: str):
         run(a, b, offs, torch.float32, "wide")
 
 
-def test_the_torch_backend_takes_only_auto():
-    a, b = torch.randn(8, 32), torch.randn(2, 16, 32)
+def test_the_torch_backend_takes_only_auto(torch_rng: torch.Generator):
+    a, b = torch.randn(8, 32, generator=torch_rng), torch.randn(2, 16, 32, generator=torch_rng)
     offs = torch.tensor([3, 8], dtype=torch.int32)
     with pytest.raises(ValueError, match="variant 'default' names a CuTe kernel.*allowed: auto"):
         api.grouped_gemm(a, b, offs, backend="torch", variant="default")
     with pytest.raises(ValueError, match="variant 'x' names a CuTe kernel"):
-        api.grouped_gemm_wgrad(torch.randn(8, 16), a, offs, variant="x")
+        api.grouped_gemm_wgrad(torch.randn(8, 16, generator=torch_rng), a, offs, variant="x")
 
 
-def test_an_unknown_keyword_is_refused_not_ignored():
-    b = torch.randn(2, 16, 32)
+def test_an_unknown_keyword_is_refused_not_ignored(torch_rng: torch.Generator):
+    b = torch.randn(2, 16, 32, generator=torch_rng)
     offs = torch.tensor([3, 8], dtype=torch.int32)
     with pytest.raises(
         TypeError, match=r"grouped_gemm_dgrad\(\) got unexpected .* outdtype; allowed: backend, "
     ):
-        api.grouped_gemm_dgrad(torch.randn(8, 16), b, offs, outdtype=torch.bfloat16)  # type: ignore[call-arg]
+        api.grouped_gemm_dgrad(torch.randn(8, 16, generator=torch_rng), b, offs, outdtype=torch.bfloat16)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize("mode", ["exact", "fast"])
@@ -320,8 +320,8 @@ def test_unquantized_mx_activations_give_the_quantized_product_bit_for_bit(mode:
     )
 
 
-def test_the_mx_entry_point_names_bad_mode_and_values():
-    a, b = torch.randn(8, 64), quantize_mx(torch.randn(2, 16, 64))
+def test_the_mx_entry_point_names_bad_mode_and_values(torch_rng: torch.Generator):
+    a, b = torch.randn(8, 64, generator=torch_rng), quantize_mx(torch.randn(2, 16, 64, generator=torch_rng))
     offs = torch.tensor([3, 8], dtype=torch.int32)
     with pytest.raises(ValueError, match="mode=None: give a scale mode with an unquantized a"):
         api.grouped_gemm_mx(a, b, offs)
@@ -330,7 +330,7 @@ def test_the_mx_entry_point_names_bad_mode_and_values():
     with pytest.raises(
         ValueError, match=r"b_values must be b's .* \(2, 16, 64\), got torch.float32 \(2, 16, 32\)"
     ):
-        api.grouped_gemm_mx(a, b, offs, mode="exact", b_values=torch.randn(2, 16, 32))
+        api.grouped_gemm_mx(a, b, offs, mode="exact", b_values=torch.randn(2, 16, 32, generator=torch_rng))
     with pytest.raises(ValueError, match="scale mode 'slow'"):
         api.grouped_gemm_mx(a, b, offs, mode="slow")
 

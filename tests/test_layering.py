@@ -2,17 +2,20 @@
 
 Stages, bottom to top (a module may import its own stage and those below):
   0 cutlass_kernels
-  1 pipeline (REPO_ROOT), pipeline.vocabulary
+  1 pipeline (REPO_ROOT, the GPU presets), pipeline.vocabulary, pipeline.implementations
   2 pipeline.matrix, pipeline.model, pipeline.metrics
-  3 pipeline.moe, pipeline.data
+  3 pipeline.moe, pipeline.data (the kept estimate table's format too)
   4 pipeline.bench
-  5 pipeline.launch, pipeline.estimate (the full-scale GPU path on fake tensors), pipeline.report
-  6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare
+  5 pipeline.launch, pipeline.report
+  6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare, pipeline.history (many
+    datasets through compare's reader and noise), pipeline.estimate (the full-scale GPU path on fake
+    tensors: above the report, which reads its kept table only)
   7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli,
     pipeline.completion, every ``__main__`` module but the kernels' (cutlass_kernels stands alone,
     its command line included: the device run's children import no pipeline stage)
-Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), and the stages that
-define the matrix and the data contracts import no launcher.
+Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), the stages that
+define the matrix and the data contracts import no launcher, and publishing (``pipeline.aggregate``)
+reaches no module of the estimate.
 
 Run by hand: ``python -m pytest -q tests/test_layering.py`` (it reads the sources; nothing is imported).
 """
@@ -30,6 +33,7 @@ STAGES = {
     "cutlass_kernels": 0,
     "pipeline": 1,
     "pipeline.vocabulary": 1,
+    "pipeline.implementations": 1,
     "pipeline.bounds": 1,
     "pipeline.matrix": 2,
     "pipeline.model": 2,
@@ -38,11 +42,12 @@ STAGES = {
     "pipeline.data": 3,
     "pipeline.bench": 4,
     "pipeline.launch": 5,
-    "pipeline.estimate": 5,
+    "pipeline.estimate": 6,
     "pipeline.report": 5,
     "pipeline.status": 6,
     "pipeline.compose": 6,
     "pipeline.compare": 6,
+    "pipeline.history": 6,
     "pipeline.run": 7,
     "pipeline.aggregate": 7,
     "pipeline.resubmit": 7,
@@ -172,3 +177,29 @@ def test_matrix_data_layers_and_bench_import_no_launcher(module):
     uses = sorted(n for n in imports(MODULES[module]) if n.split(".")[0] == "submitit" or "launch" in n)
     allowed = ("submitit",) if module.startswith("pipeline.bench") else ()  # a job reads its environment
     assert [n for n in uses if n not in allowed] == [], f"{module} imports {uses}"
+
+
+def reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+@pytest.mark.parametrize("module", ["pipeline.aggregate", "pipeline.report", "pipeline.compare"])
+def test_publishing_never_reaches_the_estimate(module):
+    """Publishing reads the kept estimate table (pipeline.data.estimates) and imports nothing of the
+    estimate: no torch, no fake CUDA, no C++ build; ``aggregate --estimate`` runs the estimate's own
+    command in a process of its own."""
+    estimate = sorted(m for m in reached(GRAPH, module) if m.startswith("pipeline.estimate"))
+    assert not estimate, f"{module} reaches {estimate}"
+
+
+def test_a_planted_import_of_the_estimate_is_reached():
+    graph = {k: set(v) for k, v in GRAPH.items()}
+    graph["pipeline.report.publish"].add("pipeline.estimate.table")
+    assert "pipeline.estimate.table" in reached(graph, "pipeline.aggregate")

@@ -1,4 +1,5 @@
-"""Reductions and useful-work rates against naive float64 references on fresh random window times."""
+"""Reductions and useful-work rates against naive float64 references on random window times (each
+test's own seed)."""
 
 from __future__ import annotations
 
@@ -35,8 +36,7 @@ def _random_rows(rng: np.random.Generator, ranks: int, windows: int) -> list[tup
 
 
 @pytest.mark.parametrize("ranks,windows", [(1, 5), (8, 5), (64, 5), (3, 4), (5, 1)])
-def test_phase_ms_matches_naive_reduction(ranks: int, windows: int) -> None:
-    rng = np.random.default_rng()
+def test_phase_ms_matches_naive_reduction(ranks: int, windows: int, rng: np.random.Generator) -> None:
     rows = _random_rows(rng, ranks, windows)
     phase, rank, ms, iters = (np.array(c) for c in zip(*rows, strict=True))
     got = phase_ms(phase, rank, ms, iters)
@@ -53,8 +53,7 @@ def test_slowest_rank_is_the_max_of_medians_not_the_median_of_all() -> None:
     assert slowest_rank(rank, window, np.full(6, 30)).ms == 20.0
 
 
-def test_phases_are_reduced_separately() -> None:
-    rng = np.random.default_rng()
+def test_phases_are_reduced_separately(rng: np.random.Generator) -> None:
     fwd = rng.uniform(1, 2, size=5)
     bwd = rng.uniform(5, 6, size=5)
     phase = np.array(["forward"] * 5 + ["backward"] * 5)
@@ -83,8 +82,7 @@ def test_empty_and_unknown_phase_raise() -> None:
         phase_ms(np.array(["warmup"]), np.array([0]), np.array([1.0]), np.array([1]))
 
 
-def test_useful_flops_against_the_report_formula() -> None:
-    rng = np.random.default_rng()
+def test_useful_flops_against_the_report_formula(rng: np.random.Generator) -> None:
     t, d, f, k = (int(x) for x in rng.integers(1, 5000, size=4))
     forward = 2 * 3 * t * (k + 1) * d * f  # three GEMMs (gate, up, down) per expert, 2 FLOPs per MAC
     assert useful_flops("inference", t, d, f, k) == forward
@@ -92,11 +90,10 @@ def test_useful_flops_against_the_report_formula() -> None:
     assert useful_flops("packing", t, d, f, k) == 10 * 3 * forward
 
 
-def test_full_scale_useful_tflops() -> None:
+def test_full_scale_useful_tflops(rng: np.random.Generator) -> None:
     # T=2048, K=6, D=7168, F=3072: 6*2048*7*7168*3072 = 1,894,080,577,536 FLOPs; at 5 ms: 378.816 TFLOP/s.
     assert useful_flops("inference", 2048, 7168, 3072, 6) == 1_894_080_577_536
     assert useful_tflops_per_gpu("inference", 2048, 7168, 3072, 6, 5.0) == pytest.approx(378.8161155072)
-    rng = np.random.default_rng()
     amount, ms = float(rng.uniform(1e9, 1e13)), float(rng.uniform(0.1, 100))
     assert tera_per_second(amount, ms) == pytest.approx(amount / (ms / 1000) / 1e12, rel=1e-15)
 

@@ -63,12 +63,14 @@ def _check_against_reference(ranks: list[dict], case: Case) -> None:
             assert err["rel_fro"] <= tolerance(case), f"rank {rank} {name}: {err} > {tolerance(case)}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", WORLDS, ids=lambda w: f"ranks{w}" if w else "nogroup")
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
 def test_matches_float64_reference(results, world: int, case: Case) -> None:
     _check_against_reference(results[("gloo", world)], case)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", UNALIGNED_WORLDS, ids=lambda w: f"ranks{w}")
 @pytest.mark.parametrize("case", UNALIGNED_CASES, ids=lambda c: c.name)
 def test_unaligned_shapes_match_float64_reference(unaligned_results, world: int, case: Case) -> None:
@@ -83,6 +85,7 @@ def test_unaligned_table_has_ten_shapes_per_dtype_and_implementation(dtype: str)
         assert {c.scenario for c in cases} == {"plan", "ragged"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", (1, 2, 4))
 def test_scenarios_exercise_the_hard_cases(results, world: int) -> None:
     """The ragged scenario really has a rank with no tokens and experts with no rows."""
@@ -101,6 +104,7 @@ def test_scenarios_exercise_the_hard_cases(results, world: int) -> None:
     assert bool((norms[[0, 1, 2, 4, 5, 6]] > 0).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", (1, 2, 4))
 def test_mxfp8_error_bound_against_unquantized_math(results, world: int) -> None:
     """Outputs of MXFP8 cases against the unquantized float64 layer. Rounding x, W1, W2 and the
@@ -117,6 +121,7 @@ def test_mxfp8_error_bound_against_unquantized_math(results, world: int) -> None
             assert bool((r["diff"] <= bound).all()), case.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world", (1, 2, 4))
 def test_saved_state_rows_add_up(results, world: int) -> None:
     for res in results[("gloo", world)]:
@@ -142,6 +147,7 @@ def nccl_results() -> dict[str, dict | str]:
     return run_ranks(1, _each_case, "cuda", backend="nccl")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for NCCL")
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda c: c.name)
 def test_nccl_one_rank(nccl_results, case: Case) -> None:

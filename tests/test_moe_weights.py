@@ -30,7 +30,9 @@ def _both_forms(rank: int, world: int) -> dict[str, torch.Tensor]:
     return out | {"y/full": full(x, idx, weight).detach(), "y/local": local(x, idx, weight).detach()}
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize(
+    "world", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(4, marks=pytest.mark.slow)]
+)
 def test_local_and_full_forms_build_the_same_layer(world: int) -> None:
     ranks = run_ranks(world if world > 1 else 0, _both_forms)
     drawn = ExpertWeights.random(CFG, seed=7)  # here, in another process: an expert's values are its own
@@ -63,6 +65,7 @@ def _wrong_rank(rank: int, world: int) -> str:
     return "no error"
 
 
+@pytest.mark.slow
 def test_local_weights_of_another_rank_are_refused() -> None:
     messages = run_ranks(2, _wrong_rank)
     assert messages[0] == "weights hold experts from 4; rank 0 of 2 owns 0..3", messages

@@ -82,6 +82,7 @@ def _spin(seconds: float) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_the_sampler_sees_a_crowded_host():
     """Busy processes beyond the cores make a busy thread wait for a core for more than a third of its
     runnable time, more than it waited without them (whatever else the host runs)."""

@@ -30,13 +30,14 @@ def test_cpu_steps_stay_eager_and_say_why() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_graph_replay_matches_eager_steps() -> None:
+def test_graph_replay_matches_eager_steps(seed: int) -> None:
     device = torch.device("cuda")
+    gen = torch.Generator(device).manual_seed(seed)
     cfg = MoEConfig(d_model=256, d_ff=128, num_experts=8, top_k=2, dtype=torch.bfloat16)
     layer = build_layer(cfg, ExpertWeights.random(cfg, 0, device))
     idx, weight = (t.to(device) for t in routing_plan(64, 8, 2, 1).for_rank(0))
-    x = torch.randn(64, 256, device=device, dtype=torch.bfloat16, requires_grad=True)
-    grad = torch.randn_like(x)
+    x = torch.randn(64, 256, device=device, dtype=torch.bfloat16, generator=gen, requires_grad=True)
+    grad = torch.randn(64, 256, device=device, dtype=torch.bfloat16, generator=gen)
     grads: list[tuple[torch.Tensor, ...]] = []  # the last backward's (dx, dW1): static under replay
     eager_forwards = [0]
 
@@ -53,7 +54,8 @@ def test_graph_replay_matches_eager_steps() -> None:
     steps.iteration()  # NVLink samples these: graph replays, no eager forward
     assert eager_forwards[0] == captured
     with torch.no_grad():
-        x.copy_(torch.randn_like(x))  # new inputs, written in place as a benchmark would
+        # new inputs, written in place as a benchmark would
+        x.copy_(torch.randn(x.shape, device=device, dtype=x.dtype, generator=gen))
     y = steps.forward().clone()
     steps.backward(y)
     replayed = [g.clone() for g in grads[0]]

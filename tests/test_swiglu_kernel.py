@@ -42,6 +42,7 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHES)
 def test_ptx_has_only_128_bit_global_accesses_and_the_launch_bound(arch: str, kernels: Path):
     from cutlass_kernels import swiglu_kernel as k
@@ -61,6 +62,7 @@ def test_ptx_has_only_128_bit_global_accesses_and_the_launch_bound(arch: str, ke
     assert ".local" not in ptx and ".shared" not in ptx
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHES)
 def test_ptxas_reports_no_spill_within_the_launch_bound(arch: str, kernels: Path, tmp_path: Path):
     from cutlass_kernels import swiglu_kernel as k
@@ -90,20 +92,22 @@ def test_compile_refuses_an_unknown_arch():
 # ------------------------------------------------------------------------------------ wrapper
 
 
-def _operands(rows: int, f: int, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.randn(rows, f).to(dtype), torch.randn(rows, 2 * f).to(dtype)
+def _operands(
+    gen: torch.Generator, rows: int, f: int, dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(rows, f, generator=gen).to(dtype), torch.randn(rows, 2 * f, generator=gen).to(dtype)
 
 
-def test_wrapper_names_what_the_kernel_cannot_take():
+def test_wrapper_names_what_the_kernel_cannot_take(torch_rng: torch.Generator):
     from cutlass_kernels.swiglu_kernel import layout_reason, swiglu_backward, unsupported_reason
 
-    da, h = _operands(5, 96)
+    da, h = _operands(torch_rng, 5, 96)
     assert layout_reason(da, h) == ""
     assert "h [rows, 2F]" in layout_reason(da, h[:, :100])
     assert "h [rows, 2F]" in layout_reason(da[:4], h)
-    assert "float32" in layout_reason(*_operands(5, 96, torch.float32))
-    assert "F=36" in layout_reason(*_operands(5, 36))  # a multiple of 4, not of 8
-    wide_da, wide_h = _operands(5, 192)
+    assert "float32" in layout_reason(*_operands(torch_rng, 5, 96, torch.float32))
+    assert "F=36" in layout_reason(*_operands(torch_rng, 5, 36))  # a multiple of 4, not of 8
+    wide_da, wide_h = _operands(torch_rng, 5, 192)
     assert "da is not contiguous" in layout_reason(wide_da[:, ::2], h)
     assert "h is not contiguous" in layout_reason(da, wide_h[:, ::2])
     offset_da = torch.empty(5 * 96 + 1, dtype=torch.bfloat16)[1:].view(5, 96)  # contiguous, 2 bytes in
@@ -112,7 +116,7 @@ def test_wrapper_names_what_the_kernel_cannot_take():
     with pytest.raises(ValueError, match="CUDA"):
         swiglu_backward(da, h)
     with pytest.raises(ValueError, match="F=36"):
-        swiglu_backward(*_operands(5, 36))
+        swiglu_backward(*_operands(torch_rng, 5, 36))
 
 
 def test_under_fake_tensors_the_wrapper_only_allocates_its_outputs():
@@ -134,10 +138,10 @@ def test_under_fake_tensors_the_wrapper_only_allocates_its_outputs():
             )
 
 
-def test_bytes_moved_are_the_four_tensors():
+def test_bytes_moved_are_the_four_tensors(torch_rng: torch.Generator):
     from cutlass_kernels.swiglu_kernel import bytes_moved
 
-    da, h = _operands(7, 24)
+    da, h = _operands(torch_rng, 7, 24)
     assert bytes_moved(7, 24) == 2 * (da.nbytes + h.nbytes)  # read dA and H, write A and dH
     assert bytes_moved(283_853, 3072) == 2 * 283_853 * 6 * 3072
 

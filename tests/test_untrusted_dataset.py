@@ -71,6 +71,7 @@ def hostile(swept: Path, tmp_path: Path) -> tuple[Path, Path]:
     return dataset, marker
 
 
+@pytest.mark.slow
 def test_reading_a_hostile_copy_runs_none_of_its_code(hostile: tuple[Path, Path]):
     dataset, marker = hostile
     status = cli("pipeline.status", str(dataset))
@@ -101,6 +102,7 @@ def test_paths_from_a_dataset_stay_inside_it(tmp_path: Path):
             dataset.log_dir(name, 1)
 
 
+@pytest.mark.slow
 def test_a_record_naming_a_path_as_an_execution_or_a_job_is_no_record(swept: Path, tmp_path: Path):
     """Ids become paths (log folders, claims) and scheduler arguments: a record whose execution id
     or job id is not a plain one is unreadable, named, and the rest of the ledger still counts; so is

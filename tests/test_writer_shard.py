@@ -93,6 +93,7 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_no_final_file(tmp_path):
     folder = Dataset(tmp_path).shard_dir(EXECUTION.execution_id)
     root = os.path.dirname(os.path.dirname(__file__))

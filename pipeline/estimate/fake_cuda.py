@@ -24,19 +24,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from pipeline.data.estimates import cache_dir
+
 SOURCE = Path(__file__).with_name("fake_cuda.cpp")
 
 
 class FakeCudaError(RuntimeError):
     """Fake CUDA tensors cannot be set up in this process (the message says why)."""
-
-
-def cache_dir() -> Path:
-    """The folder derived files of the estimate live in (never inside the checkout)."""
-    if root := os.environ.get("MOE_BENCH_CACHE"):
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "moe-bench"
 
 
 def _torch_dir() -> Path:

@@ -3,6 +3,8 @@
 This module is the single source of truth for the matrix's names and counts. It is plain data: the
 Hydra config groups ``workload`` and ``variant`` are generated from these tables
 (:mod:`pipeline.compose.store`), and a composed config maps back to its cell with :func:`execution_of`.
+The variants are those of the registered implementations (:mod:`pipeline.implementations`: MoK's two
+and Dist-MoE's three), read once when this module is imported.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 from typing import Any
+
+from pipeline.implementations import candidate, implementation, implementations, reference
 
 PROFILES: dict[str, tuple[float, ...]] = {
     "balanced": (1.0,) * 10,
@@ -54,10 +58,8 @@ class Variant:
 
     @property
     def name(self) -> str:
-        """Config-group name, e.g. ``mok-bf16`` or ``dist-moe-fp8-dispatch``."""
-        if self.implementation == "mok":
-            return f"mok-{self.precision}"
-        return f"dist-moe-{self.pipeline}"
+        """Config-group name, e.g. ``mok-bf16`` or ``dist-moe-fp8-dispatch`` (its implementation's rule)."""
+        return implementation(self.implementation).variant_name(self.precision, self.pipeline)
 
 
 @dataclass(frozen=True)
@@ -90,12 +92,8 @@ def _workloads() -> tuple[Workload, ...]:
 
 
 WORKLOADS: tuple[Workload, ...] = _workloads()
-VARIANTS: tuple[Variant, ...] = (
-    Variant("mok", "bf16", "native"),
-    Variant("mok", "mxfp8", "native"),
-    Variant("dist-moe", "bf16", "bf16"),
-    Variant("dist-moe", "mxfp8", "fp8-dispatch"),
-    Variant("dist-moe", "mxfp8", "bf16-dispatch"),
+VARIANTS: tuple[Variant, ...] = tuple(
+    Variant(i.name, precision, pipeline) for i in implementations() for precision, pipeline in i.variants
 )
 WORKLOAD_BY_NAME = {w.name: w for w in WORKLOADS}
 VARIANT_BY_NAME = {v.name: v for v in VARIANTS}
@@ -119,9 +117,10 @@ def execution_of(cfg: Mapping[str, Any]) -> Execution:
 
 
 def counts(executions: tuple[Execution, ...] | list[Execution]) -> tuple[int, int, int]:
-    """(executions, matched workloads, pairs) of a selection: a pair is a Dist-MoE execution whose
-    MoK partner (same workload id) is also selected."""
+    """(executions, matched workloads, pairs) of a selection: a pair is an execution of the pairs'
+    candidate (Dist-MoE) whose reference partner (MoK, same workload id) is also selected."""
     ids = {e.workload_id for e in executions}
-    mok = {e.workload_id for e in executions if e.variant.implementation == "mok"}
-    pairs = sum(1 for e in executions if e.variant.implementation == "dist-moe" and e.workload_id in mok)
+    ref, cand = reference().name, candidate().name
+    partnered = {e.workload_id for e in executions if e.variant.implementation == ref}
+    pairs = sum(1 for e in executions if e.variant.implementation == cand and e.workload_id in partnered)
     return len(executions), len(ids), pairs

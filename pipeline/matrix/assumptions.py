@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pipeline.implementations import implementations
 from pipeline.matrix import EXECUTIONS, Execution
 
 
@@ -23,6 +24,10 @@ def _touching(test: Callable[[Execution], bool]) -> tuple[str, ...]:
     return tuple(sorted(e.execution_id for e in EXECUTIONS if test(e)))
 
 
+def _running(implementation: str, precision: str) -> Callable[[Execution], bool]:
+    return lambda e: e.variant.implementation == implementation and e.variant.precision == precision
+
+
 ASSUMPTIONS: tuple[Assumption, ...] = (
     Assumption(
         "imbalanced inference and training",
@@ -36,11 +41,10 @@ ASSUMPTIONS: tuple[Assumption, ...] = (
         "and B, at EP32 and EP64",
         _touching(lambda e: e.workload.profile == "balanced"),
     ),
-    Assumption(
-        "Dist-MoE MXFP8 pipelines",
-        "the report's MXFP8 Dist-MoE pipelines are fp8-dispatch (E4M3 rows and E8M0 scales on the wire) "
-        "and bf16-dispatch (rows in the layer dtype on the wire, quantized where the experts are)",
-        _touching(lambda e: e.variant.implementation == "dist-moe" and e.variant.precision == "mxfp8"),
+    *(  # what each implementation's record chose
+        Assumption(c.what, c.choice, _touching(_running(i.name, c.precision)))
+        for i in implementations()
+        for c in i.choices
     ),
     Assumption(
         "routing outside the timed iteration",

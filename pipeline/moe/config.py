@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.vocabulary import DTYPES, MX_BLOCK, pipelines_of
+from pipeline.implementations import MOK, Implementation, implementation, pipelines_of
+from pipeline.vocabulary import DTYPES, MX_BLOCK
 
 # The vocabulary's dtype names as torch dtypes.
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
@@ -29,7 +30,7 @@ class MoEConfig:
     num_experts: int
     top_k: int
     num_shared: int = 1
-    implementation: str = "mok"
+    implementation: str = MOK.name
     pipeline: str = "native"
     precision: str = "bf16"
     dtype: torch.dtype = torch.bfloat16
@@ -70,14 +71,19 @@ class MoEConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
 
     @property
+    def record(self) -> Implementation:
+        """Everything decided per implementation (:mod:`pipeline.implementations`)."""
+        return implementation(self.implementation)
+
+    @property
     def mx_scale_mode(self) -> str:
-        """MoK selects E8M0 scales exactly; Dist-MoE uses fast math."""
-        return "exact" if self.implementation == "mok" else "fast"
+        """The implementation's E8M0 scale selection (MoK: exact; Dist-MoE: fast math)."""
+        return self.record.mx_scale_mode
 
     @property
     def fused_swiglu_backward(self) -> bool:
-        """Dist-MoE fuses the SwiGLU backward (automatically); MoK keeps its unfused one."""
-        return self.implementation == "dist-moe"
+        """Whether the implementation fuses the SwiGLU backward (Dist-MoE) or keeps it unfused (MoK)."""
+        return self.record.swiglu_backward == "fused"
 
     @property
     def fp8_on_wire(self) -> bool:

@@ -93,12 +93,14 @@ def _take(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
 
 
 class _DispatchFP8(torch.autograd.Function):
-    """Rows leave as MXFP8 (fast-math scales) and arrive dequantized, beside the E4M3 data and E8M0
-    scales that travelled (no gradient); gradients return unquantized."""
+    """Rows leave as MXFP8 (scales selected by ``mode``) and arrive dequantized, beside the E4M3 data
+    and E8M0 scales that travelled (no gradient); gradients return unquantized."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, scratch: torch.Tensor | None):
-        q = quantize_mx(x, "fast")
+    def forward(
+        ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, scratch: torch.Tensor | None, mode: str
+    ):
+        q = quantize_mx(x, mode)
         data_into, scale_into = _split_scratch(scratch, plan.received_rows * q.data.shape[1])
         data = all_to_all_rows(
             q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group, data_into
@@ -119,7 +121,7 @@ class _DispatchFP8(torch.autograd.Function):
         back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
         dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
         dx.index_add_(0, plan.token_of_row, back)
-        return dx, None, None, None
+        return dx, None, None, None, None
 
 
 def _split_scratch(
@@ -132,13 +134,18 @@ def _split_scratch(
 
 
 def dispatch(
-    x: torch.Tensor, plan: DispatchPlan, group: Group, fp8: bool, scratch: torch.Tensor | None = None
+    x: torch.Tensor,
+    plan: DispatchPlan,
+    group: Group,
+    fp8: str | None,
+    scratch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, MXTensor | None]:
     """Rows of ``x`` [T, D] for every (token, expert) pair, on the experts' ranks, grouped by local
-    expert. Returns the rows in the layer dtype and, with ``fp8``, the MX tensor that travelled.
-    ``scratch`` (flat uint8) is the receive buffer the rows arrive in when they fit (Dist-MoE)."""
-    if fp8:
-        rows, data, scale = _DispatchFP8.apply(x, plan, group, scratch)
+    expert. Returns the rows in the layer dtype and, when ``fp8`` names the implementation's MX scale
+    mode (rows travel as MXFP8), the MX tensor that travelled. ``scratch`` (flat uint8) is the receive
+    buffer the rows arrive in when they fit (Dist-MoE)."""
+    if fp8 is not None:
+        rows, data, scale = _DispatchFP8.apply(x, plan, group, scratch, fp8)
         return rows, MXTensor(data, scale)
     rows = x.index_select(0, plan.token_of_row)
     if group.size == 1:

@@ -12,7 +12,7 @@ from pipeline.moe.comm import Group
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.dispatch import DispatchPlan, combine, dispatch
 from pipeline.moe.experts import MXOperands, Release, grouped_swiglu, shared_swiglu
-from pipeline.moe.policy import MoKBudget, SavedState, SharedSlot, make_policy
+from pipeline.moe.policy import SavedState, SavedStatePolicy, make_policy
 from pipeline.moe.routing import validate_routing
 from pipeline.moe.swiglu import fused_form
 from pipeline.moe.weights import ExpertWeights
@@ -27,7 +27,7 @@ class MoELayer(torch.nn.Module):
         cfg: MoEConfig,
         weights: ExpertWeights,
         group: dist.ProcessGroup | None = None,
-        policy: MoKBudget | SharedSlot | None = None,
+        policy: SavedStatePolicy | None = None,
         index: int = 0,
     ) -> None:
         super().__init__()
@@ -44,8 +44,8 @@ class MoELayer(torch.nn.Module):
 
     @property
     def swiglu_backward_form(self) -> str:
-        """The SwiGLU backward this layer runs: ``unfused`` (MoK), else the fused form of its device
-        (:func:`pipeline.moe.swiglu.fused_form`)."""
+        """The SwiGLU backward this layer runs: ``unfused`` (MoK's), else the fused form of its device
+        (:func:`pipeline.moe.swiglu.fused_form`; Dist-MoE's)."""
         cfg = self.cfg
         return fused_form(self.w1.device, cfg.dtype, cfg.d_ff) if cfg.fused_swiglu_backward else "unfused"
 
@@ -70,7 +70,8 @@ class MoELayer(torch.nn.Module):
         tokens = x.shape[0]
         plan = self._dispatch_plan(topk_idx, topk_weight, tokens)
         scratch = self.policy.receive_scratch
-        rows, rows_mx = dispatch(x, plan, self.group, fp8=cfg.fp8_on_wire, scratch=scratch)
+        wire = cfg.mx_scale_mode if cfg.fp8_on_wire else None
+        rows, rows_mx = dispatch(x, plan, self.group, wire, scratch=scratch)
 
         hold = torch.is_grad_enabled() and any(t.requires_grad for t in (x, self.w1, self.w2))
         budget_tokens = cfg.budget_tokens or tokens

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.layer import MoELayer
-from pipeline.moe.policy import MoKBudget, SavedState, SharedSlot, make_policy
+from pipeline.moe.policy import SavedState, SavedStatePolicy, make_policy
 from pipeline.moe.weights import ExpertWeights
 
 Route = tuple[torch.Tensor, torch.Tensor]
@@ -38,7 +38,7 @@ class LayerStack(torch.nn.Module):
             torch.autograd.backward(ys[i], grads[i])
 
     @property
-    def policy(self) -> MoKBudget | SharedSlot:
+    def policy(self) -> SavedStatePolicy:
         """The one policy object every layer of the stack shares."""
         return self.layers[0].policy
 

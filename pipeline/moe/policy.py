@@ -2,6 +2,8 @@
 
 Rows beyond what a policy retains are recomputed in backward (see :mod:`pipeline.moe.experts`).
 
+The implementation's record names its policy class (``Implementation.policy``); the two here are:
+
 - MoK: a per-layer budget, the requested factor x T x K rounded up to a power of two
   (2.5 x 2048 x 6 = 30,720 -> 32,768 rows, ~2.67). A layer over its budget keeps part of its state
   and recomputes the rest; MoK has no capacity flag.
@@ -24,12 +26,17 @@ each with its bytes. A policy whose T is unknown (``MoEConfig.budget_tokens`` un
 
 from __future__ import annotations
 
+import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from typing import Protocol
 
 import torch
 
 from pipeline.data.meta import Buffer, Policy, SavedState
+from pipeline.implementations import implementation
 from pipeline.moe.config import MoEConfig
 
 
@@ -42,6 +49,25 @@ class Reservation:
     store: torch.Tensor | None
 
 
+class SavedStatePolicy(Protocol):
+    """What a layer asks of its implementation's policy; one object serves every layer of a stack."""
+
+    OVERFLOW: str  # what overflow means for the implementation
+    layers: int
+    factor: float  # the requested factor, in units of T x K rows
+    receive_scratch: torch.Tensor | None  # where the dispatch receives rows, when it has one
+
+    def allocate(self, cfg: MoEConfig, tokens: int, device: torch.device, saves: bool) -> None: ...
+
+    def buffers(self) -> list[Buffer]: ...
+
+    def reserve(self, layer: int, routed_rows: int, tokens: int, top_k: int, hold: bool) -> Reservation: ...
+
+    def release(self, rows: int) -> None: ...
+
+    def describe(self, tokens: int, top_k: int) -> Policy: ...
+
+
 def power_of_two_ceil(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
@@ -52,7 +78,7 @@ class MoKBudget:
     OVERFLOW = "partial retention: rows beyond a layer's budget are recomputed in backward"
 
     def __init__(self, cfg: MoEConfig, layers: int = 1) -> None:
-        self.factor, self.layers = cfg.activation_factor, layers
+        self.implementation, self.factor, self.layers = cfg.implementation, cfg.activation_factor, layers
         self.saved: list[torch.Tensor] = []  # per layer [budget rows, 2F], once allocated
         self.receive_scratch: torch.Tensor | None = None  # MoK receives into exactly sized buffers
 
@@ -86,8 +112,9 @@ class MoKBudget:
         """The stack's policy: ``layers`` separate budgets, no receive or host scratch."""
         budget = self.budget_rows(tokens, top_k)
         return _description(
-            "mok", self, budget, tokens * top_k, pooled=False, scratch_factor=None, scratch_rows=0
-        )
+            self.implementation, self, budget, tokens * top_k, pooled=False, scratch_factor=None,
+            scratch_rows=0,
+        )  # fmt: skip
 
 
 class SharedSlot:
@@ -97,7 +124,8 @@ class SharedSlot:
     OVERFLOW = "capacity flag: raised when the shared slot or the receive scratch would overflow"
 
     def __init__(self, cfg: MoEConfig, layers: int = 1) -> None:
-        self.factor, self.scratch_factor, self.layers = cfg.activation_factor, cfg.scratch_factor, layers
+        self.implementation, self.layers = cfg.implementation, layers
+        self.factor, self.scratch_factor = cfg.activation_factor, cfg.scratch_factor
         self.used = 0
         self.slot: torch.Tensor | None = None  # [pooled rows, 2F], once allocated
         self.receive_scratch: torch.Tensor | None = None  # bytes of scratch rows x D, once allocated
@@ -156,14 +184,14 @@ class SharedSlot:
         """The stack's policy: one pooled slot, receive scratch, zero host scratch."""
         share, scratch = self.layer_rows(tokens, top_k), self.scratch_rows(tokens, top_k)
         return _description(
-            "dist-moe", self, share, tokens * top_k, pooled=True, scratch_factor=self.scratch_factor,
+            self.implementation, self, share, tokens * top_k, pooled=True, scratch_factor=self.scratch_factor,
             scratch_rows=scratch,
         )  # fmt: skip
 
 
 def _description(
     implementation: str,
-    policy: MoKBudget | SharedSlot,
+    policy: SavedStatePolicy,
     layer_rows: int,
     balanced_rows: int,
     *,
@@ -188,13 +216,24 @@ def _description(
     )
 
 
+PolicyFactory = Callable[[MoEConfig, int], SavedStatePolicy]
+
+
+@cache
+def policy_factory(name: str) -> PolicyFactory:
+    """The policy class (or factory) the record of implementation ``name`` names, imported once."""
+    module, _, attribute = implementation(name).policy.partition(":")
+    factory: PolicyFactory = getattr(importlib.import_module(module), attribute)
+    return factory
+
+
 def make_policy(
     cfg: MoEConfig, layers: int = 1, device: torch.device | None = None, saves: bool = True
-) -> MoKBudget | SharedSlot:
+) -> SavedStatePolicy:
     """The policy of ``cfg.implementation`` for a stack of ``layers`` layers; its buffers are allocated
     on ``device`` when one is given and T is known (``cfg.budget_tokens``), saved-activation storage
     only if the work ``saves`` state for a backward."""
-    policy = MoKBudget(cfg, layers) if cfg.implementation == "mok" else SharedSlot(cfg, layers)
+    policy = policy_factory(cfg.implementation)(cfg, layers)
     if device is not None and cfg.budget_tokens is not None:
         policy.allocate(cfg, cfg.budget_tokens, device, saves)
     return policy

@@ -49,19 +49,17 @@ class Aggregate:
     mixed: dict[str, dict[str, int]]  # comparable settings that differ between the published shards
 
 
-def aggregate(
-    dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8, estimate: bool = False
-) -> Aggregate:
-    """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset);
-    ``estimate`` computes the full-scale estimates the kept table lacks (else their cells are empty).
-    A :class:`~pipeline.report.publication.PublishError` says why nothing was published."""
+def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, workers: int = 8) -> Aggregate:
+    """Read ``dataset``'s shards and write the published files into ``out`` (default: the dataset), with
+    the full-scale estimates the kept table holds (the others' cells are empty). A
+    :class:`~pipeline.report.publication.PublishError` says why nothing was published."""
     folder = Dataset.existing(dataset)
     out = folder.root if out is None else Path(out)
     scan = scan_shards(folder, workers=workers)
     skipped = list(scan.skipped)
     rows: list[Row] = []
     states: list[PackingEvidence] = []
-    estimated = executions.estimated_columns(scan.newest.values(), compute=estimate)
+    estimated = executions.estimated_columns(scan.newest.values())
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)

@@ -4,7 +4,9 @@ recorded (``meta.deviations`` of the published JSON, ``docs/dataset.md``).
 At ``scale=full`` on the report's GPUs with every EP rank there is none; at the CPU scales nearly every
 execution has several, and a reader of one number needs to know which: the dtype that ran, the
 collective, the GEMM backend and how MXFP8 products were formed, the ranks against the EP degree, the
-tokens fed to the tracked rank, the timing windows, CUDA graphs, and a crowded host.
+tokens fed to the tracked rank, the timing windows, CUDA graphs, and a crowded host. A check of what a
+shard's schema version did not record (the collective, kernels and contention before version 3) says
+nothing about that shard: the report lists where what ran is known to differ, never a guess.
 """
 
 from __future__ import annotations
@@ -71,13 +73,19 @@ CHECKS = (
         "collective",
         "NCCL over NVLink",
         "all-to-all and barriers cost what this collective costs on this host",
-        lambda s: None if s.meta.provenance.collective == REPORT_COLLECTIVE else s.meta.provenance.collective,
+        lambda s: (
+            None
+            if s.meta.provenance.collective in (None, REPORT_COLLECTIVE)
+            else s.meta.provenance.collective
+        ),
     ),
     _Check(
         "grouped GEMM",
         "the implementations' GPU kernels",
         "the expert GEMMs ran on this backend",
-        lambda s: None if s.meta.kernels.gemm.startswith("cute-") else s.meta.kernels.gemm,
+        lambda s: (
+            None if s.meta.kernels is None or s.meta.kernels.gemm.startswith("cute-") else s.meta.kernels.gemm
+        ),
     ),
     _Check(
         "MXFP8 products",
@@ -85,7 +93,7 @@ CHECKS = (
         "MXFP8 times measure quantization and this product, not FP8 tensor cores",
         lambda s: (
             None
-            if s.meta.kernels.mxfp8 is None or s.meta.kernels.gemm == "cute-sm100"
+            if s.meta.kernels is None or s.meta.kernels.mxfp8 is None or s.meta.kernels.gemm == "cute-sm100"
             else s.meta.kernels.mxfp8
         ),
     ),

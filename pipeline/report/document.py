@@ -57,9 +57,9 @@ class Meta:
 @dataclass(frozen=True)
 class PackingEvidence:
     """Saved-state evidence of one packing execution as its shard recorded it: per layer, and per
-    stack (``policy``); ``balanced_rows`` (T x K) is a layer's routed rows on the tracked GPU at load 1,
-    ``layers_recomputing`` counts layers with recomputed rows, ``capacity_flags`` the raised capacity
-    flags (None for MoK, which has none)."""
+    stack (``policy``; None where the shard's schema version recorded none); ``balanced_rows`` (T x K)
+    is a layer's routed rows on the tracked GPU at load 1, ``layers_recomputing`` counts layers with
+    recomputed rows, ``capacity_flags`` the raised capacity flags (None for MoK, which has none)."""
 
     execution_id: str
     workload_id: str
@@ -71,7 +71,7 @@ class PackingEvidence:
     balanced_rows: int
     layers_recomputing: int
     capacity_flags: int | None
-    policy: Policy
+    policy: Policy | None
     layers: tuple[LayerState, ...]
 
 

@@ -5,9 +5,13 @@ Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shap
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
 rate is the analytical logical byte model of the cluster-average GPU (the convention of useful
 TFLOP/s) over that time, not measured traffic; the prediction is
-empty when no hardware preset matches the recorded device (e.g. CPU runs). The sanity columns are the
-execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise error, its tolerance and
-the verdict; empty for shards written before the gate existed.
+empty when no hardware preset matches the recorded device (e.g. CPU runs), and so are the %SOL columns:
+each rate over its peak in that preset (``conf/cluster/<name>.yaml``, read by :mod:`pipeline.gpu_presets`).
+The sanity columns are the execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise
+error, its tolerance and the verdict; empty for shards written before the gate existed. Every column of
+what a shard's schema version did not record (the collective, kernels, contention and emulation copies
+before version 3) is empty, never filled in. The estimate columns are read from the kept table
+(:mod:`pipeline.data.estimates`), never computed here.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ from collections.abc import Iterable
 from dataclasses import asdict
 
 from pipeline import model
+from pipeline.data import estimates as kept_table
 from pipeline.data.reader import Shard
-from pipeline.estimate import table
+from pipeline.gpu_presets import GpuPreset, gpu_preset
 from pipeline.matrix.scale import Shape
 from pipeline.metrics import SlowestRank, phases, tera_per_second, useful_tflops_per_gpu
-from pipeline.report.publish import Row
+from pipeline.report.publish import Row, optional_number
 from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
 GIB = 2**30
@@ -37,6 +42,10 @@ METRICS = (
 # Pairs publish these as Dist-MoE / MoK ratios. Not the HBM model rate: its ratio is the speedup times
 # the ratio of two analytical byte counts, so it adds nothing a reader cannot form from those.
 RATIO_METRICS = tuple(m for m in METRICS if m != "hbmModelTBs")
+# Each rate as a percentage of its peak in the device's preset (speed of light): useful TFLOP/s over the
+# dense tensor peak of the precision, the HBM model's TB/s over the HBM peak, NVLink GB/s over the
+# per-direction link peak.
+SOL_COLUMNS = ("usefulSOLPct", "hbmModelSOLPct", "nvlinkTxSOLPct", "nvlinkRxSOLPct")
 # What ran, beside the nominal identity columns (docs/dataset.md defines each with its unit).
 RUN_COLUMNS = (
     "windowMinMS",
@@ -67,7 +76,7 @@ RUN_COLUMNS = (
     "git_sha",
 )
 # The execution's GPU path at full scale on fake tensors (pipeline.estimate), on the dataset's preset.
-ESTIMATE_COLUMNS = table.COLUMNS
+ESTIMATE_COLUMNS = kept_table.COLUMNS
 COLUMNS = (
     "execution_id",
     "workload_id",
@@ -87,6 +96,7 @@ COLUMNS = (
     "job_id",
     "predictedMS",
     "measuredOverPredicted",
+    *SOL_COLUMNS,
     "sanityMaxError",
     "sanityTolerance",
     "sanityPassed",
@@ -111,30 +121,53 @@ def execution_row(shard: Shard, reduced: dict[str, SlowestRank] | None = None) -
         predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
     flops = (ident.kind, tokens, meta.shape.d_model, meta.shape.d_ff, meta.shape.top_k)
     hbm_bytes = model.iteration_bytes(layer, dispatch)
+    rates: Row = {
+        "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
+        "hbmModelTBs": tera_per_second(hbm_bytes, ms),
+        "nvlinkTxGBs": _scaled(meta.nvlink.tx_bytes_per_s, 1e9),
+        "nvlinkRxGBs": _scaled(meta.nvlink.rx_bytes_per_s, 1e9),
+    }
     return {
         **{k: v for k, v in asdict(ident).items() if k in COLUMNS},
         "iterationMS": ms,
         "forwardMS": reduced["forward"].ms if "forward" in reduced else None,
         "backwardMS": reduced["backward"].ms if "backward" in reduced else None,
-        "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
-        "hbmModelTBs": tera_per_second(hbm_bytes, ms),
-        "nvlinkTxGBs": _scaled(meta.nvlink.tx_bytes_per_s, 1e9),
-        "nvlinkRxGBs": _scaled(meta.nvlink.rx_bytes_per_s, 1e9),
+        **rates,
         "peakAllocatedGiB": _scaled(meta.memory.peak_allocated_bytes, GIB),
         "hbmModelBytes": hbm_bytes,
         "predictedMS": predicted,
         "measuredOverPredicted": None if predicted is None else ms / predicted,
-        "sanityMaxError": meta.sanity.max_error,
-        "sanityTolerance": meta.sanity.tolerance,
-        "sanityPassed": meta.sanity.passed,
+        **sol_columns(rates, ident.precision, None if hardware is None else gpu_preset(hardware)),
+        "sanityMaxError": None if meta.sanity is None else meta.sanity.max_error,
+        "sanityTolerance": None if meta.sanity is None else meta.sanity.tolerance,
+        "sanityPassed": None if meta.sanity is None else meta.sanity.passed,
         **what_ran(shard, reduced["combined"]),
     }
+
+
+def sol_columns(rates: Row, precision: str, gpu: GpuPreset | None) -> Row:
+    """The %SOL columns of a row's rates on ``gpu`` (the device's preset; None: no preset, all empty):
+    each rate as a percentage of its peak. MXFP8 work is held to the FP8 peak, whatever products the
+    kernel formed."""
+    if gpu is None:
+        return dict.fromkeys(SOL_COLUMNS)
+    peaks = {
+        "usefulSOLPct": ("usefulTFLOPsPerGPU", gpu.tensor_tflops(precision)),
+        "hbmModelSOLPct": ("hbmModelTBs", gpu.hbm_tb_s),
+        "nvlinkTxSOLPct": ("nvlinkTxGBs", gpu.nvlink_gb_s),
+        "nvlinkRxSOLPct": ("nvlinkRxGBs", gpu.nvlink_gb_s),
+    }
+    return {column: _percent(optional_number(rates, rate), peak) for column, (rate, peak) in peaks.items()}
+
+
+def _percent(value: float | None, peak: float) -> float | None:
+    return None if value is None else 100 * value / peak
 
 
 def what_ran(shard: Shard, combined: SlowestRank) -> Row:
     """The run columns of one shard: the combined phase's slowest-rank window spread, the scale and
     shape that ran, how it was timed and the code and seed that ran it."""
-    meta, shape = shard.meta, shard.meta.shape
+    meta, shape, emulation = shard.meta, shard.meta.shape, shard.meta.memory.emulation
     low, high = combined.spread
     loads = shape.layer_loads
     return {
@@ -155,16 +188,13 @@ def what_ran(shard: Shard, combined: SlowestRank) -> Row:
         "workMultiple": WORK_MULTIPLE[shard.identity.kind],
         "dtype": shape.dtype,
         "collective": meta.provenance.collective,
-        "gemm": meta.kernels.gemm,
+        "gemm": None if meta.kernels is None else meta.kernels.gemm,
         "clock": meta.timing.clock,
         "cudaGraphs": meta.timing.cuda_graphs,
         "cudaGraphsReason": meta.timing.cuda_graphs_reason,
         "cpuWaitShare": meta.contention.cpu_wait_share,
         "oversubscribed": meta.contention.oversubscribed,
-        "emulationCopiesGiB": (
-            meta.memory.emulation.mx_weight_values + meta.memory.emulation.saved_dispatched_rows
-        )
-        / GIB,
+        "emulationCopiesGiB": None if emulation is None else emulation.total / GIB,
         "seed": meta.config.get("seed"),
         "git_sha": meta.provenance.git_sha,
     }
@@ -185,10 +215,10 @@ def _scaled(value: float | None, unit: float) -> float | None:
     return None if value is None else value / unit
 
 
-def estimated_columns(shards: Iterable[Shard], compute: bool = False) -> dict[str, Row]:
-    """Per execution id, its estimate columns (:mod:`pipeline.estimate.table`): at full scale on the
-    shard's cluster preset, or the report's hardware where the dataset ran on none; empty where the
-    kept table lacks it and ``compute`` is off."""
-    preset = {s.execution_id: table.preset_of(s.meta.provenance.cluster) for s in shards}
-    found = table.estimates(preset.items(), compute=compute)
-    return {e: table.columns(found[(e, p)]) for e, p in preset.items()}
+def estimated_columns(shards: Iterable[Shard]) -> dict[str, Row]:
+    """Per execution id, its estimate columns from the kept table (:mod:`pipeline.data.estimates`): at
+    full scale on the shard's cluster preset, or the report's hardware where the dataset ran on none;
+    empty where the table lacks it (``python -m pipeline.estimate --dataset DIR`` computes those)."""
+    keys = kept_table.keys_of(shards)
+    found = kept_table.kept(keys.values())
+    return {e: kept_table.columns(found[k]) for e, k in keys.items()}

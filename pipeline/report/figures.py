@@ -1,32 +1,39 @@
 """Published figures: iteration time per EP (MoK vs the selected Dist-MoE pipeline) and saved state.
 
-Figures are built on ``matplotlib.figure.Figure`` (Agg, no pyplot global state) and saved without a
-software stamp, so the same rows give the same PNG bytes.
+Each implementation is drawn in its record's colours and named by its label
+(:mod:`pipeline.implementations`); an implementation in no pair is drawn beside the pair, its fastest
+pipeline per matched workload. Figures are built on ``matplotlib.figure.Figure`` (Agg, no pyplot
+global state) and saved without a software stamp, so the same rows give the same PNG bytes.
 """
 
 from __future__ import annotations
 
 import io
 import re
+from dataclasses import dataclass
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from pipeline.implementations import Implementation, candidate, implementation, implementations, reference
 from pipeline.matrix import WORKLOADS
 from pipeline.printable import printable
 from pipeline.report.document import PackingEvidence
+from pipeline.report.pairs import CANDIDATE_ID, REFERENCE_ID, fastest
 from pipeline.report.publish import Row, number
 from pipeline.vocabulary import KINDS, PRECISIONS
 
-MOK_COLOR, DIST_COLOR = "#7f7f7f", "#1f77b4"
-MOK_BUDGET, DIST_TEXT = "black", "#0b3d66"
 PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 # Saved-state axes reach this far above the tallest bar: room for a panel's three lines of text.
 HEADROOM = 1.6
+NOTE_TOP, NOTE_LINE = 0.97, 0.08  # a panel's notes, one under the other, in axes fractions
+# Columns of two implementations at one shape (time) or layer (saved state): bar width, and the
+# saved-state bars' distance; more implementations share the same room.
+BAR, LAYER_STEP = 0.38, 0.4
 PNG_METADATA = {"Software": None}
-TABLE_TITLE = "paired values: Dist-MoE / MoK"
+TABLE_TITLE = f"paired values: {candidate().label} / {reference().label}"
 SAVED_STATE_NAME = "mok-comparison-saved-state.png"
 _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 
@@ -53,10 +60,14 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
     pair: one row of panels per kind, BF16 and MXFP8 side by side, every panel of the EP on one time
     axis (the report's rule: both precision panels share a time axis within one EP, so training and
     packing are drawn to one scale); below, the paired table (Dist-MoE / MoK); device and scale in
-    the title."""
+    the title. An implementation in no pair stands beside the pair (its fastest pipeline)."""
+    ref, cand = reference(), candidate()
     by_id = {str(r["execution_id"]): r for r in rows}
     selected = {str(p["workload_id"]): p for p in pairs if p["selected"]}
     mine = [r for r in rows if r["ep"] == ep]
+    others = _beside(mine)
+    columns = 2 + len(others)
+    width = BAR * 2 / columns  # adjacent columns: the width is also the step
     kinds = [k for k in KINDS if any(r["kind"] == k for r in mine)]
     shapes = {k: sorted({_shape(r) for r in mine if r["kind"] == k}, key=_shape_order) for k in kinds}
     widest = max(len(v) for v in shapes.values())
@@ -68,7 +79,7 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
     grid = fig.add_gridspec(len(kinds) + 1, len(PRECISIONS), height_ratios=[3.0] * len(kinds) + [
         0.4 + 0.16 * len(table_rows)
     ])  # fmt: skip
-    width, drawn = 0.38, {"mok": False, "dist": False}
+    drawn = {i.name: False for i in (ref, cand, *(o.record for o in others))}
     first = None  # the EP's one time axis
     for row_index, kind in enumerate(kinds):
         for col, precision in enumerate(PRECISIONS):
@@ -76,21 +87,34 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
             first = first or ax
             for x, (_, shape) in enumerate(shapes[kind]):
                 workload = f"{shape}-{precision}"
-                mok = next(
-                    (r for r in mine if r["workload_id"] == workload and r["implementation"] == "mok"), None
+                partner = next(
+                    (r for r in mine if r["workload_id"] == workload and r["implementation"] == ref.name),
+                    None,
                 )
-                if mok is not None:
-                    ax.bar(x - width / 2, number(mok, "iterationMS"), width, color=MOK_COLOR)
-                    drawn["mok"] = True
+                if partner is not None:
+                    at = x + _offset(0, columns, width)
+                    ax.bar(at, number(partner, "iterationMS"), width, color=ref.colour)
+                    drawn[ref.name] = True
+                extra = [
+                    (c, o, o.fastest[workload]) for c, o in enumerate(others, 2) if workload in o.fastest
+                ]
+                for column, other, row in extra:
+                    at = x + _offset(column, columns, width)
+                    ax.bar(at, number(row, "iterationMS"), width, color=other.record.colour)
+                    drawn[other.record.name] = True
                 pair = selected.get(workload)
                 if pair is None:
                     continue
-                dist = by_id[str(pair["dist_execution_id"])]
-                ax.bar(x + width / 2, number(dist, "iterationMS"), width, color=DIST_COLOR)
-                drawn["dist"] = True
+                chosen = by_id[str(pair[CANDIDATE_ID])]
+                ax.bar(
+                    x + _offset(1, columns, width), number(chosen, "iterationMS"), width, color=cand.colour
+                )
+                drawn[cand.name] = True
+                tops = [number(chosen, "iterationMS"), number(pair, "mokIterationMS")]
+                tops += [number(row, "iterationMS") for _, _, row in extra]
                 ax.annotate(
                     f"{number(pair, 'speedup'):.2f}x\n{pair['pipeline']}",
-                    (x, max(number(dist, "iterationMS"), number(pair, "mokIterationMS"))),
+                    (x + (_offset(0, columns, width) + _offset(1, columns, width)) / 2, max(tops)),
                     xytext=(0, 3),
                     textcoords="offset points",
                     ha="center",
@@ -109,15 +133,47 @@ def time_figure(ep: int, rows: list[Row], pairs: list[Row]) -> Figure:
     legend = [
         handle
         for shown, handle in (
-            (drawn["mok"], Patch(color=MOK_COLOR, label="MoK")),
-            (drawn["dist"], Patch(color=DIST_COLOR, label="Dist-MoE, selected pipeline")),
+            (drawn[ref.name], Patch(color=ref.colour, label=ref.label)),
+            (drawn[cand.name], Patch(color=cand.colour, label=f"{cand.label}, selected pipeline")),
+            *((drawn[o.record.name], Patch(color=o.record.colour, label=o.label)) for o in others),
         )
         if shown
     ]
     if legend:
-        fig.legend(handles=legend, loc="outside lower center", ncols=2, fontsize=8)
-    fig.suptitle(f"EP{ep}: MoK time / Dist-MoE time above each pair; {_provenance(mine)}", fontsize=10)
+        fig.legend(handles=legend, loc="outside lower center", ncols=max(2, len(legend)), fontsize=8)
+    title = f"EP{ep}: {ref.label} time / {cand.label} time above each pair; {_provenance(mine)}"
+    fig.suptitle(title, fontsize=10)
     return fig
+
+
+@dataclass(frozen=True)
+class _Beside:
+    """An implementation in no pair, drawn beside it: its record and its fastest row per matched
+    workload (the rule that selects the candidate's pipeline)."""
+
+    record: Implementation
+    fastest: dict[str, Row]
+
+    @property
+    def label(self) -> str:
+        record = self.record
+        return f"{record.label}, fastest pipeline" if record.several_pipelines else record.label
+
+
+def _beside(rows: list[Row]) -> list[_Beside]:
+    """The implementations of ``rows`` in no pair, in registration order."""
+    paired = {reference().name, candidate().name}
+    return [
+        _Beside(i, fastest(mine))
+        for i in implementations()
+        if i.name not in paired and (mine := [r for r in rows if r["implementation"] == i.name])
+    ]
+
+
+def _offset(column: int, columns: int, step: float) -> float:
+    """Where column ``column`` of ``columns`` at one shape or layer stands from its centre (the pair's
+    reference first, its candidate second, then the implementations beside it)."""
+    return (column - (columns - 1) / 2) * step
 
 
 def _panel_title(ep: int, kind: str, precision: str, mine: list[Row]) -> str:
@@ -142,7 +198,7 @@ def _paired_table(
         pair = selected.get(f"{shape}-{precision}")
         if pair is None:
             continue
-        dist, mok = by_id[str(pair["dist_execution_id"])], by_id[str(pair["mok_execution_id"])]
+        dist, mok = by_id[str(pair[CANDIDATE_ID])], by_id[str(pair[REFERENCE_ID])]
         cells.append(
             [
                 f"{shape} {precision.upper()}",
@@ -153,7 +209,7 @@ def _paired_table(
         )
     if not cells:
         return
-    header = ["workload", "Dist-MoE pipeline", "iteration ms", "useful TFLOP/s per GPU"]
+    header = ["workload", f"{candidate().label} pipeline", "iteration ms", "useful TFLOP/s per GPU"]
     table = ax.table(cellText=cells, colLabels=header, loc="upper center", cellLoc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(7)
@@ -178,10 +234,27 @@ def saved_state_figure(
     states: list[PackingEvidence], pairs: list[Row], rows: list[Row] | None = None
 ) -> Figure:
     """Per packing case and layer, in units of the balanced routed rows (T x K): retained rows (solid),
-    recomputed rows (pale), MoK's per-layer budget (tick); Dist-MoE's one slot shared by all layers
-    is stated in the panel, as it is no per-layer bound."""
-    chosen = {p["dist_execution_id"] for p in pairs if p["selected"]}
-    shown = [s for s in states if s.implementation == "mok" or s.execution_id in chosen]
+    recomputed rows (pale), a per-layer budget (tick: MoK's); a slot shared by all layers (Dist-MoE's)
+    is stated in the panel, as it is no per-layer bound. An implementation in no pair shows its
+    fastest pipeline (with ``rows``; else every one)."""
+    ref, cand = reference(), candidate()
+    chosen = {p[CANDIDATE_ID] for p in pairs if p["selected"]}
+    beside = {str(r["execution_id"]) for o in _beside(rows or []) for r in o.fastest.values()}
+    paired = {ref.name, cand.name}
+    shown = [
+        s
+        for s in states
+        if s.implementation == ref.name
+        or s.execution_id in chosen
+        or (s.implementation not in paired and (rows is None or s.execution_id in beside))
+    ]
+    order = [ref.name, cand.name]  # columns: the pair's, then those beside it with marks
+    order += [
+        i.name
+        for i in implementations()
+        if i.name not in paired and i.name in {s.implementation for s in shown}
+    ]
+    tops, lines = _note_tops(shown, order)
     cases = sorted({(s.ep, s.precision) for s in shown})
     profiles = sorted({s.profile for s in shown}, key=lambda p: (p != "balanced", p))
     fig = Figure(figsize=(max(8.0, 4.2 * len(profiles)), 2.8 * len(cases) + 0.6), layout="constrained")
@@ -192,34 +265,17 @@ def saved_state_figure(
             ax.set_title(f"EP{ep} {precision.upper()} profile {profile}", fontsize=9)
             for state in shown:
                 if (state.ep, state.precision, state.profile) == (ep, precision, profile):
-                    _saved_state_bars(ax, state)
+                    _saved_state_bars(ax, state, order, tops[state.implementation])
             ax.set_xlabel("layer", fontsize=8)
             ax.grid(axis="y", alpha=0.3)
         axes[row][0].set_ylabel("rows / (T x K)", fontsize=8)
     top = max(max(_heights(s), default=0.0) for s in shown) if shown else 1.0
-    axes[0][0].set_ylim(0, HEADROOM * top)
-    mok_states = [st for st in shown if st.implementation == "mok"]
-    dist_states = [st for st in shown if st.implementation != "mok"]
-    budgets = sorted({round(layer.factor, 2) for st in mok_states for layer in st.layers})
-    candidates = [
-        (mok_states, Patch(color=MOK_COLOR, label="MoK retained")),
-        (_recomputing(mok_states), Patch(facecolor=MOK_COLOR, alpha=PALE, label="MoK recomputed")),
-        (
-            mok_states,
-            Line2D(
-                [],
-                [],
-                color=MOK_BUDGET,
-                marker="_",
-                markersize=12,
-                linestyle="none",
-                label="MoK budget per layer: " + ", ".join(f"{b:.2f}" for b in budgets) + " x T x K",
-            ),
-        ),
-        (dist_states, Patch(color=DIST_COLOR, label="Dist-MoE retained (selected pipeline)")),
-        (_recomputing(dist_states), Patch(facecolor=DIST_COLOR, alpha=PALE, label="Dist-MoE recomputed")),
+    axes[0][0].set_ylim(0, _headroom(lines) * top)
+    legend = [
+        handle
+        for name in order
+        for handle in _legend([st for st in shown if st.implementation == name], rows)
     ]
-    legend = [handle for present, handle in candidates if present]
     if legend:
         fig.legend(handles=legend, loc="outside lower center", ncols=min(len(legend), 3), fontsize=8)
     where = f"; {_provenance(rows)}" if rows else ""
@@ -229,39 +285,88 @@ def saved_state_figure(
     return fig
 
 
+def _legend(states: list[PackingEvidence], rows: list[Row] | None) -> list[Patch | Line2D]:
+    """One implementation's entries, each only where it has marks: retained (and which pipeline),
+    recomputed and its per-layer budgets."""
+    if not states:
+        return []
+    record = implementation(states[0].implementation)
+    which = ""
+    if record.name == candidate().name:
+        which = " (selected pipeline)"
+    elif record.name != reference().name and record.several_pipelines and rows is not None:
+        which = " (fastest pipeline)"
+    entries: list[Patch | Line2D] = [Patch(color=record.colour, label=f"{record.label} retained{which}")]
+    if _recomputing(states):
+        entries.append(Patch(facecolor=record.colour, alpha=PALE, label=f"{record.label} recomputed"))
+    per_layer = [st for st in states if _pooled(st) is False]
+    if per_layer:
+        budgets = sorted({round(layer.factor, 2) for st in per_layer for layer in st.layers})
+        label = f"{record.label} budget per layer: " + ", ".join(f"{b:.2f}" for b in budgets) + " x T x K"
+        entries.append(
+            Line2D([], [], color=record.note_colour, marker="_", markersize=12, linestyle="none", label=label)
+        )
+    return entries
+
+
+def _note_tops(shown: list[PackingEvidence], order: list[str]) -> tuple[dict[str, float], int]:
+    """Where each column's note starts in a panel, one under the other in column order (a per-layer
+    budget takes a line, a shared slot two), and how many lines they take."""
+    tops, lines = {}, 0
+    for name in order:
+        tops[name] = NOTE_TOP - NOTE_LINE * lines
+        lines += 2 if any(_pooled(s) for s in shown if s.implementation == name) else 1
+    return tops, lines
+
+
+def _headroom(lines: int) -> float:
+    """How far the axes reach above the tallest bar: HEADROOM holds three lines of notes, and each
+    line more takes its height from the bars."""
+    return HEADROOM if lines <= 3 else 1 / (1 / HEADROOM - NOTE_LINE * (lines - 3))
+
+
+def _pooled(state: PackingEvidence) -> bool | None:
+    """Whether the execution's stack pools one slot (None: its shard recorded no policy)."""
+    return None if state.policy is None else state.policy.pooled
+
+
 def _recomputing(states: list[PackingEvidence]) -> bool:
     return any(layer.recomputed_rows > 0 for st in states for layer in st.layers)
 
 
 def _heights(state: PackingEvidence) -> list[float]:
-    """Bar tops (and MoK's budget ticks) of one packing execution, in units of T x K rows."""
-    mok = state.implementation == "mok"
+    """Bar tops (and per-layer budget ticks) of one packing execution, in units of T x K rows."""
     rows = [x.retained_rows + x.recomputed_rows for x in state.layers]
-    rows += [x.budget_rows for x in state.layers if mok]
+    rows += [x.budget_rows for x in state.layers if _pooled(state) is False]
     return [r / state.balanced_rows for r in rows]
 
 
-def _saved_state_bars(ax: Axes, state: PackingEvidence) -> None:
-    mok = state.implementation == "mok"
-    offset, color = (-0.2, MOK_COLOR) if mok else (0.2, DIST_COLOR)
+def _saved_state_bars(ax: Axes, state: PackingEvidence, order: list[str], note_top: float) -> None:
+    """One execution's bars in its implementation's column of each layer, and its note."""
+    record = implementation(state.implementation)
+    columns = len(order)
+    offset = _offset(order.index(state.implementation), columns, LAYER_STEP * 2 / columns)
+    width = BAR * 2 / columns
     layers, unit = state.layers, state.balanced_rows
     x = [layer.layer + offset for layer in layers]
     retained = [layer.retained_rows / unit for layer in layers]
     recomputed = [layer.recomputed_rows / unit for layer in layers]
-    ax.bar(x, retained, 0.38, color=color)
-    ax.bar(x, recomputed, 0.38, bottom=retained, color=color, alpha=PALE)
-    if mok:
+    ax.bar(x, retained, width, color=record.colour)
+    ax.bar(x, recomputed, width, bottom=retained, color=record.colour, alpha=PALE)
+    if _pooled(state) is None:  # no recorded policy: per-layer budget or pooled slot cannot be said
+        return
+    if not _pooled(state):
         budget = [layer.budget_rows / unit for layer in layers]
-        ax.scatter(x, budget, marker="_", s=120, color=MOK_BUDGET, zorder=3)
-        # The panel's first line, above the bars (HEADROOM), where it cannot cover a layer's
-        # columns as a label at the tick would; Dist-MoE's lines follow below it.
-        _panel_note(ax, 0.02, 0.97, f"MoK budget {budget[0]:.2f} x T x K", MOK_BUDGET)
+        ax.scatter(x, budget, marker="_", s=120, color=record.note_colour, zorder=3)
+        # Its note above the bars (HEADROOM), where it cannot cover a layer's columns as a label at
+        # the tick would; the notes of the columns after it follow below it.
+        _panel_note(ax, 0.02, note_top, f"{record.label} budget {budget[0]:.2f} x T x K", record.note_colour)
         return
     share = max((layer.budget_rows for layer in layers), default=0) / unit
     overflow = f"capacity flags: {state.capacity_flags}"
-    text = f"Dist-MoE {state.pipeline}: one slot, {share:.3g} x T x K per layer\n"
+    text = f"{record.label} {state.pipeline}: one slot, {share:.3g} x T x K per layer\n"
     text += f"pooled over {len(layers)} layers, {overflow}"
-    _panel_note(ax, 0.98, 0.89, text, DIST_TEXT)
+    _panel_note(ax, 0.98, note_top, text, record.note_colour)
 
 
 def _panel_note(ax: Axes, x: float, y: float, text: str, color: str) -> None:

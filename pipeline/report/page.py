@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pipeline.data.reader import Shard
+from pipeline.gpu_presets import PEAKS, gpu_preset, preset_for_device
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
 from pipeline.report.document import Document, Meta, PackingEvidence
+from pipeline.report.executions import SOL_COLUMNS
 from pipeline.report.provenance import describe, mixed, mixed_text, time_span
 from pipeline.report.publication import MANIFEST_NAME
 from pipeline.report.publish import Row, number, optional_number
@@ -185,6 +187,7 @@ def _pairs(pairs: Sequence[Row]) -> str:
 
 def _executions(rows: Sequence[Row]) -> str:
     columns = ["execution", "ranks", "iteration ms", "forward ms", "backward ms", "useful TFLOP/s per GPU"]
+    columns += ["useful %SOL", "HBM model %SOL", "NVLink tx %SOL", "NVLink rx %SOL"]
     columns += ["device", "attempt", "host"]
     body: list[list[html.Cell]] = [
         [
@@ -194,6 +197,7 @@ def _executions(rows: Sequence[Row]) -> str:
             html.number(optional_number(r, "forwardMS")),
             html.number(optional_number(r, "backwardMS")),
             html.number(optional_number(r, "usefulTFLOPsPerGPU")),
+            *(html.number(optional_number(r, c), 3) for c in SOL_COLUMNS),
             str(r["device"]),
             str(r["attempt"]),
             _host(r),
@@ -205,10 +209,31 @@ def _executions(rows: Sequence[Row]) -> str:
         html.paragraph(
             "Times are the slowest rank's median over its timing windows, per iteration; host: the share of "
             "its runnable time the most denied rank waited for a core while it was timed, marked where "
-            "the host was oversubscribed."
+            "the host was oversubscribed. %SOL: each rate as a percentage of its peak on the device's "
+            "preset (useful TFLOP/s over the dense tensor peak of the precision, MXFP8 at the FP8 one; the "
+            "HBM model's TB/s over the HBM peak; NVLink GB/s over the per-direction link peak), empty where "
+            "no preset is the device."
         ),
-        html.table(columns, body, numeric=columns[1:6]),
+        html.table(columns, body, numeric=columns[1:10]),
+        *_peaks(rows),
     )
+
+
+def _peaks(rows: Sequence[Row]) -> list[str]:
+    """The peaks behind the %SOL columns, with the source of each figure, for the presets that are a
+    published device."""
+    names = sorted({p for r in rows if (p := preset_for_device(str(r["device"]))) is not None})
+    table: list[list[html.Cell]] = [
+        [name, figure, f"{peak.value:g} {PEAKS[figure]}", peak.source]
+        for name in names
+        for figure, peak in gpu_preset(name).peaks.items()
+    ]
+    if not table:
+        return []
+    return [
+        html.paragraph("The peaks behind %SOL (conf/cluster/<preset>.yaml), each with its source.", "note"),
+        html.table(["preset", "peak", "value", "source"], table),
+    ]
 
 
 def _host(row: Row) -> html.Cell:

@@ -2,16 +2,21 @@
 
 ``speedup`` is MoK time / Dist-MoE time; paired metrics are Dist-MoE / MoK. Exactly one pipeline per
 matched workload is ``selected``: the fastest Dist-MoE one (ties go to the smaller execution id).
+MoK and Dist-MoE are the registry's pair roles (:func:`pipeline.implementations.reference` and
+``candidate``), and the columns keep the report's names for them (``mok*`` the reference, ``dist*`` the
+candidate); any other implementation is published in no pair.
 """
 
 from __future__ import annotations
 
+from pipeline.implementations import candidate, reference
 from pipeline.report.executions import RATIO_METRICS
 from pipeline.report.publish import Row, number, optional_number
 
+REFERENCE_ID, CANDIDATE_ID = "mok_execution_id", "dist_execution_id"
 COLUMNS = (
-    "dist_execution_id",
-    "mok_execution_id",
+    CANDIDATE_ID,
+    REFERENCE_ID,
     "workload_id",
     "pipeline",
     "distIterationMS",
@@ -23,33 +28,45 @@ COLUMNS = (
 
 
 def pair_rows(executions: list[Row]) -> list[Row]:
-    """One row per Dist-MoE execution whose MoK partner is present, sorted by Dist-MoE execution id."""
-    mok: dict[str, Row] = {}
+    """One row per candidate execution whose reference partner is present, sorted by candidate
+    execution id."""
+    ref, cand = reference(), candidate()
+    partners: dict[str, Row] = {}
     for row in executions:
-        if row["implementation"] == "mok":
+        if row["implementation"] == ref.name:
             workload = str(row["workload_id"])
-            if workload in mok:
+            if workload in partners:
                 raise ValueError(
-                    f"two MoK executions for workload {workload!r}: "
-                    f"{mok[workload]['execution_id']!r} and {row['execution_id']!r}"
+                    f"two {ref.label} executions for workload {workload!r}: "
+                    f"{partners[workload]['execution_id']!r} and {row['execution_id']!r}"
                 )
-            mok[workload] = row
-    dist = sorted(
-        (r for r in executions if r["implementation"] == "dist-moe" and r["workload_id"] in mok),
+            partners[workload] = row
+    paired = sorted(
+        (r for r in executions if r["implementation"] == cand.name and r["workload_id"] in partners),
         key=lambda r: str(r["execution_id"]),
     )
-    fastest: dict[str, Row] = {}
-    for row in dist:  # sorted by id, so strict < keeps the smaller id on ties
-        best = fastest.get(str(row["workload_id"]))
-        if best is None or number(row, "iterationMS") < number(best, "iterationMS"):
-            fastest[str(row["workload_id"])] = row
-    return [_pair(row, mok[str(row["workload_id"])], fastest[str(row["workload_id"])] is row) for row in dist]
+    selected = fastest(paired)
+    return [
+        _pair(row, partners[str(row["workload_id"])], selected[str(row["workload_id"])] is row)
+        for row in paired
+    ]
+
+
+def fastest(rows: list[Row]) -> dict[str, Row]:
+    """Per matched workload, the row of the shortest iteration (ties go to the smaller execution id):
+    the rule that selects a pipeline."""
+    best: dict[str, Row] = {}
+    for row in sorted(rows, key=lambda r: str(r["execution_id"])):  # strict < keeps the smaller id
+        found = best.get(str(row["workload_id"]))
+        if found is None or number(row, "iterationMS") < number(found, "iterationMS"):
+            best[str(row["workload_id"])] = row
+    return best
 
 
 def _pair(dist: Row, mok: Row, selected: bool) -> Row:
     return {
-        "dist_execution_id": dist["execution_id"],
-        "mok_execution_id": mok["execution_id"],
+        CANDIDATE_ID: dist["execution_id"],
+        REFERENCE_ID: mok["execution_id"],
         "workload_id": dist["workload_id"],
         "pipeline": dist["pipeline"],
         "distIterationMS": dist["iterationMS"],

@@ -32,7 +32,7 @@ FIELDS: dict[str, Callable[[Shard], Any]] = {
     "python": lambda shard: shard.meta.provenance.versions.python,
     "backend": lambda shard: shard.meta.provenance.backend,
     "collective": lambda shard: shard.meta.provenance.collective,
-    "gemm": lambda shard: shard.meta.kernels.gemm,
+    "gemm": lambda shard: None if shard.meta.kernels is None else shard.meta.kernels.gemm,
     "hosts": lambda shard: shard.meta.provenance.hosts,
     "cuda_graphs": lambda shard: shard.meta.timing.cuda_graphs,
 }  # after the comparable settings (``KEYS``), which come from the composed config
