@@ -13,10 +13,14 @@
    against run 2 with that execution scaled in it (the same change under real run-to-run noise;
    with ``--history``, runs 3 to N as run 1's history): is it caught (a time of it ``slower``), and
    is anything else flagged?
+4. With ``--contend K``, run K is measured while other work runs on the host: one CPU-burning
+   process per core, started before its sweep and stopped (by its process id) after it. The shards
+   record the contention; every comparison with run K should report the executions whose contention
+   differs as ``inconclusive``, not ``slower`` (the summary counts them), and exit 0.
 
     python benchmarks/compare_reruns.py OUT [--reruns 6] [--scale cpu] [--factor 1.3]
         [--workloads inference-ep8-f1536,packing-ep32-f3072-profile-a] [--variants 'glob(*)']
-        [--reuse] [--history] [--json FILE]
+        [--reuse] [--history] [--contend K] [--json FILE]
 
 Run it on a quiet machine: a comparison reports what the machine did, and on a loaded one the
 reruns really differ. The figures go in docs/compare.md.
@@ -46,8 +50,9 @@ from pipeline.data.schema import METADATA_KEY
 DEFAULT_WORKLOADS = "inference-ep8-f1536,packing-ep32-f3072-profile-a"
 
 
-def sweep(dataset: Path, workloads: str, variants: str, scale: str) -> dict[str, Any]:
-    """One run of the sweep into ``dataset``: its wall time and the load average before and after."""
+def sweep(dataset: Path, workloads: str, variants: str, scale: str, contend: bool = False) -> dict[str, Any]:
+    """One run of the sweep into ``dataset``: its wall time and the load average before and after;
+    ``contend``: with one CPU-burning process per core running beside it."""
     command = [
         sys.executable,
         "-m",
@@ -59,14 +64,25 @@ def sweep(dataset: Path, workloads: str, variants: str, scale: str) -> dict[str,
         "hydra/launcher=local",
         f"dataset_dir={dataset}",
     ]
+    burners = (
+        [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+        if contend
+        else []
+    )
     load_before = os.getloadavg()
     start = time.perf_counter()
-    run = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    try:
+        run = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
     wall = time.perf_counter() - start
     if run.returncode != 0:
         raise SystemExit(f"sweep into {dataset} failed (exit {run.returncode}):\n{run.stderr[-3000:]}")
     return {
         "dataset": str(dataset),
+        "contended": contend,
         "wall_s": wall,
         "load_before": load_before,
         "load_after": os.getloadavg(),
@@ -101,6 +117,11 @@ def judged(base: Path, new: Path, history: list[Path] | None = None) -> dict[str
         ),
         "faster": sorted(
             {(t["execution_id"], t["metric"]) for t in document["times"] if t["change"] == "faster"}
+        ),
+        "inconclusive": sorted(
+            (t["execution_id"], t["metric"], t["measured"], t["conditions"])
+            for t in document["times"]
+            if t["change"] == "inconclusive"
         ),
         "bounds": document["bounds"]["times"],
         "noise": document["noise"],
@@ -147,6 +168,9 @@ def main() -> int:
     parser.add_argument(
         "--history", action="store_true", help="give each comparison the other runs as BASE's history"
     )
+    parser.add_argument(
+        "--contend", type=int, default=None, metavar="K", help="run K beside one CPU-burning process per core"
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if args.reruns < 2:
@@ -161,7 +185,7 @@ def main() -> int:
         else:
             if dataset.exists():
                 shutil.rmtree(dataset)
-            info = sweep(dataset, args.workloads, args.variants, args.scale)
+            info = sweep(dataset, args.workloads, args.variants, args.scale, contend=k == args.contend)
             sweeps.append(info)
             print(
                 f"run {k}: {info['wall_s']:.0f} s, load average {info['load_before'][0]:.1f} before, "
@@ -183,6 +207,8 @@ def main() -> int:
         "comparisons_exit_1": sum(p["exit"] for p in pairs),
         "times_slower": sum(len(p["slower"]) for p in pairs),
         "times_faster": sum(len(p["faster"]) for p in pairs),
+        "times_inconclusive": sum(len(p["inconclusive"]) for p in pairs),
+        "inconclusive_measured_slower": sum(m == "slower" for p in pairs for _, _, m, _ in p["inconclusive"]),
         "comparisons_flagging_any": sum(bool(p["slower"] or p["faster"]) for p in pairs),
         "times_compared": sum(len(p["document"]["times"]) for p in pairs),
         "copy_caught": sum(c["caught"] for c in copies),
@@ -196,7 +222,8 @@ def main() -> int:
         b = p["bounds"]
         print(
             f"{Path(p['base']).name} vs {Path(p['new']).name}: exit {p['exit']}, bounds x{b['low']:.3f} - "
-            f"x{b['high']:.3f} (median x{b['median']:.3f}), slower {p['slower']}, faster {p['faster']}"
+            f"x{b['high']:.3f} (median x{b['median']:.3f}), slower {p['slower']}, faster {p['faster']}, "
+            f"inconclusive {len(p['inconclusive'])}"
         )
     for label, results in (("copy of run 1", copies), ("in run 2", reruns)):
         for c in results:

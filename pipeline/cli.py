@@ -21,6 +21,7 @@ COMMANDS = {
     "resubmit": "run again what has no valid shard",
     "aggregate": "publish a dataset as CSV, JSON, figures and report.html",
     "compare": "what got faster or slower between two datasets (exit 1 if anything is slower)",
+    "history": "each execution's times across datasets and the steps in them (exit 1 if one ends slower)",
     "model": "the reduced-order layer model",
     "estimate": "every execution's GPU path at full scale on fake tensors: memory, ops, host syncs",
 }
@@ -34,6 +35,7 @@ MAINS = {
     "resubmit": "pipeline.resubmit:main",
     "aggregate": "pipeline.aggregate:main",
     "compare": "pipeline.compare.cli:main",
+    "history": "pipeline.history.cli:main",
     "model": "pipeline.model.cli:main",
     "estimate": "pipeline.estimate.__main__:main",
 }

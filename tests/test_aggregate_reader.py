@@ -30,8 +30,8 @@ PACKING_DIST = "packing-ep32-f3072-profile-b-bf16-dist-moe-bf16"
 PACKING_MOK = "packing-ep32-f3072-profile-b-bf16-mok-native"
 
 
-def _table(attempt: int = 1) -> pa.Table:
-    return shard_table(TRAINING, attempt, np.random.default_rng(), ranks=4)
+def _table(rng: np.random.Generator, attempt: int = 1) -> pa.Table:
+    return shard_table(TRAINING, attempt, rng, ranks=4)
 
 
 def _meta(table: pa.Table) -> dict:
@@ -48,8 +48,8 @@ def _with_column(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
     return table.set_column(table.schema.get_field_index(name), table.schema.field(name), values)
 
 
-def test_good_shard_reads_back_exactly(tmp_path: Path) -> None:
-    table = _table(attempt=3)
+def test_good_shard_reads_back_exactly(tmp_path: Path, rng: np.random.Generator) -> None:
+    table = _table(rng, attempt=3)
     shard = read_shard(write_table(tmp_path, table))
     assert shard.execution_id == TRAINING.execution_id and shard.attempt == 3
     assert shard.identity.ranks == 4 and shard.identity.device == "cpu"
@@ -59,8 +59,8 @@ def test_good_shard_reads_back_exactly(tmp_path: Path) -> None:
     np.testing.assert_array_equal(shard.rank, table.column("rank").to_numpy())
 
 
-def test_inference_needs_no_backward_rows(tmp_path: Path) -> None:
-    table = shard_table(INFERENCE, 1, np.random.default_rng(), ranks=2)
+def test_inference_needs_no_backward_rows(tmp_path: Path, rng: np.random.Generator) -> None:
+    table = shard_table(INFERENCE, 1, rng, ranks=2)
     assert set(table.column("phase").to_pylist()) == {"forward", "combined"}
     assert read_shard(write_table(tmp_path, table)).execution_id == INFERENCE.execution_id
 
@@ -127,10 +127,11 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 4"),
+        (_float32_times, "columns differ from schema version 5"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
-        (_set("schema_version", value=2), "unknown schema_version 2; this reader reads 4"),
+        (_set("schema_version", value=2), r"metadata shape.warmup is missing \(read from schema_version 2\)"),
+        (_set("schema_version", value=6), "unknown schema_version 6; this reader reads 1, 2, 3, 4, 5"),
         (_set("schema_version", value=None), "unknown schema_version None"),
         (_set("timing", "plan", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
         (
@@ -157,29 +158,31 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         ),
         (_set("memory", value=None), "metadata memory must be an object, got None"),
         (_set("saved_state", value=[{"layer": 0}]), r"metadata saved_state\[0\].factor is missing"),
-        (_set("policy", value=None), "metadata policy must be an object, got None"),
+        (_set("policy", value=None), "metadata policy is null, but schema_version 5 records it"),
         (_set("sanity", "passed", value=1), "metadata sanity.passed must be a boolean, got 1"),
         (_set("attempt", value=True), "metadata attempt must be an integer, got True"),
     ],
 )
-def test_bad_shard_is_rejected_with_reason(tmp_path: Path, corrupt: Callable, reason: str) -> None:
-    path = write_table(tmp_path, corrupt(_table()))
+def test_bad_shard_is_rejected_with_reason(
+    tmp_path: Path, corrupt: Callable, reason: str, rng: np.random.Generator
+) -> None:
+    path = write_table(tmp_path, corrupt(_table(rng)))
     with pytest.raises(ShardError, match=reason) as caught:
         read_shard(path)
     assert caught.value.path == path and str(path) in str(caught.value)
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.5, 0.99])
-def test_torn_file_is_rejected(tmp_path: Path, keep: float) -> None:
-    path = write_table(tmp_path, _table())
+def test_torn_file_is_rejected(tmp_path: Path, keep: float, rng: np.random.Generator) -> None:
+    path = write_table(tmp_path, _table(rng))
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(ShardError, match="unreadable parquet"):
         read_shard(path)
 
 
-def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
-    table = _table(attempt=1)
+def test_file_name_must_match_the_shard(tmp_path: Path, rng: np.random.Generator) -> None:
+    table = _table(rng, attempt=1)
     wrong_attempt = Dataset(tmp_path).shard_path(TRAINING.execution_id, 2)
     wrong_attempt.parent.mkdir(parents=True)
     pq.write_table(table, wrong_attempt)
@@ -192,9 +195,11 @@ def test_file_name_must_match_the_shard(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("statistics", [True, False])
-def test_identity_is_checked_with_or_without_column_statistics(tmp_path: Path, statistics: bool) -> None:
+def test_identity_is_checked_with_or_without_column_statistics(
+    tmp_path: Path, statistics: bool, rng: np.random.Generator
+) -> None:
     """Writers may omit parquet statistics: the reader then decodes the columns instead."""
-    table = _table()
+    table = _table(rng)
     path = Dataset(tmp_path).shard_path(TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)
     pq.write_table(table, path, write_statistics=statistics, row_group_size=7)
@@ -204,8 +209,8 @@ def test_identity_is_checked_with_or_without_column_statistics(tmp_path: Path, s
         read_shard(path)
 
 
-def test_null_values_are_rejected(tmp_path: Path) -> None:
-    table = _table()
+def test_null_values_are_rejected(tmp_path: Path, rng: np.random.Generator) -> None:
+    table = _table(rng)
     nullable = pa.schema([f.with_nullable(True) for f in SCHEMA], metadata=table.schema.metadata)
     for column in ("device", "window_ms"):
         values = table.column(column).to_pylist()
@@ -218,18 +223,18 @@ def test_null_values_are_rejected(tmp_path: Path) -> None:
             read_shard(path)
 
 
-def test_shard_without_metadata_is_rejected(tmp_path: Path) -> None:
+def test_shard_without_metadata_is_rejected(tmp_path: Path, rng: np.random.Generator) -> None:
     path = Dataset(tmp_path).shard_path(TRAINING.execution_id, 1)
     path.parent.mkdir(parents=True)
-    pq.write_table(_table().replace_schema_metadata(None), path)
+    pq.write_table(_table(rng).replace_schema_metadata(None), path)
     with pytest.raises(ShardError, match="no 'execution' metadata"):
         read_shard(path)
 
 
-def test_reads_what_the_execution_writer_writes(tmp_path: Path) -> None:
+def test_reads_what_the_execution_writer_writes(tmp_path: Path, rng: np.random.Generator) -> None:
     """The execution stage's atomic writer and this reader agree on the format."""
-    meta = ExecutionMeta.from_json(_meta(_table(attempt=2)))
-    rng, windows = np.random.default_rng(), meta.timing.plan.windows
+    meta = ExecutionMeta.from_json(_meta(_table(rng, attempt=2)))
+    windows = meta.timing.plan.windows
     ranks = [
         RankWindows(
             r, meta.job_id, "cpu", {p: list(rng.uniform(1, 2, meta.timing.plan.windows)) for p in PHASES}

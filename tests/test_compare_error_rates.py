@@ -1,11 +1,12 @@
 """The error-rate benchmark (``benchmarks/compare_error_rates.py``) in small: its in-memory path gives
 the same document as parquet files through the command line, and on 10 executions with GPU-like
-noise a rerun rarely exits 1 while a 1.3x change is caught, with and without a history."""
+noise a rerun rarely exits 1 while a 1.3x change is caught, with and without a history. The draws
+come from fixed seeds and the tests assert what those draws give; the rates themselves are the
+benchmark's to measure, over thousands of draws (``docs/compare.md``)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 
 import numpy as np
@@ -25,39 +26,42 @@ _spec.loader.exec_module(harness)
 SUBSET = [e for e in EXECUTIONS if e.workload.name in ("inference-ep8-f1536", "training-ep32-f3072")]
 
 
+def _count(rate: dict[str, float], draws: int) -> int:
+    """The number of draws behind one of the harness's rates."""
+    return round(rate["rate"] * draws)
+
+
 def test_draws_match_the_command_line_and_the_rates_hold() -> None:
-    """On these 10 executions a 1.3x change is caught in 99.2% of draws (4,000 draws, seeds 11 and
-    12) and a rerun exits 1 in 1.3%: 4 or more misses in 24 draws, or 8 or more exits at a true 5%,
-    each have probability below 1e-4."""
+    """The property: on these 10 executions a 1.3x change is caught in 99.2% of draws and a rerun
+    exits 1 in 1.3% (the benchmark's 4,000 draws, seeds 11 and 12). Here the 24 draws of seed 11, the
+    first also through parquet and the command line: the change is caught in all 24, by the comparison
+    and by each judge, nothing else is flagged, and no rerun exits 1."""
     setting = harness.Setting("gpu", "all", "5", (1.3,))
-    result = harness.run_setting(
-        setting, draws=24, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
-    )
+    result = harness.run_setting(setting, draws=24, seed=11, executions=SUBSET, check=1)
     assert result["draws"] == 24 and result["executions"] == 10
-    assert result["exit_1"]["rate"] <= 7 / 24, result
+    assert _count(result["exit_1"], 24) == 0, result
     power = result["power"]["1.3"]
-    assert power["caught"]["rate"] >= 21 / 24, result
-    assert power["others_flagged"]["rate"] <= 7 / 24, result
+    assert _count(power["caught"], 24) == 24, result
+    assert _count(power["others_flagged"], 24) == 0, result
     for judge in harness.JUDGES:  # a test knowing the variances, and each half of the way to it
-        assert power[judge]["rate"] >= 21 / 24, (judge, result)
+        assert _count(power[judge], 24) == 24, (judge, result)
 
 
 def test_a_drawn_history_goes_through_the_command_line_too() -> None:
     """Three earlier runs of BASE per draw, run effects that grow with an execution's window noise
-    (beyond the one-scale model): the history reaches the CLI's ``--history`` the same way. Here
-    1.3x is caught in 99.5% of draws and a rerun exits 1 in 0.9% (1,000 draws, seed 13): 3 or
-    more misses in 12, or 6 or more exits at a true 5%, each have probability below 1e-4."""
+    (beyond the one-scale model): the history reaches the CLI's ``--history`` the same way. The
+    property: 1.3x is caught in 99.5% of draws and a rerun exits 1 in 0.9% (the benchmark's 1,000
+    draws, seed 13). Here the 12 draws of seed 13: all 12 changes caught, no rerun exits 1, nothing
+    else flagged."""
     setting = harness.Setting("gpu", "run-het", "5", (1.3,), history=3)
-    result = harness.run_setting(
-        setting, draws=12, seed=int.from_bytes(os.urandom(4)), executions=SUBSET, check=1
-    )
+    result = harness.run_setting(setting, draws=12, seed=13, executions=SUBSET, check=1)
     assert result["setting"] == "gpu-run-het-5-h3" and result["history"] == 3
-    assert result["exit_1"]["rate"] <= 5 / 12, result
-    assert result["power"]["1.3"]["caught"]["rate"] >= 10 / 12, result
+    assert _count(result["exit_1"], 12) == 0, result
+    assert _count(result["power"]["1.3"]["caught"], 12) == 12, result
+    assert _count(result["power"]["1.3"]["others_flagged"], 12) == 0, result
 
 
-def test_cpu_windows_calibrate_per_kind() -> None:
-    rng = np.random.default_rng()
+def test_cpu_windows_calibrate_per_kind(rng: np.random.Generator) -> None:
     counts: dict[str, set[int]] = {e.workload.kind: set() for e in EXECUTIONS}
     for e in EXECUTIONS:
         counts[e.workload.kind].add(harness.window_counts(e, "cpu", rng))

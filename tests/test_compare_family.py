@@ -26,8 +26,9 @@ def _bh_rejects(p: np.ndarray, alpha: float) -> set[int]:
 
 
 @pytest.mark.parametrize("method,reference", [("holm", _holm_rejects), ("bh", _bh_rejects)])
-def test_adjusted_p_values_reject_what_the_procedure_rejects(method, reference) -> None:
-    rng = np.random.default_rng()
+def test_adjusted_p_values_reject_what_the_procedure_rejects(
+    method, reference, rng: np.random.Generator
+) -> None:
     for _ in range(300):
         m = int(rng.integers(1, 60))
         p = np.where(rng.random(m) < 0.3, rng.uniform(0, 0.01, m), rng.uniform(0, 1, m))

@@ -5,7 +5,7 @@ writes into a dataset.
 """
 
 from pipeline.compare.classify import DEFAULT_THRESHOLD
-from pipeline.compare.comparison import any_slower, compare
+from pipeline.compare.comparison import any_inconclusive, any_slower, compare
 from pipeline.compare.side import Side, load
 
-__all__ = ["DEFAULT_THRESHOLD", "Side", "any_slower", "compare", "load"]
+__all__ = ["DEFAULT_THRESHOLD", "Side", "any_inconclusive", "any_slower", "compare", "load"]

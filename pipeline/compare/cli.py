@@ -1,8 +1,9 @@
 """``python -m pipeline.compare BASE NEW``: what got faster, what got slower, and is it real.
 
 Exit status: 1 when any time is ``slower`` (beyond the threshold and significant against its noise
-after the multiplicity control), 0 otherwise, 2 for bad input (not a dataset, no common executions,
-a bad option), with a one-line error.
+after the multiplicity control, its two sides measured under like conditions), or with ``--strict``
+when any time is ``inconclusive`` (its sides' measuring conditions differ); 0 otherwise; 2 for bad
+input (not a dataset, no common executions, a bad option), with a one-line error.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.compare.classify import DEFAULT_THRESHOLD, check_threshold
-from pipeline.compare.comparison import any_slower, bounds_text, compare
+from pipeline.compare.comparison import (
+    INCONCLUSIVE,
+    any_inconclusive,
+    any_slower,
+    bounds_text,
+    compare,
+    conditions_text,
+)
 from pipeline.compare.family import MULTIPLICITY
 from pipeline.compare.page import write_page
 from pipeline.compare.side import load
@@ -49,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="earlier datasets of the same sweep beside BASE (never NEW): each time's own run-to-run noise",
     )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 also when a time is inconclusive (its sides measured under differing conditions)",
+    )
     parser.add_argument("--json", action="store_true", help="print the comparison as JSON instead of text")
     parser.add_argument("--out", type=Path, default=None, help="also write comparison.html into this folder")
     parser.add_argument("--workers", type=int, default=8, help="threads reading shards (default 8)")
@@ -77,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text(document))
     if page is not None:
         print(printable(f"wrote {page}"), file=sys.stderr)
-    return 1 if any_slower(document) else 0
+    return 1 if any_slower(document) or (args.strict and any_inconclusive(document)) else 0
 
 
 def _check_history(base: Path, new: Path, history: list[Path]) -> None:
@@ -118,19 +131,27 @@ def text(document: dict[str, Any]) -> str:
         if only:
             lines.append(f"only in {side.upper()} ({len(only)}): {' '.join(only)}")
     lines.append(bounds_text(document))
+    lines.append(conditions_text(document))
     changed = [t for t in document["times"] if t["change"] != "unchanged"]
-    lines.append(f"times, NEW / BASE with {100 * document['confidence']:g}% interval: {len(changed)} changed")
-    for t in sorted(changed, key=lambda t: (t["change"] != "slower", -abs(math.log(t["ratio"])))):
+    inconclusive = sum(t["change"] == INCONCLUSIVE for t in changed)
+    lines.append(
+        f"times, NEW / BASE with {100 * document['confidence']:g}% interval: {len(changed) - inconclusive} "
+        f"changed, {inconclusive} inconclusive"
+    )
+    order = {"slower": 0, "faster": 1, INCONCLUSIVE: 2}
+    for t in sorted(changed, key=lambda t: (order[t["change"]], -abs(math.log(t["ratio"])))):
+        tail = _noise(t) if t["change"] != INCONCLUSIVE else f"measured {t['measured']}; {t['conditions']}"
         lines.append(
             f"  {t['change']:9} {t['metric']:11} {t['execution_id']}  {t['base']:.4g} -> {t['new']:.4g} ms  "
-            f"x{t['ratio']:.3f} {_interval(t)} {_noise(t)}"
+            f"x{t['ratio']:.3f} {_interval(t)}{_clocks(t)} {tail}"
         )
     speedups = [s for s in document["speedups"] if s["change"] != "unchanged"]
-    lines.append(f"speedups (MoK / Dist-MoE time), NEW / BASE: {len(speedups)} changed")
+    lines.append(f"speedups (MoK / Dist-MoE time), NEW / BASE: {len(speedups)} changed or inconclusive")
     for s in speedups:
+        why = f" measured {s['measured']}; {s['conditions']}" if s["change"] == INCONCLUSIVE else ""
         lines.append(
             f"  {s['change']:9} {s['workload_id']} {s['pipeline']}  {s['base']:.3f} -> {s['new']:.3f}  "
-            f"x{s['ratio']:.3f} {_interval(s)}"
+            f"x{s['ratio']:.3f} {_interval(s)}{why}"
         )
     flips = [s for s in document["selections"] if s["flipped"]]
     lines.append(f"selected Dist-MoE pipeline: {len(flips)} of {len(document['selections'])} flipped")
@@ -142,7 +163,9 @@ def text(document: dict[str, Any]) -> str:
         )
     counts = document["counts"]
     lines.append(
-        f"{counts['slower']} slower, {counts['faster']} faster, {counts['unchanged']} unchanged of "
+        f"{counts['slower']} slower, {counts['faster']} faster, {counts['unchanged']} unchanged"
+        + (f", {counts[INCONCLUSIVE]} inconclusive" if counts[INCONCLUSIVE] else "")
+        + " of "
         f"{len(document['times'])} times; speedups {counts['speedup_higher']} higher, "
         f"{counts['speedup_lower']} lower of {len(document['speedups'])}; "
         f"{counts['selections_flipped']} of {counts['selections']} selections flipped"
@@ -150,12 +173,23 @@ def text(document: dict[str, Any]) -> str:
     return "\n".join(printable(line) for line in lines)
 
 
+def _clocks(entry: dict[str, Any]) -> str:
+    """Where the GPUs' SM clocks differ: the ratio at equal clocks (in clock cycles) beside the time's."""
+    clocks = entry.get("clock_ratio")
+    if clocks is None or abs(math.log(clocks)) < 1e-3:
+        return ""
+    return f" (x{entry['normalized_ratio']:.3f} at equal SM clocks: NEW's clock x{clocks:.3f})"
+
+
 def _noise(entry: dict[str, Any]) -> str:
     if entry.get("p_adjusted") is None:
         return ""
+    runs = "no estimate" if entry["between_sigma"] is None else f"{entry['between_sigma']:.3f}"
+    if entry.get("between_upper") is not None:
+        runs += f", up to {entry['between_upper']:.3f} (few executions)"
     return (
         f"p {entry['p_adjusted']:.2g} (sigma {entry['sigma']:.3f}: windows {entry['within_sigma']:.3f}, "
-        f"runs {entry['between_sigma']:.3f})"
+        f"runs {runs})"
     )
 
 

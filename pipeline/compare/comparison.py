@@ -3,8 +3,11 @@
 Only executions present in both datasets are compared, and pairs and selections are rebuilt from
 those alone (``pipeline.report.pairs``), so an execution missing on one side cannot flip a selection.
 Every ratio gets its own noise (``noise.py``), a p-value adjusted within its family (all times, all
-speedups, all flips: ``family.py``) and a class (``classify.py``). The result is a plain JSON-ready
-document, like the aggregate's.
+speedups, all flips: ``family.py``) and a class (``classify.py``). A time whose two sides were
+measured under conditions that differ beyond their bounds (``conditions.py``: CPU contention,
+nodes, GPU clocks, throttling, a shared GPU) is ``inconclusive``, whatever its statistics say (kept
+as ``measured``), with the reason: such a ratio measures the conditions as much as the code. The
+result is a plain JSON-ready document, like the aggregate's.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.compare import family
+from pipeline.compare import conditions, family
 from pipeline.compare.classify import (
     SPEEDUP_CLASSES,
     TIME_CLASSES,
@@ -26,7 +29,16 @@ from pipeline.compare.classify import (
     speedup_change,
     time_change,
 )
-from pipeline.compare.noise import Noise, Part, Stratum, combined, ratio_noise, windows
+from pipeline.compare.noise import (
+    MIN_EXECUTIONS,
+    MIN_RATIOS,
+    Noise,
+    Part,
+    Stratum,
+    combined,
+    ratio_noise,
+    windows,
+)
 from pipeline.compare.side import METRICS, Side
 from pipeline.compare.statistics import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 from pipeline.report import pairs
@@ -41,6 +53,8 @@ METHOD = (
     "test after the family's multiplicity control, and significant in the exact Mann-Whitney / "
     "Hodges-Lehmann interval of the windows"
 )
+INCONCLUSIVE = "inconclusive"  # a time or speedup whose sides' measuring conditions differ
+REFERENCE, CANDIDATE = pairs.REFERENCE_ID, pairs.CANDIDATE_ID
 HISTORY_METHOD = (
     "; with a history, each time's run-to-run part is its own: the variance of its log over BASE and "
     "the history (moderated within the stratum) on each side whose windows say less"
@@ -69,15 +83,18 @@ def compare(
     keys = [
         (i, m) for i in common for m in METRICS if base.rows[i][m] is not None and new.rows[i][m] is not None
     ]
-    noises = dict(zip(keys, _noises(base, new, keys, history), strict=True))
+    noises = dict(zip(keys, time_noises(base, new, keys, history), strict=True))
+    differ = {i: _differences(base, new, i) for i in common}
     times = [_time(base, new, i, m, noises[i, m], confidence) for i, m in keys]
     _judge(times, threshold, multiplicity, confidence, time_change)
+    _inconclusive(times, lambda t: differ[t["execution_id"]])
     base_pairs = pairs.pair_rows([base.rows[i] for i in common])
-    new_pairs = {p["dist_execution_id"]: p for p in pairs.pair_rows([new.rows[i] for i in common])}
+    new_pairs = {p[pairs.CANDIDATE_ID]: p for p in pairs.pair_rows([new.rows[i] for i in common])}
     speedups = [
-        _speedup(base, new, p, new_pairs[p["dist_execution_id"]], noises, confidence) for p in base_pairs
+        _speedup(base, new, p, new_pairs[p[pairs.CANDIDATE_ID]], noises, confidence) for p in base_pairs
     ]
     _judge(speedups, threshold, multiplicity, confidence, speedup_change)
+    _inconclusive(speedups, lambda s: [f"{i}: {w}" for i in (s[REFERENCE], s[CANDIDATE]) for w in differ[i]])
     selections = _selections(new, base_pairs, list(new_pairs.values()), noises, confidence)
     flips = [s for s in selections if s["flipped"]]
     _judge(flips, threshold, multiplicity, confidence, lambda *a: direction(*a) == -1, "significant")
@@ -93,6 +110,7 @@ def compare(
             "speedups": family.promise(multiplicity, "speedup"),
         },
         "noise": [_stratum_entry(strata[name]) for name in sorted(strata)],
+        "conditions": _conditions(base, new, common, differ),
         "bounds": {"times": _bounds_summary(times), "speedups": _bounds_summary(speedups)},
         "base": _side(base),
         "new": _side(new),
@@ -108,8 +126,11 @@ def compare(
         "speedups": speedups,
         "selections": selections,
         "counts": {
-            **{c: sum(t["change"] == c for t in times) for c in TIME_CLASSES},
-            **{f"speedup_{c}": sum(s["change"] == c for s in speedups) for c in SPEEDUP_CLASSES},
+            **{c: sum(t["change"] == c for t in times) for c in (*TIME_CLASSES, INCONCLUSIVE)},
+            **{
+                f"speedup_{c}": sum(s["change"] == c for s in speedups)
+                for c in (*SPEEDUP_CLASSES, INCONCLUSIVE)
+            },
             "selections": len(selections),
             "selections_flipped": len(flips),
         },
@@ -121,6 +142,33 @@ def any_slower(document: dict[str, Any]) -> bool:
     return document["counts"]["slower"] > 0
 
 
+def any_inconclusive(document: dict[str, Any]) -> bool:
+    """Whether any time's sides were measured under differing conditions (exit 1 with ``--strict``)."""
+    return document["counts"][INCONCLUSIVE] > 0
+
+
+def time_noises(
+    base: Side, new: Side, keys: list[tuple[str, str]], history: Sequence[Side] = ()
+) -> list[Noise]:
+    """The noise of every time ratio (execution, metric) of NEW against BASE: strata kind x metric,
+    then metric, then all times (each stratum knowing how many executions it rests on); with a history,
+    each time's log in BASE and in every history dataset that publishes it."""
+    runs = None
+    if history:
+        runs = [
+            [math.log(s.rows[i][m]) for s in (base, *history) if s.rows.get(i, {}).get(m) is not None]
+            for i, m in keys
+        ]
+    return ratio_noise(
+        [math.log(new.rows[i][m] / base.rows[i][m]) for i, m in keys],
+        windows([base.windows[i][m] for i, m in keys]),
+        windows([new.windows[i][m] for i, m in keys]),
+        [(f"{base.rows[i]['kind']} {m}", m, "all") for i, m in keys],
+        runs,
+        [i for i, _ in keys],
+    )
+
+
 def bounds_text(document: dict[str, Any]) -> str:
     """What a time must exceed to count, and why: the threshold or its own noise, under which
     multiplicity control, with what promise."""
@@ -129,12 +177,26 @@ def bounds_text(document: dict[str, Any]) -> str:
     names = ", ".join(s["stratum"] for s in noise)
     strata = f"{len(noise)} {'stratum' if len(noise) == 1 else 'strata'}: {names}"
     own = [t["run_sigma"] for t in document["times"] if t["run_sigma"] is not None]
+    few = [s for s in noise if s["few"]]
     if not between:
-        scatter = "no run-to-run estimate (fewer than 8 times)"
+        scatter = (
+            f"no run-to-run estimate (fewer than {MIN_RATIOS} times): changes rest on their windows "
+            "alone, and what the machine did between the runs is not counted"
+        )
     elif min(between) == max(between):
         scatter = f"run-to-run sigma {between[0]:.3f} ({strata})"
     else:
         scatter = f"run-to-run sigma {min(between):.3f} to {max(between):.3f} ({strata})"
+    if few:
+        executions = sorted({s["executions"] for s in few})
+        upper = [s["between_upper"] for s in few]
+        scatter += (
+            f"; {'it rests' if len(few) == len(noise) else f'{len(few)} of them rest'} on "
+            f"{' / '.join(map(str, executions))} executions, too few (under {MIN_EXECUTIONS}) to tell a "
+            f"small run-to-run sigma from none: it may be as large as {min(upper):.3f}"
+            + (f" to {max(upper):.3f}" if max(upper) > min(upper) else "")
+            + " (one standard error above it), which each time's degrees of freedom count"
+        )
     scatter = f"its windows + {scatter}"
     if document["history"]:
         rest = len(document["times"]) - len(own)
@@ -157,27 +219,26 @@ def bounds_text(document: dict[str, Any]) -> str:
     )
 
 
+def conditions_text(document: dict[str, Any]) -> str:
+    """How many executions were measured under conditions that differ, by what bounds, and how many
+    could not be checked."""
+    c = document["conditions"]
+    total = len(c["executions"])
+    unknown = c["unknown"]
+    line = (
+        f"measuring conditions: {c['differ']} of {total} executions differ beyond the bounds ({c['bounds']})"
+    )
+    if unknown["base"] or unknown["new"]:
+        line += (
+            f"; not recorded for {unknown['base']} in BASE, {unknown['new']} in NEW (unknown: never counted "
+            "as differing)"
+        )
+    return line
+
+
 def _factor(ratio: float) -> str:
     """A bound as the line prints it: three decimals, or three digits where that would be a long line."""
     return f"{ratio:.3f}" if ratio < 1e6 else f"{ratio:.3g}"
-
-
-def _noises(base: Side, new: Side, keys: list[tuple[str, str]], history: Sequence[Side]) -> list[Noise]:
-    """The noise of every time ratio, strata kind x metric, then metric, then all times; with a
-    history, each time's log in BASE and in every history dataset that publishes it."""
-    runs = None
-    if history:
-        runs = [
-            [math.log(s.rows[i][m]) for s in (base, *history) if s.rows.get(i, {}).get(m) is not None]
-            for i, m in keys
-        ]
-    return ratio_noise(
-        [math.log(new.rows[i][m] / base.rows[i][m]) for i, m in keys],
-        windows([base.windows[i][m] for i, m in keys]),
-        windows([new.windows[i][m] for i, m in keys]),
-        [(f"{base.rows[i]['kind']} {m}", m, "all") for i, m in keys],
-        runs,
-    )
 
 
 def _judge(
@@ -231,6 +292,7 @@ def _time(base: Side, new: Side, execution_id: str, metric: str, noise: Noise, c
     """One execution's metric in both datasets with its noise and tests."""
     before, after = base.rows[execution_id][metric], new.rows[execution_id][metric]
     window = ratio_interval(base.windows[execution_id][metric], new.windows[execution_id][metric], confidence)
+    clocks = _clock_ratio(base, new, execution_id)
     return {
         "execution_id": execution_id,
         "workload_id": base.rows[execution_id]["workload_id"],
@@ -239,9 +301,16 @@ def _time(base: Side, new: Side, execution_id: str, metric: str, noise: Noise, c
         "new": after,
         **_tested(after / before, noise.var, noise.df, window),
         "within_sigma": noise.within_sigma,
-        "between_sigma": noise.between_sigma,
+        # None: no run-to-run estimate at all (too few times), which is not zero noise
+        "between_sigma": (
+            None if noise.stratum.between is None and noise.runs is None else noise.between_sigma
+        ),
+        # where the stratum's estimate rests on too few executions: how large it may be
+        "between_upper": noise.stratum.upper if noise.stratum.few and noise.runs is None else None,
         "run_sigma": None if noise.runs is None else math.sqrt(noise.runs.var),
         "stratum": noise.stratum.name,
+        "clock_ratio": clocks,
+        "normalized_ratio": None if clocks is None else after / before * clocks,
     }
 
 
@@ -253,18 +322,19 @@ def _speedup(
     noises: dict[tuple[str, str], Noise],
     confidence: float,
 ) -> dict[str, Any]:
-    """A pair's speedup (MoK / Dist-MoE) in both datasets: its ratio is MoK's time ratio over
-    Dist-MoE's, so its noise is the sum of theirs (independent executions)."""
-    mok, dist = before["mok_execution_id"], before["dist_execution_id"]
+    """A pair's speedup (reference / candidate time: MoK / Dist-MoE) in both datasets: its ratio is
+    the reference's time ratio over the candidate's, so its noise is the sum of theirs (independent
+    executions)."""
+    ref, cand = before[pairs.REFERENCE_ID], before[pairs.CANDIDATE_ID]
     window = ratio_of_ratios_interval(
-        (base.windows[mok]["iterationMS"], new.windows[mok]["iterationMS"]),
-        (base.windows[dist]["iterationMS"], new.windows[dist]["iterationMS"]),
+        (base.windows[ref]["iterationMS"], new.windows[ref]["iterationMS"]),
+        (base.windows[cand]["iterationMS"], new.windows[cand]["iterationMS"]),
         confidence,
     )
-    var, df = _sum(noises[mok, "iterationMS"], noises[dist, "iterationMS"])
+    var, df = _sum(noises[ref, "iterationMS"], noises[cand, "iterationMS"])
     return {
-        "dist_execution_id": dist,
-        "mok_execution_id": mok,
+        pairs.CANDIDATE_ID: cand,
+        pairs.REFERENCE_ID: ref,
         "workload_id": before["workload_id"],
         "pipeline": before["pipeline"],
         "base": before["speedup"],
@@ -293,10 +363,10 @@ def _selections(
     noises: dict[tuple[str, str], Noise],
     confidence: float,
 ) -> list[dict[str, Any]]:
-    """Per matched workload with more than one Dist-MoE pipeline, the selected one in each dataset.
-    A flip carries NEW's time ratio of the newly to the formerly selected pipeline, its noise (NEW's
-    windows of both and two executions' run-to-run scatter) and window interval: ``significant``
-    (set by the caller) says whether NEW's order of the two is beyond noise."""
+    """Per matched workload with more than one candidate (Dist-MoE) pipeline, the selected one in each
+    dataset. A flip carries NEW's time ratio of the newly to the formerly selected pipeline, its noise
+    (NEW's windows of both and two executions' run-to-run scatter) and window interval:
+    ``significant`` (set by the caller) says whether NEW's order of the two is beyond noise."""
     chosen = {
         side: {p["workload_id"]: p for p in ps if p["selected"]}
         for side, ps in (("base", base_pairs), ("new", new_pairs))
@@ -314,7 +384,7 @@ def _selections(
             "flipped": before["pipeline"] != after["pipeline"],
         }
         if entry["flipped"]:
-            was, now = before["dist_execution_id"], after["dist_execution_id"]
+            was, now = before[pairs.CANDIDATE_ID], after[pairs.CANDIDATE_ID]
             ratio = new.rows[now]["iterationMS"] / new.rows[was]["iterationMS"]
             window = ratio_interval(
                 new.windows[was]["iterationMS"], new.windows[now]["iterationMS"], confidence
@@ -335,6 +405,9 @@ def _stratum_entry(stratum: Stratum) -> dict[str, Any]:
         "dependence": list(stratum.dependence),
         "window_prior_df": list(stratum.moderation),
         "run_prior": None if stratum.runs is None else {"sigma": stratum.runs[0], "df": stratum.runs[1]},
+        "executions": stratum.executions,
+        "few": stratum.few,
+        "between_upper": stratum.upper,
     }
 
 
@@ -357,4 +430,48 @@ def _side(dataset: Side) -> dict[str, Any]:
         "executions": len(dataset.rows),
         "described": dataset.described,
         "skipped": [{"path": s.path, "reason": s.reason} for s in dataset.skipped],
+    }
+
+
+def _differences(base: Side, new: Side, execution_id: str) -> list[str]:
+    """How the two sides' measuring conditions of an execution differ beyond their bounds (none where
+    either side lacks them)."""
+    before, after = base.conditions.get(execution_id), new.conditions.get(execution_id)
+    return [] if before is None or after is None else conditions.differences(before, after)
+
+
+def _clock_ratio(base: Side, new: Side, execution_id: str) -> float | None:
+    before, after = base.conditions.get(execution_id), new.conditions.get(execution_id)
+    return None if before is None or after is None else conditions.clock_ratio(before, after)
+
+
+def _inconclusive(entries: list[dict[str, Any]], reasons: Callable[[dict[str, Any]], list[str]]) -> None:
+    """Keep each entry's class as ``measured``; where its sides' conditions differ, its class becomes
+    ``inconclusive`` and ``conditions`` says why (None where they agree)."""
+    for e in entries:
+        why = reasons(e)
+        e["measured"] = e["change"]
+        e["conditions"] = "; ".join(dict.fromkeys(why)) or None
+        if why:
+            e["change"] = INCONCLUSIVE
+
+
+def _conditions(base: Side, new: Side, common: list[str], differ: dict[str, list[str]]) -> dict[str, Any]:
+    """Each common execution's measuring conditions on both sides, the bounds, and what is unknown."""
+    executions = {
+        i: {
+            "base": base.conditions[i].as_json() if i in base.conditions else None,
+            "new": new.conditions[i].as_json() if i in new.conditions else None,
+            "differ": differ[i],
+        }
+        for i in common
+    }
+    return {
+        "bounds": conditions.BOUNDS_TEXT,
+        "differ": sum(bool(d) for d in differ.values()),
+        "unknown": {
+            side: sum(i not in s.conditions or not s.conditions[i].known for i in common)
+            for side, s in (("base", base), ("new", new))
+        },
+        "executions": executions,
     }

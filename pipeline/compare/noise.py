@@ -29,7 +29,13 @@ execution that moves 24% between runs from one that moves 7%; its own history ca
 Strata are kind x metric (executions that share noise); one with fewer than ``MIN_STRATUM`` ratios
 uses its metric's, then the whole comparison's. Each estimate carries degrees of freedom, and a
 ratio's total is tested against Student's t with the Satterthwaite combination of them, so a ratio
-judged on few windows or a small stratum needs a larger change.
+judged on few windows or a small stratum needs a larger change. A run-to-run estimate that rests on
+fewer than ``MIN_EXECUTIONS`` executions cannot tell a small variance from none: it is reported as
+such, with how large it may be (one standard error above it), and never as zero noise.
+
+Root finding is scipy's (``brentq``); what is written here has no library form: the median's
+variance under AR(1) dependence, the moderation of variances (limma's empirical Bayes) and of the
+dependence (DerSimonian and Laird), and the robust run-to-run estimate.
 """
 
 from __future__ import annotations
@@ -40,15 +46,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy import optimize, stats
 
 from pipeline.compare.special import MAX_DF, digamma, inverse_trigamma, trigamma
 
 MIN_STRATUM = 12  # ratios for a stratum of its own; fewer use the next coarser one
 MIN_RATIOS = 8  # fewer ratios in the whole comparison: no run-to-run estimate at all
+# Fewer executions behind a run-to-run estimate: its relative error, sqrt(2 / (0.7 (n - 1))), is
+# above 40%, too much to tell a small variance from none (reported so, with one standard error above it).
+MIN_EXECUTIONS = 20
 MAX_DEPENDENCE = 0.95
-_MEDIAN_CHI2_1 = 0.454936  # median of chi-square with 1 df
-_TRUNCATED_MEAN = 0.973336  # mean of chi-square with 1 df below 9 (three sigma)
-_KEEP = 9.0
+_KEEP = 9.0  # three sigma
+_MEDIAN_CHI2_1 = float(stats.chi2.median(1))
+# mean of chi-square with 1 df below 9: x f_1(x) = f_3(x), so E[X; X < 9] = P(chi2_3 < 9)
+_TRUNCATED_MEAN = float(stats.chi2.cdf(_KEEP, 3) / stats.chi2.cdf(_KEEP, 1))
 # Degrees of freedom per ratio of the three-sigma mean: below the 0.95 it has for normal data with known
 # weights, because each weight carries an estimated window part (at 0.9, simulated reruns in GPU-like
 # noise flagged something 3 - 4% of the time at a nominal 2.5%; benchmarks/compare_error_rates.py).
@@ -116,13 +127,27 @@ class Stratum:
 
     name: str
     ratios: int
-    # tau^2, its df, and the scale of its error (the harmonic mean of the stratum's totals);
+    # tau^2 as counted, its df, and the scale of its error (the harmonic mean of the stratum's totals);
     # None: too few ratios in the comparison for a run-to-run estimate
     between: Part | None
     dependence: tuple[float, float]  # pooled lag-1 autocorrelation of the windows, BASE and NEW
     moderation: tuple[float, float]  # prior degrees of freedom of the window variances, BASE and NEW
     # with a history: the prior of the per-run variances (its sigma, its df); None without one
     runs: tuple[float, float] | None = None
+    executions: int = 0  # distinct executions behind the run-to-run estimate
+
+    @property
+    def few(self) -> bool:
+        """Whether the run-to-run estimate rests on too few executions to be told from zero."""
+        return self.between is not None and self.executions < MIN_EXECUTIONS
+
+    @property
+    def upper(self) -> float | None:
+        """The run-to-run sigma one standard error of its variance above the estimate,
+        sqrt(tau^2 + sqrt(2 / df) x H): how large it may be (None without an estimate)."""
+        if self.between is None:
+            return None
+        return math.sqrt(self.between.var + math.sqrt(2 / self.between.df) * self.between.scale)
 
 
 @dataclass(frozen=True)
@@ -193,15 +218,21 @@ def ratio_noise(
     new: Sequence[Windows],
     strata: Sequence[tuple[str, ...]],
     runs: Sequence[Sequence[float]] | None = None,
+    executions: Sequence[str] | None = None,
 ) -> list[Noise]:
     """The noise of every log ratio of one comparison. ``strata`` names each ratio's strata from the
     finest (kind x metric) to the coarsest; the finest with ``MIN_STRATUM`` ratios is used. ``runs``
     (a history): per ratio, the log of its time in BASE and in every earlier dataset that has it;
-    a ratio with fewer than two has no history and counts its stratum's run-to-run part."""
+    a ratio with fewer than two has no history and counts its stratum's run-to-run part.
+    ``executions``: per ratio, its execution (how many distinct executions a run-to-run estimate
+    rests on); default: each its own."""
     if not len(log_ratios) == len(base) == len(new) == len(strata):
         raise ValueError("one log ratio, two window summaries and a strata tuple per ratio are required")
     if runs is not None and len(runs) != len(log_ratios):
         raise ValueError("the history needs one sequence of log times per ratio")
+    if executions is not None and len(executions) != len(log_ratios):
+        raise ValueError("one execution per ratio is required")
+    owner = [str(i) for i in range(len(log_ratios))] if executions is None else list(executions)
     sizes: dict[str, int] = {}
     for names in strata:
         for name in names:
@@ -228,6 +259,7 @@ def ratio_noise(
             (rho["base"][name], rho["new"][name]),
             estimate_between,
             None if runs is None else [runs[i] for i in idx],
+            [owner[i] for i in idx],
         )
         for i, (b, n), r in zip(idx, parts, history, strict=True):
             if chosen[i] == name:
@@ -243,6 +275,7 @@ def _stratum(
     rho: tuple[float, float],
     estimate_between: bool,
     runs: list[Sequence[float]] | None,
+    executions: list[str],
 ) -> tuple[Stratum, list[tuple[Part, Part]], list[Part | None]]:
     excess = _samples_spread(base, new)
     sides = [_moderated(w, excess, r) for w, r in zip((base, new), rho, strict=True)]
@@ -261,6 +294,7 @@ def _stratum(
             (sides[0][1], sides[1][1]),
             (sides[0][2], sides[1][2]),
             prior,
+            len(set(executions)),
         ),
         parts,
         history,
@@ -337,12 +371,8 @@ def _dependence(sides: Sequence[Windows]) -> tuple[float, float]:
         rho = 0.0
     elif observed <= expected(MAX_DEPENDENCE):
         rho = MAX_DEPENDENCE
-    else:
-        lo, hi = 0.0, MAX_DEPENDENCE
-        for _ in range(30):
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if expected(mid) > observed else (lo, mid)
-        rho = (lo + hi) / 2
+    else:  # the expectation falls with rho: one root between
+        rho = float(optimize.brentq(lambda r: expected(r) - observed, 0.0, MAX_DEPENDENCE, xtol=1e-10))
     if len(usable) < 2:
         return rho, math.inf
     left = (successive.sum() - successive) / (spread.sum() - spread)
@@ -449,17 +479,16 @@ def _between(log_ratios: list[float], within: list[float]) -> Part:
     def solve(keep: np.ndarray, reduce: str, target: float) -> float:
         if statistic(0.0, keep, reduce) <= target:
             return 0.0
-        # bisection on log tau^2 between a millionth of the smallest and the largest that can matter
+        # the statistic falls with tau^2: its root in log tau^2, between a millionth of the smallest
+        # and the largest that can matter (where every ratio is below the target)
         lo = 1e-6 * max(float(np.min(r2[keep & (r2 > 0)], initial=np.inf)), 1e-300)
         hi = float(r2[keep].max()) / min(target, _MEDIAN_CHI2_1) + 1e-300
         if statistic(lo, keep, reduce) <= target:
             return lo
-        for _ in range(60):
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if statistic(mid, keep, reduce) > target else (lo, mid)
-            if hi <= lo * (1 + 1e-9):
-                break
-        return math.sqrt(lo * hi)
+        root = optimize.brentq(
+            lambda u: statistic(math.exp(u), keep, reduce) - target, math.log(lo), math.log(hi), xtol=1e-10
+        )
+        return math.exp(root)
 
     everything = np.ones(d.size, bool)
     first = solve(everything, "median", _MEDIAN_CHI2_1)

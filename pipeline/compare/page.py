@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.compare.comparison import bounds_text
+from pipeline.compare.comparison import INCONCLUSIVE, bounds_text, conditions_text
 from pipeline.compare.plot import ratio_figure
 from pipeline.data.atomic import atomic_write
 from pipeline.report import html
@@ -27,7 +27,8 @@ def write_page(out: Path, document: dict[str, Any]) -> Path:
 def page_html(document: dict[str, Any]) -> str:
     counts = document["counts"]
     summary = (
-        f"{counts['slower']} slower, {counts['faster']} faster, {counts['unchanged']} unchanged of "
+        f"{counts['slower']} slower, {counts['faster']} faster, {counts['unchanged']} unchanged, "
+        f"{counts[INCONCLUSIVE]} inconclusive (measured under differing conditions) of "
         f"{len(document['times'])} times (threshold {100 * document['threshold']:g}%, "
         f"{100 * document['confidence']:g}% intervals); speedups: {counts['speedup_higher']} higher, "
         f"{counts['speedup_lower']} lower of {len(document['speedups'])}; "
@@ -39,6 +40,7 @@ def page_html(document: dict[str, Any]) -> str:
             html.paragraph(summary),
             html.paragraph(bounds_text(document) + "."),
             _datasets(document),
+            _conditions(document),
             html.section(
                 "Time ratios",
                 html.paragraph(f"Method: {document['method']}.", "note"),
@@ -128,7 +130,11 @@ def _times(heading: str, times: list[dict[str, Any]]) -> str:
         "p adjusted",
         "bound",
     ]
-    order = {"slower": 0, "faster": 1, "unchanged": 2}
+    clocks = any(t.get("clock_ratio") is not None for t in times)
+    if clocks:
+        columns += ["NEW SM clock / BASE", "ratio at equal clocks"]
+    columns.append("conditions")
+    order = {"slower": 0, "faster": 1, INCONCLUSIVE: 2, "unchanged": 3}
     rows: list[list[html.Cell]] = [
         [
             (t["change"], t["change"]),
@@ -138,12 +144,42 @@ def _times(heading: str, times: list[dict[str, Any]]) -> str:
             html.number(t["sigma"], 3),
             html.number(t["p_adjusted"], 2),
             html.number(t["bound"], 4),
+            *([html.number(t["clock_ratio"], 4), html.number(t["normalized_ratio"], 4)] if clocks else []),
+            f"measured {t['measured']}: {t['conditions']}" if t["conditions"] else "",
         ]
         for t in sorted(times, key=lambda t: (order[t["change"]], t["execution_id"], t["metric"]))
     ]
     if not rows:
         return html.section(heading, html.paragraph("None."))
-    return html.section(heading, html.table(columns, rows, numeric=columns[3:]))
+    return html.section(heading, html.table(columns, rows, numeric=columns[3:-1]))
+
+
+def _conditions(document: dict[str, Any]) -> str:
+    """Each execution's measuring conditions on both sides (SM clocks where a side recorded any)."""
+    c = document["conditions"]
+    executions = c["executions"]
+    clocks = any((e[side] or {}).get("sm_clock_mhz") for e in executions.values() for side in ("base", "new"))
+    columns = ["execution", "BASE cpu wait", "NEW cpu wait"]
+    columns += ["BASE SM MHz", "NEW SM MHz"] if clocks else []
+    columns.append("differ")
+    rows: list[list[html.Cell]] = []
+    for execution_id, e in executions.items():
+        base, new = e["base"] or {}, e["new"] or {}
+        sm = [html.number(side.get("sm_clock_mhz"), 4) for side in (base, new)] if clocks else []
+        rows.append(
+            [
+                (execution_id, "flipped" if e["differ"] else ""),
+                html.number(base.get("cpu_wait_share"), 2),
+                html.number(new.get("cpu_wait_share"), 2),
+                *sm,
+                "; ".join(e["differ"]),
+            ]
+        )
+    return html.section(
+        "Measuring conditions",
+        html.paragraph(conditions_text(document) + ". A time whose sides differ so is inconclusive."),
+        html.table(columns, rows, numeric=columns[1:-1]),
+    )
 
 
 def _speedups(speedups: list[dict[str, Any]]) -> str:

@@ -14,14 +14,14 @@ from matplotlib.ticker import FuncFormatter
 
 from pipeline.compare.side import METRICS
 
-COLORS = {"slower": "#c62828", "faster": "#2e7d32", "unchanged": "#555555"}
+COLORS = {"slower": "#c62828", "faster": "#2e7d32", "inconclusive": "#ef6c00", "unchanged": "#555555"}
 ROW_INCHES, LABEL_INCHES, PANEL_INCHES = 0.17, 3.6, 4.0
 
 
 def ratio_figure(document: dict[str, Any]) -> Figure:
     """One panel per time metric (same execution rows, log ratio axis): a dot at the ratio, a bar
     over its interval, a grey band behind it out to its bound; colour says slower / faster /
-    unchanged."""
+    inconclusive / unchanged."""
     times = document["times"]
     ids = sorted({t["execution_id"] for t in times}, reverse=True)  # first id on top
     position = {execution_id: i for i, execution_id in enumerate(ids)}
@@ -67,7 +67,7 @@ def ratio_figure(document: dict[str, Any]) -> Figure:
     axes[0].set_yticks(range(len(ids)), ids, fontsize=6)
     fig.suptitle(
         f"time ratio with {100 * document['confidence']:g}% interval (its noise); grey: inside its bound "
-        "(threshold or noise); red slower, green faster",
+        "(threshold or noise); red slower, green faster, orange inconclusive (differing conditions)",
         fontsize=9,
     )
     return fig

@@ -4,18 +4,20 @@ The shards are read by the report's scan (newest complete attempt per execution)
 report's rows, so a comparison sees exactly the numbers ``pipeline.aggregate`` publishes. Each time
 comes with the per-iteration window times of the rank that set it (the slowest rank, chosen in this
 dataset from the per-rank medians), in the order the shard lists them, which is the order they were
-timed; the other dataset may have found a different rank slowest.
+timed; the other dataset may have found a different rank slowest. Each execution also comes with
+how it was measured (:class:`~pipeline.compare.conditions.Measured`) and what ran it (``Ran``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pipeline.compare.conditions import Measured
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
@@ -28,6 +30,30 @@ METRICS = {"iterationMS": "combined", "forwardMS": "forward", "backwardMS": "bac
 
 
 @dataclass(frozen=True)
+class Ran:
+    """What ran one execution of a dataset, and when: the code, the software, the machines."""
+
+    started_at: str
+    ended_at: str
+    git_sha: str | None
+    versions: dict[str, str | None]
+    hosts: tuple[str, ...]
+    schema_version: int
+
+    @classmethod
+    def of(cls, shard: Shard) -> Ran:
+        meta = shard.meta
+        return cls(
+            meta.started_at,
+            meta.ended_at,
+            meta.provenance.git_sha,
+            asdict(meta.provenance.versions),
+            tuple(meta.provenance.hosts),
+            meta.schema_version,
+        )
+
+
+@dataclass(frozen=True)
 class Side:
     """The executions of one dataset that have a published row."""
 
@@ -36,6 +62,8 @@ class Side:
     windows: dict[str, dict[str, np.ndarray]]  # execution_id -> metric -> slowest rank's ms per iteration
     described: dict[str, dict[str, int]]  # provenance field -> value -> executions
     skipped: list[Skipped]
+    conditions: dict[str, Measured] = field(default_factory=dict)  # execution_id -> how it was measured
+    ran: dict[str, Ran] = field(default_factory=dict)  # execution_id -> what ran it, when
 
 
 def load(path: Path, workers: int = 8) -> Side:
@@ -67,4 +95,12 @@ def side(path: Path, folder: Dataset, newest: Mapping[str, Shard], skipped: Iter
         found = f"{len(skipped)} unusable shard file(s)" if skipped else "no shards/execution=*/*.parquet"
         raise ValueError(f"not a dataset: {str(path)!r} has no usable shard ({found})")
     described = describe(newest[i] for i in rows)
-    return Side(path, rows, windows, described, sorted(skipped, key=lambda s: s.path))
+    return Side(
+        path,
+        rows,
+        windows,
+        described,
+        sorted(skipped, key=lambda s: s.path),
+        {i: Measured.of(newest[i]) for i in rows},
+        {i: Ran.of(newest[i]) for i in rows},
+    )

@@ -6,6 +6,11 @@ NEW / BASE inverts the Mann-Whitney rank test on log times (the Hodges-Lehmann i
 shift): it is exact for any continuous distribution of window times, needs no seed and no
 resampling, and at five windows per side still has its stated coverage, which a bootstrap of
 medians of five does not.
+
+Written here because no library offers either piece: scipy's exact Mann-Whitney test
+(``scipy.stats.mannwhitneyu``) gives the p-value of two samples, not the count distribution whose
+quantile sets the interval's ends, and no well-kept library gives the Hodges-Lehmann interval. The
+tests check both against brute force and against scipy's exact test.
 """
 
 from __future__ import annotations

@@ -4,16 +4,21 @@ The job builds an :class:`ExecutionMeta` and writes ``to_json()``; a reader gets
 ``ExecutionMeta.from_json``, which checks every field against its annotation and then the records'
 own rules (:mod:`pipeline.data.codec`), so a shard's metadata is valid exactly when it constructs.
 The report reads it by attribute. ``docs/dataset.md`` lists every field; the JSON keys are the field
-names.
+names. Metadata of every version this project has written (``READABLE``) is read into today's
+record with what it did not record as unknown (:func:`upgraded`), never made up: such a field is None
+(``RECORDED_SINCE`` names the version that first recorded it, from which on it is required) or says
+why it is unknown; an unknown version is refused with its number named.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from pipeline.bounds import at_least
 from pipeline.data.codec import JsonRecord, RecordError, decode
+from pipeline.implementations import candidate
+from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import Shape, TimingPlan
 
 
@@ -105,7 +110,7 @@ class Policy:
     scratch_rows: int
     host_scratch_bytes: int
     overflow: str  # what overflow means for the implementation
-    buffers: tuple[Buffer, ...]
+    buffers: tuple[Buffer, ...] | None  # None: not recorded (early schema_version 2)
 
     def __post_init__(self) -> None:
         at_least(self, 0, "layers", "layer_budget_rows", "activation_rows", "scratch_rows")
@@ -146,7 +151,7 @@ class Provenance:
     job_ids: tuple[str, ...]
     backend: str
     cluster: str
-    collective: str
+    collective: str | None  # None: not recorded (schema_version 1, 2)
     versions: Versions
 
 
@@ -158,7 +163,7 @@ class Timing:
     clock: str
     cuda_graphs: bool
     cuda_graphs_reason: str | None
-    requested: TimingPlan
+    requested: TimingPlan | None  # None: not recorded (schema_version 1, 2)
     plan: TimingPlan
 
 
@@ -177,10 +182,11 @@ class Kernels:
 class Contention:
     """How crowded the host was during the timing windows (:mod:`pipeline.bench.contention`): the
     cores a rank could run on, ranks per host, the share of its runnable time the most denied rank's
-    threads waited for a core (None where unknown) and whether that was oversubscribed."""
+    threads waited for a core (None where unknown) and whether that was oversubscribed. None where the
+    shard's schema version did not record them (1 and 2 recorded no contention, 3 no wait share)."""
 
-    cores: int
-    ranks_per_host: int
+    cores: int | None
+    ranks_per_host: int | None
     cpu_wait_share: float | None
     oversubscribed: bool | None
 
@@ -212,7 +218,7 @@ class Memory:
 
     peak_allocated_bytes: int | None
     peak_rss_bytes: int | None
-    emulation: EmulationCopies
+    emulation: EmulationCopies | None  # None: not recorded (schema_version 1, 2)
 
     def __post_init__(self) -> None:
         at_least(self, 0, "peak_allocated_bytes", "peak_rss_bytes")
@@ -232,10 +238,66 @@ class NVLink:
 
 
 @dataclass(frozen=True)
+class GpuConditions:
+    """One rank's GPU during its timed windows, sampled through NVML (:mod:`pipeline.bench.conditions`):
+    where it was, the mean SM and memory clocks and their maxima, the clock-event (throttle) reasons
+    that slowed it in any sample and the share of samples they did, and the most compute processes it
+    held at once (the rank's own counts: more than one is a shared GPU). A GPU whose clocks differ
+    between two runs runs the same code at another speed, which no window can tell from a change."""
+
+    node: str
+    rank: int
+    index: int  # NVML's index of the GPU on its node
+    name: str
+    samples: int
+    sm_clock_mhz: float
+    memory_clock_mhz: float
+    max_sm_clock_mhz: float | None
+    max_memory_clock_mhz: float | None
+    throttle_reasons: tuple[str, ...]
+    throttled_share: float
+    processes: int | None
+
+    def __post_init__(self) -> None:
+        at_least(self, 0, "rank", "index", "sm_clock_mhz", "memory_clock_mhz", "processes")
+        at_least(self, 0, "max_sm_clock_mhz", "max_memory_clock_mhz", "throttled_share")
+        at_least(self, 1, "samples")
+        if self.throttled_share > 1:
+            raise ValueError(f"throttled_share must be <= 1, got {self.throttled_share}")
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """The GPUs' measuring conditions during the timed windows (the host's CPU is :class:`Contention`):
+    one record per rank whose GPU was sampled, and why the others, or all, are unknown (``unknown``:
+    no GPU, no NVML, not recorded by the shard's schema version)."""
+
+    gpus: tuple[GpuConditions, ...]
+    unknown: str | None
+
+    def __post_init__(self) -> None:
+        if not self.gpus and self.unknown is None:
+            raise ValueError("conditions without a sampled GPU must say why (unknown)")
+
+
+def unknown_conditions(why: str) -> Conditions:
+    """No GPU conditions, and why."""
+    return Conditions((), why)
+
+
+# What an execution that did not sample its GPUs records (the default of ExecutionMeta.conditions).
+NOT_SAMPLED = unknown_conditions("not sampled: the execution did not sample its GPUs during the windows")
+
+
+@dataclass(frozen=True)
 class ExecutionMeta(JsonRecord):
     """Everything a shard says about its execution attempt besides its window rows."""
 
-    VERSION: ClassVar[int] = 4  # 4: contention as the timing thread's CPU wait share
+    # 2: saved state with one meaning per field, the policy; 3: provenance's collective, the timing
+    # requested, kernels, contention, emulation copies; 4: contention as the timing thread's CPU wait
+    # share; 5: the GPUs' conditions during the windows
+    VERSION: ClassVar[int] = 5
+    READABLE: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5)  # earlier ones: see ``upgraded``
 
     schema_version: int
     execution_id: str
@@ -248,33 +310,175 @@ class ExecutionMeta(JsonRecord):
     started_at: str
     ended_at: str
     timing: Timing
-    kernels: Kernels
+    kernels: Kernels | None  # None: not recorded (schema_version 1, 2)
     contention: Contention
     memory: Memory
     nvlink: NVLink
     saved_state: tuple[LayerState, ...]
-    sanity: Sanity
-    policy: Policy
+    sanity: Sanity | None  # None: not recorded (schema_version 1, 2 written before the gate)
+    policy: Policy | None  # None: not recorded (schema_version 1)
+    conditions: Conditions = NOT_SAMPLED
 
     def __post_init__(self) -> None:
-        if self.schema_version != self.VERSION:
-            raise MetaError(
-                f"unknown schema_version {self.schema_version!r}; this reader reads {self.VERSION}"
-            )
+        if self.schema_version not in self.READABLE:
+            raise MetaError(_unreadable(self.schema_version))
         if self.attempt < 1:
             raise MetaError(f"attempt must be >= 1, got {self.attempt}")
         layers = len(self.shape.layer_loads)
         if len(self.saved_state) != layers:
             raise MetaError(f"saved_state has {len(self.saved_state)} layers, shape.layer_loads {layers}")
+        for path, since in RECORDED_SINCE.items():
+            if self.schema_version >= since and _at(self, path) is None:
+                raise MetaError(f"{path} is null, but schema_version {self.schema_version} records it")
 
     @classmethod
     def from_json(cls, data: object) -> ExecutionMeta:
         """The metadata a shard stores, checked field by field; a :class:`MetaError` names the first
         field that is missing, of the wrong type or out of bounds."""
         version = data.get("schema_version") if isinstance(data, dict) else None
-        if version != cls.VERSION:
-            raise MetaError(f"unknown schema_version {version!r}; this reader reads {cls.VERSION}")
+        if not isinstance(data, dict) or version not in cls.READABLE or isinstance(version, bool):
+            raise MetaError(_unreadable(version))
+        if version == cls.VERSION and "conditions" not in data:
+            raise MetaError("metadata conditions is missing")
         try:
-            return decode(cls, data)
+            return decode(cls, upgraded(data))
         except RecordError as err:
-            raise MetaError(f"metadata {err}") from None
+            read_as = "" if version == cls.VERSION else f" (read from schema_version {version})"
+            raise MetaError(f"metadata {err}{read_as}") from None
+
+
+# The fields that a version before the one named did not record and reads as None; from that version
+# on each is required, so that None always means "not recorded" (docs/dataset.md, metadata versions).
+RECORDED_SINCE: dict[str, int] = {
+    "policy": 2,
+    "provenance.collective": 3,
+    "timing.requested": 3,
+    "kernels": 3,
+    "contention.cores": 3,
+    "contention.ranks_per_host": 3,
+    "memory.emulation": 3,
+    "sanity": 3,
+    "policy.buffers": 3,
+}
+# The timing plan's fields every version 1 and 2 wrote inside ``shape`` (its minima came later).
+_PLAN_RECORDED = ("warmup", "windows", "iterations")
+# The launch backends: a version-1 shard written before its launcher fix holds the backend in
+# ``cluster`` and the cluster preset (never one of these) in ``launcher``.
+_BACKENDS = ("local", "slurm")
+
+
+def _at(record: object, path: str) -> object:
+    for name in path.split("."):
+        record = getattr(record, name)
+        if record is None:
+            return None
+    return record
+
+
+def _unreadable(version: object) -> str:
+    readable = ", ".join(map(str, ExecutionMeta.READABLE))
+    return f"unknown schema_version {version!r}; this reader reads {readable}"
+
+
+def upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """Metadata of a readable earlier version in today's fields, what it did not record unknown:
+
+    - 4 recorded no GPU conditions: ``conditions`` unknown, naming the version;
+    - 3 also measured contention as the machine's runnable processes per core, which flagged quiet
+      hosts (the gloo threads are runnable beside the ranks) and is not the CPU wait share:
+      ``cpu_wait_share`` and ``oversubscribed`` unknown (its cores and ranks per host stay);
+    - 2 also recorded no collective, timing request, kernels, contention or emulation copies (None),
+      the timing that ran inside ``shape`` (moved to ``timing.plan``) and the backend as ``launcher``;
+      early ones no policy buffers, and those written before the gate no ``sanity`` (None);
+    - 1 also recorded no policy (None) and its saved state in other terms (:func:`_saved_state_v1`).
+
+    Today's version is returned as it is."""
+    version = data.get("schema_version")
+    if version == ExecutionMeta.VERSION:
+        return data
+    out = dict(data)
+    out["conditions"] = {"gpus": [], "unknown": f"not recorded (schema_version {version})"}
+    if version == 3 and isinstance(data.get("contention"), dict):
+        contention = {k: v for k, v in data["contention"].items() if k != "runnable_per_core"}
+        out["contention"] = contention | {"cpu_wait_share": None, "oversubscribed": None}
+    if version in (1, 2):
+        out |= _before_3(data, version)
+    return out
+
+
+def _before_3(data: dict[str, Any], version: int) -> dict[str, Any]:
+    """The fields of a version-1 or -2 shard that version 3 added or moved; a field of the wrong type
+    is left as it is, for :func:`decode` to name."""
+    out: dict[str, Any] = {
+        "kernels": None,
+        "contention": dict.fromkeys(("cores", "ranks_per_host", "cpu_wait_share", "oversubscribed")),
+        "sanity": data.get("sanity"),
+    }
+    shape, timing = data.get("shape"), data.get("timing")
+    if isinstance(shape, dict) and isinstance(timing, dict):
+        plan = {f.name for f in fields(TimingPlan)}
+        lacking = [k for k in _PLAN_RECORDED if k not in shape]
+        if lacking:  # named where this version wrote it
+            raise MetaError(f"shape.{lacking[0]} is missing")
+        out["shape"] = {k: v for k, v in shape.items() if k not in plan}
+        out["timing"] = timing | {"requested": None, "plan": {k: v for k, v in shape.items() if k in plan}}
+    provenance = data.get("provenance")
+    if isinstance(provenance, dict):
+        out["provenance"] = {k: v for k, v in provenance.items() if k != "launcher"} | {"collective": None}
+        if "launcher" in provenance:
+            backend, cluster = provenance["launcher"], provenance.get("cluster")
+            if version == 1 and backend not in _BACKENDS and cluster in _BACKENDS:
+                backend, cluster = cluster, backend
+            out["provenance"] |= {"backend": backend, "cluster": cluster}
+    if isinstance(data.get("memory"), dict):
+        out["memory"] = data["memory"] | {"emulation": None}
+    if version == 1:
+        out["policy"] = None
+        out["saved_state"] = _saved_state_v1(data)
+    elif isinstance(data.get("policy"), dict) and "buffers" not in data["policy"]:
+        out["policy"] = data["policy"] | {"buffers": None}
+    return out
+
+
+def _saved_state_v1(data: dict[str, Any]) -> object:
+    """Version 1's saved state in today's terms, from what it recorded: the one ``overflow`` flag
+    meant "recomputed" for MoK and was the capacity flag for Dist-MoE (the candidate, the one
+    implementation with a pooled slot), whose ``budget_rows`` was the slot of all its layers (its
+    layers' equal shares, each floor(factor x T x K) rows) and whose ``factor`` was the requested one.
+    So ``recomputes`` is whether rows were recomputed, ``capacity_flag`` is Dist-MoE's ``overflow``
+    (None for MoK, which has no flag), and Dist-MoE's ``budget_rows`` and ``factor`` are one layer's
+    share."""
+    layers, execution_id = data.get("saved_state"), data.get("execution_id")
+    if not isinstance(layers, list) or not all(isinstance(x, dict) for x in layers):
+        return layers
+    execution = EXECUTION_BY_ID.get(execution_id) if isinstance(execution_id, str) else None
+    if execution is None:
+        raise MetaError(f"saved_state cannot be read: {execution_id!r:.80} is not an execution of the matrix")
+    pooled = execution.variant.implementation == candidate().name
+    shape = data["shape"] if isinstance(data.get("shape"), dict) else {}
+    tokens, top_k = _count(shape.get("nominal_tokens")), _count(shape.get("top_k"))
+    balanced = tokens * top_k if min(tokens, top_k) > 0 else 0
+    out = []
+    for i, entry in enumerate(layers):
+        overflow, recomputed = entry.get("overflow"), _count(entry.get("recomputed_rows"))
+        if not isinstance(overflow, bool):
+            raise MetaError(f"saved_state[{i}].overflow must be a boolean, got {overflow!r:.80}")
+        if recomputed < 0:
+            raise MetaError(f"saved_state[{i}].recomputed_rows must be an integer >= 0")
+        layer = {k: v for k, v in entry.items() if k != "overflow"}
+        layer |= {"recomputes": recomputed > 0, "capacity_flag": overflow if pooled else None}
+        if pooled:
+            pool = _count(entry.get("budget_rows"))
+            if pool < 0 or pool % len(layers) or balanced < 1:
+                raise MetaError(
+                    f"saved_state[{i}].budget_rows must be the pooled slot of {len(layers)} layers' equal "
+                    f"shares, got {entry.get('budget_rows')!r:.80} (T x K = {balanced})"
+                )
+            layer |= {"budget_rows": pool // len(layers), "factor": pool // len(layers) / balanced}
+        out.append(layer)
+    return out
+
+
+def _count(value: object) -> int:
+    """``value`` where it is an integer >= 0, else -1."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1

@@ -3,11 +3,12 @@
 A shard is untrusted input. It is opened only if it is a regular file (a FIFO, a device, a socket or a
 directory named like a shard is refused from its ``stat``, never opened: a read of one could block
 for ever). It is accepted only if it parses, has the columns and types of ``SCHEMA`` without nulls,
-carries ``execution`` metadata that constructs an :class:`~pipeline.data.meta.ExecutionMeta` (of this
-schema version) matching its file name and rows, names one execution of the matrix in every row with
-every field that execution's id determines as the id says (implementation, pipeline, precision,
-workload, kind, profile, EP, nominal d_ff, the per-layer loads), is complete (exactly one row per rank
-x phase x window that its metadata declares; required phases: those of the kind,
+carries ``execution`` metadata that constructs an :class:`~pipeline.data.meta.ExecutionMeta` (of a
+readable schema version: an earlier one is read into today's fields, what it did not record unknown,
+:func:`~pipeline.data.meta.upgraded`) matching its file name and rows, names one execution of the
+matrix in every row with every field that execution's id determines as the id says (implementation,
+pipeline, precision, workload, kind, profile, EP, nominal d_ff, the per-layer loads), is complete
+(exactly one row per rank x phase x window that its metadata declares; required phases: those of the kind,
 :func:`pipeline.vocabulary.kind_phases`) and has window times within the bounds a window can take
 (:data:`pipeline.bounds.ITERATION_MS_MIN`, :data:`pipeline.bounds.WINDOW_MS_MAX`).
 """
