@@ -27,14 +27,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, output, register
 from pipeline.compose.errors import one_line
-from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
+from pipeline.compose.launcher import RESUME, claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.compose.overrides import check as check_overrides
 from pipeline.exits import BAD_INPUT, FAILED, OK, refuse, run_command, shorten
 from pipeline.folders import check_path
 from pipeline.launch.plan import plan
-from pipeline.launch.sweep import ExecutionFailed, claimed, run
+from pipeline.launch.sweep import ExecutionFailed, run
 
-RESUME = "--resume"
 PROG = "pipeline.run"
 
 
@@ -45,11 +44,7 @@ def main(cfg: DictConfig) -> None:
     with refusals(PROG, cleanup=discard):
         settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
         planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
-    with claimed(planned, resume_of(hydra_cfg.launcher)) as sweep:
-        with refusals(PROG, cleanup=discard):
-            sweep.check()
-        for line in sweep.skips(RESUME):
-            print(line, flush=True)
+    with claimed_sweep(PROG, planned, hydra_cfg.launcher, discard) as sweep:
         outcomes = run(sweep.to_run, settings)
     if any(o.error is not None for o in outcomes):
         raise ExecutionFailed(f"{outcomes[0].planned.execution_id} failed")

@@ -29,6 +29,7 @@ def test_exclude_comment_and_array_parallelism_land_as_asked(tmp_path):
         "hydra.launcher.exclude=n1",
         "+hydra.launcher.additional_parameters.comment=moe-launcher-test",
         "hydra.launcher.array_parallelism=1",
+        "hydra.launcher.group=none",  # a job each, so an array of two tasks
     )
     job_ids = [records(tmp_path, "submitted", e)[0]["job_id"] for e in (MOK, DIST)]
     assert len({j.split("_")[0] for j in job_ids}) == 1  # one array

@@ -84,9 +84,10 @@ def composed(*overrides: str) -> tuple[dict, dict]:
 
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
-    """A 2-node and a 4-node shape, each its own array (in datasets of their own: a dataset holds one
-    setting of max_ranks); queued on the debug partition (the bench one refuses a job of more ranks
-    than the host has cores) and cancelled."""
+    """A 2-node and a 4-node shape, each its own array whose one task runs the shape's two executions
+    as a group (in datasets of their own: a dataset holds one setting of max_ranks); queued on the
+    debug partition (the bench one refuses a job of more ranks than the host has cores) and
+    cancelled."""
     jobs = []
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
@@ -104,14 +105,15 @@ def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
                     "hydra.launcher.partition=debug",
                 )
                 jobs.append((overrides, config))
-    arrays = sorted(
-        {job.job_id.split("_")[0] for job in submit_arrays(plan(jobs, launcher), launcher)}, key=int
-    )
+    submitted = submit_arrays(plan(jobs, launcher), launcher)
+    assert sorted(len(group.members) for group, _ in submitted) == [2, 2]  # each shape's two: one job
+    arrays = sorted({job.job_id.split("_")[0] for _, job in submitted}, key=int)
     try:
         listing = ["squeue", "-h", "-r", "-j", ",".join(arrays), "-o", "%i %D"]
         tasks = subprocess.run(listing, capture_output=True, text=True, check=True).stdout.split()
     finally:
         subprocess.run(["scancel", *arrays], check=True)
     first, second = arrays
-    nodes = dict(zip(tasks[::2], tasks[1::2], strict=True))
-    assert nodes == {f"{first}_0": "2", f"{first}_1": "2", f"{second}_0": "4", f"{second}_1": "4"}
+    # one task each: sbatch makes a one-task batch a plain job (no _0 suffix)
+    nodes = {job.split("_")[0]: count for job, count in zip(tasks[::2], tasks[1::2], strict=True)}
+    assert nodes == {first: "2", second: "4"} and len(tasks) == 4

@@ -89,6 +89,7 @@ def _synthetic_intent(dataset: Dataset, configs: dict[str, dict]) -> None:
     ledger.append(dataset, ledger.Intended(meant, settings=settings.to_json(), comparable=comparable))
 
 
+@pytest.mark.slow
 def test_foreign_wrong_typed_and_empty_files_are_skipped_by_every_command(tmp_path, capsys):
     mok, dist = THREE[0], THREE[1]
     configs = _configs()
@@ -184,10 +185,11 @@ def _cli(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
     )
 
 
-def _interrupted(dataset: Path, signum: int, *extra: str, group: bool) -> tuple[str, str, int]:
+def _interrupted(dataset: Path, signum: int, *extra: str, group: bool, hang: str) -> tuple[str, str, int]:
     """Run the three-execution sweep and send ``signum`` once the second execution has started (to the
-    whole process group, as a terminal's Ctrl-C does, or to the sweep alone, as ``kill`` does)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    whole process group, as a terminal's Ctrl-C does, or to the sweep alone, as ``kill`` does); the
+    execution ``hang`` is planted to hang, so that it is still running when the signal comes."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "MOE_BENCH_PLANT": f"hang:{hang}:0"}
     sweep = subprocess.Popen(
         [sys.executable, "-m", "pipeline.run", *SWEEP, f"dataset_dir={dataset}", *extra],
         stdout=subprocess.PIPE,
@@ -223,7 +225,7 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     130 / 143 and leaves no process; status says what is missing, resubmit brings it, the published
     dataset holds each execution once, and ``--resume`` of the sweep then runs nothing."""
     dataset = tmp_path / "d"
-    out, err, status = _interrupted(dataset, signal.SIGINT, group=True)
+    out, err, status = _interrupted(dataset, signal.SIGINT, group=True, hang=THREE[1])
     assert status == 130, err
     (line,) = [e for e in err.splitlines() if "interrupted" in e]
     assert line.startswith("pipeline.run: interrupted by SIGINT: stopped ") and "1 done" in line
@@ -231,7 +233,7 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     assert _left(dataset) == []
     assert _states(dataset) == {THREE[0]: "done", THREE[1]: "missing", THREE[2]: "missing"}
 
-    out, err, status = _interrupted(dataset, signal.SIGTERM, "--resume", group=False)
+    out, err, status = _interrupted(dataset, signal.SIGTERM, "--resume", group=False, hang=THREE[2])
     assert status == 143, err
     assert f"--resume: {THREE[0]} is done already: skipped" in out
     (line,) = [e for e in err.splitlines() if "interrupted" in e]
@@ -260,6 +262,7 @@ def _fails() -> None:
     raise ValueError("device=cuda but no GPU is visible here")
 
 
+@pytest.mark.slow
 def test_the_failed_line_names_the_cause_submitit_reports(tmp_path):
     """A real local submitit job that raises: its cause is the task's error, not submitit's
     ``FailedJobError`` and the paths of its logs."""

@@ -14,9 +14,9 @@ from omegaconf import DictConfig
 
 from pipeline.bench.spec import JobSpec
 from pipeline.compose import compose_jobs, job_config, output
-from pipeline.compose.launcher import cluster_of, launcher_settings, refusals, resume_of
+from pipeline.compose.launcher import claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.launch.plan import Outcome, plan
-from pipeline.launch.sweep import ExecutionFailed, claimed, run
+from pipeline.launch.sweep import ExecutionFailed, run
 
 
 class MoEBenchLauncher(Launcher):
@@ -44,15 +44,11 @@ class MoEBenchLauncher(Launcher):
             jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
             planned = plan(jobs, settings[0])
         config_of = {_key(p): cfg for p, cfg in zip(planned, configs, strict=True)}
-        with claimed(planned, resume_of(self.config.hydra.launcher)) as sweep:
-            with refusals("pipeline.run"):
-                sweep.check()
+        with claimed_sweep("pipeline.run", planned, self.config.hydra.launcher) as sweep:
             folders = {}
             for num, (p, cfg) in enumerate(zip(planned, configs, strict=True), start=initial_job_idx):
                 folders[_key(p)] = output.prepare(cfg, num, p.overrides)
             returns = {}
-            for line in sweep.skips("--resume"):
-                print(line, flush=True)
             for p in [*sweep.done, *(q for q, _ in sweep.owned)]:
                 e = _key(p)
                 returns[e] = job_return(Outcome(p, None, None), config_of[e], folders[e])

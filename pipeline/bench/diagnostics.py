@@ -16,8 +16,26 @@ from pipeline.data.meta import Versions
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set of this process (Linux reports ru_maxrss in KiB)."""
+    """Peak resident set of this process since :func:`reset_peaks` (Linux's VmHWM; where the kernel
+    cannot reset it, since the process started: ru_maxrss, in KiB)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def reset_peaks(device: torch.device) -> None:
+    """Start this rank's memory peaks afresh (an execution's own, whatever ran before it in its job):
+    torch's allocated peak on a GPU, and the resident peak (writing 5 to /proc/self/clear_refs)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:  # not Linux, or not allowed: the process's own peak stands
+        pass
 
 
 def process_age_s() -> float:

@@ -8,6 +8,7 @@ one) and writes its address into the attempt's log folder, which every task of a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class Context:
     job_id: str
     hostname: str
     collective: str  # the process group's backend: nccl on GPUs, gloo on CPUs
+    store: dist.Store | None = None  # the job's store: the group's rendezvous, and its ranks' agreement
+    timeout_s: float = 0.0
 
 
 def resolve_device(preference: str) -> str:
@@ -71,13 +74,7 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
         torch.set_num_threads(cpu_threads(env.num_tasks // env.num_nodes))
     collective = "nccl" if kind == "cuda" else "gloo"
     store = _store(env, folder / f".rendezvous-{env.job_id}-{attempt}", timeout_s)
-    dist.init_process_group(
-        backend=collective,
-        store=store,
-        rank=env.global_rank,
-        world_size=env.num_tasks,
-        timeout=timedelta(seconds=timeout_s),
-    )
+    _join(collective, store, 0, env.global_rank, env.num_tasks, timeout_s)
     return Context(
         rank=env.global_rank,
         world_size=env.num_tasks,
@@ -86,7 +83,47 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
         job_id=env.job_id,
         hostname=env.hostnames[env.node],  # the scheduler's node name: nodes may share a machine
         collective=collective,
+        store=store,
+        timeout_s=timeout_s,
     )
+
+
+def _join(collective: str, store: dist.Store, round_: int, rank: int, ranks: int, timeout_s: float) -> None:
+    """Join the default process group of round ``round_`` (a prefix of the job's store: a group
+    rebuilt after a failure never meets the keys of the one before)."""
+    dist.init_process_group(
+        backend=collective,
+        store=dist.PrefixStore(f"group-{round_}", store),
+        rank=rank,
+        world_size=ranks,
+        timeout=timedelta(seconds=timeout_s),
+    )
+
+
+def abort() -> None:
+    """Break the default process group at once (an error on this rank): the other ranks' pending and
+    next collectives on it fail instead of waiting for this one (gloo closes its connections; NCCL
+    aborts its communicators)."""
+    if not dist.is_initialized():
+        return
+    aborting = getattr(dist.distributed_c10d, "_abort_process_group", None)
+    try:
+        if aborting is not None and dist.get_backend() == "nccl":
+            aborting()
+        else:
+            dist.destroy_process_group()
+    except Exception:  # broken already: nothing is left to break
+        return
+
+
+def rejoin(ctx: Context, round_: int) -> None:
+    """Every rank, after a failure the ranks agreed on: a fresh default process group (round
+    ``round_``), the broken one left behind."""
+    with contextlib.suppress(Exception):
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert ctx.store is not None
+    _join(ctx.collective, ctx.store, round_, ctx.rank, ctx.world_size, ctx.timeout_s)
 
 
 def _store(env: submitit.JobEnvironment, address: Path, timeout_s: float) -> dist.TCPStore:

@@ -1,5 +1,5 @@
-"""One execution, run by every task of its job: time the layers, collect diagnostics, and let rank 0
-write the shard. A failure anywhere raises (the job exits non-zero) after rank 0 records it."""
+"""One execution, run by every task of its group's job: time the layers, collect diagnostics, and let
+rank 0 write the shard. A failure raises; the group (:mod:`pipeline.bench.group`) records it."""
 
 from __future__ import annotations
 
@@ -14,27 +14,36 @@ import torch.distributed as dist
 
 from cutlass_kernels import compiles
 from pipeline import REPO_ROOT
-from pipeline.bench import contention, distributed, graphs, nvlink, sanity
+from pipeline.bench import conditions, contention, distributed, graphs, nvlink, sanity
 from pipeline.bench.diagnostics import (
     device_name,
     git_sha,
     peak_allocated_bytes,
     peak_rss_bytes,
     process_age_s,
+    reset_peaks,
     versions,
 )
 from pipeline.bench.kernels import kernels
+from pipeline.bench.plants import planted
 from pipeline.bench.spec import JobSpec
-from pipeline.bench.tether import tether
 from pipeline.bench.timing import Clock, calibrated, time_windows
-from pipeline.bench.work import build_work
+from pipeline.bench.work import Shared, build_work
 from pipeline.data import ledger
-from pipeline.data.meta import ExecutionMeta, LayerState, Memory, NVLink, Provenance, SavedState, Timing
+from pipeline.data.meta import (
+    Conditions,
+    ExecutionMeta,
+    LayerState,
+    Memory,
+    NVLink,
+    Provenance,
+    SavedState,
+    Timing,
+)
 from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
 from pipeline.metrics import phase_ms
 
-GROUP_TIMEOUT_S = 900.0
 NVLINK_SAMPLE_S = 1.0
 
 
@@ -58,103 +67,97 @@ class RankResult:
     nvlink: NVLink
     peak_allocated_bytes: int | None
     peak_rss_bytes: int
+    conditions: Conditions  # the GPU's clocks, throttling and sharing during the windows
 
 
-def run_execution(spec: JobSpec) -> Summary | None:
-    """Body of each task of the job. Returns rank 0's summary, else None."""
-    phases = Phases()
-    if spec.backend == "local":
-        tether()  # a sweep killed outright takes its job with it
-    with phases("init"):  # the device and the process group
-        ctx = distributed.init(spec.device, GROUP_TIMEOUT_S, spec.log_dir, spec.attempt)
+def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Shared) -> Summary | None:
+    """One execution on this rank of its group's job (:mod:`pipeline.bench.group`): build, gate, time
+    and record it, rank 0 writing its ledger records and its shard. Returns rank 0's summary, else
+    None; raises on a failure (the group records it once its ranks agree)."""
     execution_id, dataset, shape = spec.execution_id, spec.dataset, spec.shape
-    try:
-        with phases("connect"):  # the first collective: NCCL builds its communicator here
-            dist.barrier()
-        if ctx.world_size != shape.ranks:
-            raise ValueError(f"the job has {ctx.world_size} tasks but {execution_id} needs {shape.ranks}")
-        if ctx.rank == 0:
-            ledger.append(dataset, ledger.Started(execution_id, spec.attempt, ctx.job_id))
-        started_at = ledger.now()
-        with phases("build"):
-            work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed)
-        with phases("gate"):
-            verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
-        clock = Clock(ctx.device)
-        with phases("capture"):
-            steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
-        with phases("calibrate"):
-            plan = calibrated(spec.timing, steps, clock)
-        with phases("windows"), contention.sampled() as host:
+    if ctx.world_size != shape.ranks:
+        raise ValueError(f"the job has {ctx.world_size} tasks but {execution_id} needs {shape.ranks}")
+    reset_peaks(ctx.device)  # this execution's own peaks, whatever ran before it in the group
+    if ctx.rank == 0:
+        ledger.append(dataset, ledger.Started(execution_id, spec.attempt, ctx.job_id))
+    started_at = ledger.now()
+    with phases("build"):
+        work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed, shared)
+    with phases("gate"):
+        planted(execution_id, ctx.rank)  # a fault a test plants (pipeline.bench.plants); else nothing
+        verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
+    clock = Clock(ctx.device)
+    with phases("capture"):
+        steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)
+    with phases("calibrate"):
+        plan = calibrated(spec.timing, steps, clock)
+    with phases("windows"), contention.sampled() as host:
+        with conditions.sampled(ctx.device, ctx.hostname, ctx.rank) as gpu:
             times = time_windows(steps, clock, plan)
-        ended_at = ledger.now()
-        combined_ms = float(np.median(times["combined"])) / plan.iterations
-        repetitions = nvlink.repetitions(combined_ms, NVLINK_SAMPLE_S, ctx.device)
-        mine = RankResult(
-            windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
-            host=ctx.hostname,
-            cpu_wait_share=host.wait_share(),
-            saved_state=work.saved_state(),
-            nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
-            peak_allocated_bytes=peak_allocated_bytes(ctx.device),
-            peak_rss_bytes=peak_rss_bytes(),
+    ended_at = ledger.now()
+    combined_ms = float(np.median(times["combined"])) / plan.iterations
+    repetitions = nvlink.repetitions(combined_ms, NVLINK_SAMPLE_S, ctx.device)
+    mine = RankResult(
+        windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
+        host=ctx.hostname,
+        cpu_wait_share=host.wait_share(),
+        saved_state=work.saved_state(),
+        nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
+        peak_allocated_bytes=peak_allocated_bytes(ctx.device),
+        peak_rss_bytes=peak_rss_bytes(),
+        conditions=gpu.record(),
+    )
+    gathered: list[RankResult | None] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, mine)
+    ranks = [r for r in gathered if r is not None]
+    summary = None
+    if ctx.rank == 0:
+        meta = ExecutionMeta(
+            schema_version=ExecutionMeta.VERSION,
+            execution_id=execution_id,
+            workload_id=spec.execution.workload_id,
+            attempt=spec.attempt,
+            job_id=ctx.job_id,
+            config=spec.config,
+            shape=shape,
+            provenance=Provenance(
+                git_sha=git_sha(REPO_ROOT),
+                hosts=tuple(sorted({r.host for r in ranks})),
+                job_ids=tuple(sorted({r.windows.job_id for r in ranks})),
+                backend=spec.backend,
+                cluster=spec.cluster,
+                collective=ctx.collective,
+                versions=versions(ctx.device),
+            ),
+            started_at=started_at,
+            ended_at=ended_at,
+            timing=Timing(clock.name, steps.graphs, steps.reason, requested=spec.timing, plan=plan),
+            kernels=kernels(work.config, ctx.device, work.grads is not None),
+            contention=contention.contention(
+                [r.cpu_wait_share for r in ranks], ctx.world_size // len({r.host for r in ranks})
+            ),
+            memory=Memory(
+                peak_allocated_bytes=_max(r.peak_allocated_bytes for r in ranks),
+                peak_rss_bytes=_max(r.peak_rss_bytes for r in ranks),
+                emulation=work.emulation_copies(),
+            ),
+            nvlink=nvlink.averaged([r.nvlink for r in ranks]),
+            saved_state=layer_states(shape.layer_loads, ranks[0].saved_state),
+            sanity=verdict,
+            policy=work.policy(),
+            conditions=conditions.merged([r.conditions for r in ranks]),
         )
-        gathered: list[RankResult | None] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, mine)
-        ranks = [r for r in gathered if r is not None]
-        summary = None
-        if ctx.rank == 0:
-            meta = ExecutionMeta(
-                schema_version=ExecutionMeta.VERSION,
-                execution_id=execution_id,
-                workload_id=spec.execution.workload_id,
-                attempt=spec.attempt,
-                job_id=ctx.job_id,
-                config=spec.config,
-                shape=shape,
-                provenance=Provenance(
-                    git_sha=git_sha(REPO_ROOT),
-                    hosts=tuple(sorted({r.host for r in ranks})),
-                    job_ids=tuple(sorted({r.windows.job_id for r in ranks})),
-                    backend=spec.backend,
-                    cluster=spec.cluster,
-                    collective=ctx.collective,
-                    versions=versions(ctx.device),
-                ),
-                started_at=started_at,
-                ended_at=ended_at,
-                timing=Timing(clock.name, steps.graphs, steps.reason, requested=spec.timing, plan=plan),
-                kernels=kernels(work.config, ctx.device, work.grads is not None),
-                contention=contention.contention(
-                    [r.cpu_wait_share for r in ranks], ctx.world_size // len({r.host for r in ranks})
-                ),
-                memory=Memory(
-                    peak_allocated_bytes=_max(r.peak_allocated_bytes for r in ranks),
-                    peak_rss_bytes=_max(r.peak_rss_bytes for r in ranks),
-                    emulation=work.emulation_copies(),
-                ),
-                nvlink=nvlink.averaged([r.nvlink for r in ranks]),
-                saved_state=layer_states(shape.layer_loads, ranks[0].saved_state),
-                sanity=verdict,
-                policy=work.policy(),
-            )
-            identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
-            path = write_shard(dataset, identity, [r.windows for r in ranks], meta)
-            ledger.append(
-                dataset, ledger.Finished(execution_id, spec.attempt, ctx.job_id, shard=dataset.relative(path))
-            )
-            summary = Summary(str(path), iteration_ms([r.windows for r in ranks], plan.iterations))
-        dist.barrier()
-        if ctx.rank == 0:
-            print(phases.line(execution_id), flush=True)
-        return summary
-    except BaseException as err:
-        if ctx.rank == 0:
-            reason = f"{type(err).__name__}: {err}"
-            ledger.append(dataset, ledger.Failed(execution_id, spec.attempt, ctx.job_id, reason=reason))
-        raise
-    finally:
-        distributed.close()
+        identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
+        path = write_shard(dataset, identity, [r.windows for r in ranks], meta)
+        summary = Summary(str(path), iteration_ms([r.windows for r in ranks], plan.iterations))
+        shard = dataset.relative(path)
+        ledger.append(
+            dataset,
+            ledger.Finished(
+                execution_id, spec.attempt, ctx.job_id, shard=shard, iteration_ms=summary.iteration_ms
+            ),
+        )
+    return summary
 
 
 class Phases:
@@ -162,9 +165,11 @@ class Phases:
     (interpreter start, imports, the job's unpickling) and the kernel compiles inside the parts: where
     an execution's time goes besides its windows, one line in the job's log."""
 
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {"process": process_age_s()}
+    def __init__(self, first: bool = True) -> None:
+        # the process's start counts for the first execution of a group; the later ones share it
+        self.seconds: dict[str, float] = {"process": process_age_s() if first else 0.0}
         self.began = time.monotonic()
+        self.compiled = compiles.spent()  # what earlier executions of the group compiled is theirs
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -175,7 +180,9 @@ class Phases:
             self.seconds[name] = time.monotonic() - began
 
     def line(self, execution_id: str) -> str:
-        compiling, kernels = compiles.spent()
+        compiling, kernels = (
+            now - before for now, before in zip(compiles.spent(), self.compiled, strict=True)
+        )
         timed = sum(v for k, v in self.seconds.items() if k != "process")
         parts = {**self.seconds, "record": time.monotonic() - self.began - timed, "compile": compiling}
         rounded = {k: round(v, 3) for k, v in parts.items()}

@@ -30,6 +30,7 @@ class JobSpec:
     cluster: str
     config: dict[str, Any]  # the resolved Hydra config, recorded in the shard as composed
     overrides: list[str]  # the command-line overrides that select it (the ledger records them)
+    deadline_s: float = 900.0  # still running after this long, it is hung (its group sets it from the plan)
 
     @property
     def execution_id(self) -> str:

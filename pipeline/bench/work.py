@@ -111,16 +111,43 @@ class Work:
         return state
 
 
-def build_work(execution: Execution, shape: Shape, rank: int, device: torch.device, seed: int) -> Work:
+class Shared:
+    """What the executions of one job share: each rank's BF16 expert weights, drawn once per (layer
+    shape, dtype, seed, rank, layer) and kept while the next execution draws the same (MoK and
+    Dist-MoE, BF16 and MXFP8, draw identical per-expert values); each execution builds only what is
+    its own from them (MX prepared forms, policy buffers). Layers never write their weights."""
+
+    def __init__(self) -> None:
+        self.weights: dict[tuple[object, ...], ExpertWeights] = {}
+
+    def local_weights(
+        self, cfg: MoEConfig, rank: int, ranks: int, seed: int, device: torch.device, layers: int
+    ) -> list[ExpertWeights]:
+        """This rank's weights of ``layers`` layers; any others drawn before are let go."""
+        base = (cfg.d_model, cfg.d_ff, cfg.num_experts, cfg.num_shared, str(cfg.dtype), rank, ranks, seed)
+        keys = [(*base, str(device), layer) for layer in range(layers)]
+        self.weights = {k: w for k, w in self.weights.items() if k in keys}
+        for layer, k in enumerate(keys):
+            if k not in self.weights:
+                self.weights[k] = ExpertWeights.local(cfg, rank, ranks, seed, device, layer)
+        return [self.weights[k] for k in keys]
+
+
+def build_work(
+    execution: Execution,
+    shape: Shape,
+    rank: int,
+    device: torch.device,
+    seed: int,
+    shared: Shared | None = None,
+) -> Work:
     cfg = layer_config(execution, shape)
     plans = routing_plans(shape, seed)
     training = has_backward(execution.workload.kind)
     # This rank's experts only, drawn on the device (every EP size draws the same values for an
     # expert). Building a layer prepares its quantized weights, and the stack its policy's buffers,
     # so they exist before any timing.
-    weights = [
-        ExpertWeights.local(cfg, rank, shape.ranks, seed, device, layer) for layer in range(len(plans))
-    ]
+    weights = (shared or Shared()).local_weights(cfg, rank, shape.ranks, seed, device, len(plans))
     stack = build_stack(cfg, weights, backward=training)
     gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + rank)
 

@@ -9,9 +9,11 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.bench.spec import JobSpec
 from pipeline.compose.store import CONFIG_DIR
 from pipeline.exits import refuse
 from pipeline.launch.settings import LaunchSettings, effective
+from pipeline.launch.sweep import Claimed, claimed
 
 
 def presets() -> list[str]:
@@ -47,3 +49,21 @@ def refusals(command: str, cleanup: Callable[[], None] | None = None) -> Iterato
         if cleanup is not None:
             cleanup()
         raise SystemExit(refuse(command, err)) from None
+
+
+RESUME = "--resume"
+
+
+@contextmanager
+def claimed_sweep(
+    command: str, planned: list[JobSpec], launcher: DictConfig, cleanup: Callable[[], None] | None = None
+) -> Iterator[Claimed]:
+    """The one way into a sweep for both entry points: the planned executions' attempts claimed for
+    this process (held until the block ends), a refusal (another writer has what the sweep means)
+    ending ``command`` in one line, and a line for each execution ``--resume`` skips."""
+    with claimed(planned, resume_of(launcher)) as sweep:
+        with refusals(command, cleanup):
+            sweep.check()
+        for line in sweep.skips(RESUME):
+            print(line, flush=True)
+        yield sweep

@@ -82,10 +82,12 @@ class Started(_Record):
 
 @dataclass(frozen=True)
 class Finished(_Record):
-    """``shard`` is relative to the dataset."""
+    """``shard`` is relative to the dataset; ``iteration_ms``, the slowest rank's median iteration
+    per phase (the published reduction), is what a sweep following the job reports as it ends."""
 
     shard: str
     at: str = field(default_factory=now)
+    iteration_ms: dict[str, float] | None = None
     event: ClassVar[str] = "finished"
 
 

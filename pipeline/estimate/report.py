@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, TextIO
+
+from pipeline.gpu_presets import gpu_preset
 
 COLUMNS = ("execution", "cluster", "timed GiB", "peak GiB", "at", "fits", "device ops", "syncs", "swiglu bwd")
 
@@ -69,4 +72,23 @@ def table(results: list[dict[str, Any]]) -> str:
     syncs = sum(r.get("host_syncs", 0) for r in ok)
     lines.append(f"host synchronizations in the timed iterations: {syncs}")
     lines += found or ["every execution fits its preset's GPU memory"]
+    lines += groups(ok)
     return "\n".join(lines)
+
+
+def groups(results: list[dict[str, Any]]) -> list[str]:
+    """What a sweep on each preset packs into one job (pipeline.launch.groups: one resource shape):
+    per shape, its executions and the group's peak, the largest execution's (each execution releases
+    what it holds before the next builds; the weights two of them share are held once)."""
+    shapes: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for r in results:
+        per_node = min(r["ep"], gpu_preset(r["cluster"]).ranks_per_node)
+        shapes.setdefault((r["cluster"], math.ceil(r["ep"] / per_node), per_node), []).append(r)
+    lines = ["", "groups of one resource shape (a job runs them one after another, at most its time allows):"]
+    for (cluster, nodes, per_node), members in sorted(shapes.items()):
+        top = max(members, key=lambda r: r["peak_gib"])
+        lines.append(
+            f"  {cluster} {nodes} node(s) x {per_node}: {len(members)} executions, peak "
+            f"{top['peak_gib']:.2f} GiB ({top['execution_id']})"
+        )
+    return lines

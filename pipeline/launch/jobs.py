@@ -17,14 +17,11 @@ class JobState:
 
 @dataclass(frozen=True)
 class Job:
-    """One submitted job as the ledger names it; ``said`` is how its attempt's own ledger records say
-    it ended (``finished``, ``failed``, ``interrupted``; None while they say nothing), which is all a
-    backend without a scheduler's accounting can know of a job that is gone."""
+    """One submitted job as the ledger names it (a group's members share one)."""
 
     job_id: str
     backend: str  # the backend that ran it
     log_dir: Path
-    said: str | None = None
 
 
 def error_log(job: Job) -> Path | None:

@@ -1,7 +1,8 @@
-"""The local backend: each execution is one submitit job on this machine, one process per rank.
+"""The local backend: each group of executions is one submitit job on this machine, one process per
+rank (:mod:`pipeline.launch.groups`; ``group=none``: a job per execution).
 
-Executions run one after another: they share this machine, and concurrent executions would disturb
-each other's timing. A job is identified by its pid and checked against its log folder, so that a
+Jobs run one after another: they share this machine, and concurrent executions would disturb each
+other's timing. A job is identified by its pid and checked against its log folder, so that a
 reused pid is never mistaken for the job.
 
 The submitting process answers for its jobs: they start with SIGINT and SIGTERM held
@@ -25,8 +26,10 @@ import submitit
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.exits import Interrupted, held
-from pipeline.launch.jobs import COMPLETED, FAILED, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
+from pipeline.launch.follow import follow
+from pipeline.launch.groups import Group, groups, job_folder
+from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState
+from pipeline.launch.plan import Outcome, resource_shape, submitted
 from pipeline.launch.settings import LaunchSettings
 
 
@@ -36,24 +39,28 @@ class LocalBackend:
     def run(
         self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
+        """One job per group (:mod:`pipeline.launch.groups`), one group after another; the outcomes
+        of its members as each ends."""
         from pipeline.bench.distributed import resolve_device
-        from pipeline.bench.execute import run_execution
+        from pipeline.bench.group import run_group
 
-        for p in planned:
-            gpus = resolve_device(p.device) == "cuda"  # the plan checked that the device is here
+        for group in groups(planned, settings):
+            first = group.members[0]
+            gpus = resolve_device(first.device) == "cuda"  # the plan checked that the device is here
             job = None
             try:
-                with held():  # the job and its record, whole; its processes never see the signals
-                    job = _executor(settings, p.log_dir, p.shape.ranks, gpus).submit(run_execution, p)
-                    ledger.append(p.dataset, submitted(p, job.job_id, settings))
-                started(p)
-                outcome = collect(p, job)
+                with held():  # the job and its records, whole; its processes never see the signals
+                    folder = job_folder(group)
+                    executor = _executor(settings, folder, first.shape.ranks, gpus)
+                    job = executor.submit(run_group, list(group.members))
+                    for p in group.members:
+                        ledger.append(p.dataset, submitted(p, job.job_id, settings))
+                yield from follow([(group, job)], started)
             except Interrupted as stop:
                 if job is not None:
                     with held(drop=True):
-                        stop.detail = _stop(p, job, stop)
+                        stop.detail = _stop(group, job, stop)
                 raise
-            yield outcome
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return {job.job_id: _state(job) for job in jobs}
@@ -74,17 +81,24 @@ def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) ->
     return executor
 
 
-def _stop(p: JobSpec, job: submitit.Job, stop: Interrupted) -> str:
-    """Kill the job's controller and ranks, record the attempt as interrupted (unless it ended
-    first), and say so."""
-    _kill(p.log_dir, int(job.job_id))
+def _stop(group: Group, job: submitit.Job, stop: Interrupted) -> str:
+    """Kill the job's controller and ranks, record its running member as interrupted (unless it
+    ended first; the members that never started stay missing), and say so."""
+    _kill(group.members[0].log_dir, int(job.job_id))
     if job._process is not None:  # submitit's handle of the controller: reap it
         job._process.wait()
-    execution_id = p.execution.execution_id
-    if ledger.ended(ledger.read(p.dataset), execution_id, p.attempt):
-        return f"{execution_id} attempt {p.attempt} had ended"
-    ledger.append(p.dataset, ledger.Interrupted(execution_id, p.attempt, str(job.job_id), signal=stop.name))
-    return f"stopped {execution_id} attempt {p.attempt} (recorded as interrupted)"
+    records = ledger.read(group.dataset)
+    begun = {(r.execution_id, r.attempt) for r in records if isinstance(r, ledger.Started)}
+    running = [
+        p
+        for p in group.members
+        if (p.execution_id, p.attempt) in begun and not ledger.ended(records, p.execution_id, p.attempt)
+    ]
+    if not running:
+        return f"job {job.job_id} had no execution running"
+    p = running[0]
+    ledger.append(p.dataset, ledger.Interrupted(p.execution_id, p.attempt, str(job.job_id), signal=stop.name))
+    return f"stopped {p.execution_id} attempt {p.attempt} (recorded as interrupted)"
 
 
 def _kill(folder: Path, controller: int, patience_s: float = 10.0) -> None:
@@ -102,22 +116,17 @@ def _kill(folder: Path, controller: int, patience_s: float = 10.0) -> None:
 
 
 def _job_processes(folder: Path) -> list[int]:
-    """The live processes of the job whose folder is ``folder``: its controller and its ranks."""
+    """The live processes of the job whose folder is ``folder`` (or a link to it): its controller and
+    its ranks."""
     return [
         int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit() and _runs_job(int(e.name), folder)
     ]
 
 
 def _state(job: Job) -> JobState:
-    """Running while its process lives; once it is gone, what its own ledger records said (never
-    submitit's result pickle: reading a dataset must not run what it holds)."""
-    if _runs_job(int(job.job_id), job.log_dir):
-        return JobState(RUNNING)
-    if job.said == "finished":
-        return JobState(COMPLETED)
-    if job.said in ("failed", "interrupted"):
-        return JobState(FAILED)
-    return JobState(FAILED, f"process {job.job_id} ended without a result (killed?)")
+    """Running while its process lives, else ended: how each member ended is its own ledger records'
+    to say (never submitit's result pickle: reading a dataset must not run what it holds)."""
+    return JobState(RUNNING if _runs_job(int(job.job_id), job.log_dir) else COMPLETED)
 
 
 def _runs_job(pid: int, folder: Path) -> bool:
@@ -129,4 +138,5 @@ def _runs_job(pid: int, folder: Path) -> bool:
     except OSError:
         return False
     zombie = "\nState:\tZ" in status
-    return not zombie and str(folder) in arguments and any("submitit" in a for a in arguments)
+    named = {str(folder), os.path.realpath(folder)}  # a member's folder may link to its group's
+    return not zombie and bool(named & set(arguments)) and any("submitit" in a for a in arguments)

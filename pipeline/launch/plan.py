@@ -272,28 +272,6 @@ def submitted(
     )
 
 
-def collect(p: JobSpec, job: Any) -> Outcome:
-    """Wait for a submitit job. A failure's reason is the one the job recorded (its own error), else
-    the cause submitit reports, which is then recorded in the ledger."""
-    try:
-        summary = job.results()[0]
-    except Exception as err:  # submitit re-raises the task's error (or reports the job's death)
-        execution_id, dataset = p.execution.execution_id, p.dataset
-        records = ledger.read(dataset)
-        said = [
-            r.reason
-            for r in records
-            if isinstance(r, ledger.Failed) and r.execution_id == execution_id and r.attempt == p.attempt
-        ]
-        if said:
-            return Outcome(p, None, first_line(said[-1]))
-        reason = cause(err)
-        if not ledger.ended(records, execution_id, p.attempt):
-            ledger.append(dataset, ledger.Failed(execution_id, p.attempt, str(job.job_id), reason=reason))
-        return Outcome(p, None, reason)
-    return Outcome(p, summary, None)
-
-
 def cause(err: Exception) -> str:
     """What went wrong, in one line, from an error submitit raised: the last line of the task's
     traceback that it quotes (``ValueError: ...``), else its first line (a job that left no result)."""

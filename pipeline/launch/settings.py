@@ -36,6 +36,10 @@ class LocalLauncherConf:
     backend: str = "local"
     tasks_per_node: int | None = None  # None: every rank of an execution on one node
     timeout_min: float = 60
+    group: str = "shape"  # executions of one resource shape share one job: shape; one job each: none
+    group_minutes: float | None = None  # a group's estimated minutes at most; None: half of timeout_min
+    group_size: int | None = None  # executions a group holds at most; None: as many as its minutes allow
+    deadline_s: float | None = None  # an execution still running this long is hung; None: from its plan
     resume: bool = False  # skip executions already done with the dataset's settings (--resume)
 
 
@@ -68,6 +72,10 @@ class SlurmLauncherConf:
     wait: bool = True  # false: submit and return; follow with pipeline.status
     cpus_per_task: int | None = None
     tasks_per_node: int | None = None  # None: the preset's ranks_per_node
+    group: str = "shape"  # executions of one resource shape share one job: shape; one job each: none
+    group_minutes: float | None = None  # a group's estimated minutes at most; None: half of timeout_min
+    group_size: int | None = None  # executions a group holds at most; None: as many as its minutes allow
+    deadline_s: float | None = None  # an execution still running this long is hung; None: from its plan
     resume: bool = False  # skip executions already done with the dataset's settings (--resume)
 
 
@@ -79,7 +87,8 @@ _FALLBACK = {"name": "moe-bench", "timeout_min": 60, "signal_delay_s": 90, "max_
 MAX_TIMEOUT_MIN = 43_200
 # Keys of the launcher config that say how this sweep goes out, not how its jobs run: not recorded.
 SWEEP_KEYS = ("resume",)
-_COUNTS = ("tasks_per_node", "array_parallelism", "cpus_per_task")  # at least 1 where set
+_COUNTS = ("tasks_per_node", "array_parallelism", "cpus_per_task", "group_size")  # at least 1 where set
+GROUPINGS = ("shape", "none")  # the executions of one resource shape in one job, or each in its own
 _AMOUNTS = ("gpus_per_node", "signal_delay_s", "max_timeouts")  # at least 0 where set
 
 
@@ -115,6 +124,10 @@ class LaunchSettings(JsonRecord):
     max_timeouts: int | None = None
     wait: bool = True
     cpus_per_task: int | None = None
+    group: str = "shape"
+    group_minutes: float | None = None
+    group_size: int | None = None
+    deadline_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in CONFS:
@@ -127,6 +140,18 @@ class LaunchSettings(JsonRecord):
         check_bounds(self, {**dict.fromkeys(_COUNTS, 1), **dict.fromkeys(_AMOUNTS, 0)})
         if self.mem_gb is not None and not self.mem_gb > 0:
             raise ValueError(f"mem_gb must be > 0, got {self.mem_gb}")
+        if self.group not in GROUPINGS:
+            raise ValueError(f"group {self.group!r} is not allowed; allowed: {', '.join(GROUPINGS)}")
+        for key in ("group_minutes", "deadline_s"):
+            value = getattr(self, key)
+            if value is not None and not 0 < value <= MAX_TIMEOUT_MIN * 60:
+                raise ValueError(f"{key} must be > 0 and at most 30 days, got {value}")
+
+    @property
+    def group_limit_s(self) -> float:
+        """The estimated seconds one job's group may hold: ``group_minutes``, else half the time
+        limit (the rest is the estimate's margin)."""
+        return 60 * (self.group_minutes if self.group_minutes is not None else self.timeout_min / 2)
 
     def changed(self, changes: Mapping[str, object]) -> LaunchSettings:
         """These settings with some launcher keys changed (a resubmission's ``--set``); the backend

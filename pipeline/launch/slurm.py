@@ -1,13 +1,17 @@
-"""The Slurm backend: one job array per resource shape; a requeue is a new attempt.
+"""The Slurm backend: one job array per resource shape, one task per group of executions; a requeue
+is a new attempt.
 
 Executions that need the same nodes x tasks go out together as one submitit job array, so a sweep of
-the whole matrix costs a handful of ``sbatch`` calls. An array's logs share one folder under the
-dataset's ``logs/arrays/``; each attempt's ``logs/<execution_id>/attempt-<n>`` links to it.
+the whole matrix costs a handful of ``sbatch`` calls, and its tasks are groups
+(:mod:`pipeline.launch.groups`), so it costs a handful of jobs, each running its executions one after
+another in one allocation (``group=none``: a task per execution). An array's logs share one folder
+under the dataset's ``logs/arrays/``; each attempt's ``logs/<execution_id>/attempt-<n>`` links to it.
 
 Slurm's own requeue is off (``--no-requeue``): a node that dies fails the job, and
 ``pipeline.resubmit`` runs it again as a new attempt. Time limits and preemption signals go through
-submitit's checkpointing instead: the job is requeued with the next attempt number, recorded in the
-ledger like any submission, so a requeued execution never writes a second shard for one attempt.
+submitit's checkpointing instead: the job is requeued with the members that have no shard, each with
+its next attempt number, recorded in the ledger like any submission, so a requeued execution never
+writes a second shard for one attempt.
 
 Where jobs stand: squeue for live and recently ended jobs, sacct for how they ended (exit codes),
 asked once per call for all jobs so that status stays fast on large sweeps.
@@ -16,7 +20,6 @@ asked once per call for all jobs so that status stays fast on large sweeps.
 from __future__ import annotations
 
 import math
-import os
 import re
 import secrets
 import subprocess
@@ -33,8 +36,10 @@ from submitit.helpers import DelayedSubmission
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
+from pipeline.launch.follow import follow
+from pipeline.launch.groups import Group, groups, link
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, collect, resource_shape, submitted
+from pipeline.launch.plan import Outcome, submitted
 from pipeline.launch.settings import LaunchSettings
 
 if TYPE_CHECKING:  # the job's modules import torch, which the submitting side and status need not
@@ -62,42 +67,44 @@ _SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", 
 
 
 class SlurmTask:
-    """The callable each Slurm job runs: one execution attempt, checkpointable by submitit."""
+    """The callable each Slurm job runs: one group's executions, checkpointable by submitit."""
 
     def __init__(self, settings: LaunchSettings) -> None:
         self.settings = settings
 
-    def __call__(self, spec: JobSpec) -> Summary | None:
+    def __call__(self, specs: list[JobSpec]) -> list[Summary | None]:
         from pipeline.bench.distributed import resolve_device
-        from pipeline.bench.execute import run_execution
+        from pipeline.bench.group import run_group
 
         try:  # the device is resolved here, on the job's node, not on the submitting host
-            resolve_device(spec.device)
+            resolve_device(specs[0].device)
         except ValueError as err:
             env = submitit.JobEnvironment()
             if env.global_rank == 0:
                 reason = f"ValueError: {err} (node {env.hostnames[env.node]})"
-                record = ledger.Failed(spec.execution_id, spec.attempt, env.job_id, reason=reason)
-                ledger.append(spec.dataset, record)
+                for spec in specs:
+                    record = ledger.Failed(spec.execution_id, spec.attempt, env.job_id, reason=reason)
+                    ledger.append(spec.dataset, record)
             raise
-        return run_execution(spec)
+        return run_group(specs)
 
-    def checkpoint(self, spec: JobSpec) -> DelayedSubmission | None:
-        """On a time-limit or preemption signal (rank 0): requeue this job as the next attempt.
-
-        None (no requeue) when this attempt's shard is already written: the execution is done.
-        """
-        dataset, execution_id = spec.dataset, spec.execution_id
-        if dataset.shard_path(execution_id, spec.attempt).exists():
+    def checkpoint(self, specs: list[JobSpec]) -> DelayedSubmission | None:
+        """On a time-limit or preemption signal (rank 0): requeue this job with the members that have
+        no shard yet, each as its next attempt; None (no requeue) when every member is done."""
+        left = [s for s in specs if not s.dataset.shard_path(s.execution_id, s.attempt).exists()]
+        if not left:
             return None
         job_id = submitit.JobEnvironment().job_id
         # Jobs are submitted non-requeueable (a dead node must fail them); this requeue is wanted.
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "Requeue=1"], check=True, timeout=60)
-        following = ledger.next_attempt(dataset, execution_id)
-        _link(dataset.log_dir(execution_id, following), spec.log_dir.resolve())
-        record = submitted(spec, job_id, self.settings, attempt=following, requeued_from=spec.attempt)
-        ledger.append(dataset, record)
-        return DelayedSubmission(self, replace(spec, attempt=following))
+        following = []
+        for spec in left:
+            attempt = ledger.next_attempt(spec.dataset, spec.execution_id)
+            link(spec.dataset.log_dir(spec.execution_id, attempt), spec.log_dir.resolve())
+            record = submitted(spec, job_id, self.settings, attempt=attempt, requeued_from=spec.attempt)
+            ledger.append(spec.dataset, record)
+            following.append(replace(spec, attempt=attempt))
+        return DelayedSubmission(self, following)
 
 
 class SlurmBackend:
@@ -106,15 +113,17 @@ class SlurmBackend:
     def run(
         self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
     ) -> Iterator[Outcome]:
-        """Submit everything as job arrays, then (unless ``wait`` is false) wait for all of them."""
+        """Submit everything as job arrays, then (unless ``wait`` is false) follow every job."""
         jobs = submit(planned, settings)
         if not settings.wait:
             datasets = " ".join(sorted({str(p.dataset.root) for p in planned}))
             print(
-                f"submitted {len(jobs)} executions; follow: python -m pipeline.status {datasets}", flush=True
+                f"submitted {len(planned)} executions in {len(jobs)} jobs; "
+                f"follow: python -m pipeline.status {datasets}",
+                flush=True,
             )
-            return (Outcome(p, None, None) for p in planned)
-        return _wait(list(zip(planned, jobs, strict=True)), started)
+            return (Outcome(p, None, None) for group, _ in jobs for p in group.members)
+        return follow(jobs, started, POLL_S)
 
     def job_states(self, jobs: list[Job]) -> dict[str, JobState]:
         return _states([j.job_id for j in jobs]) if jobs else {}
@@ -124,51 +133,32 @@ class SlurmBackend:
         return replace(settings, wait=False)
 
 
-def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[submitit.Job]:
-    """Submit the executions grouped by (dataset, nodes, tasks per node); jobs in ``planned`` order."""
-    groups: dict[tuple[Dataset, int, int], list[int]] = defaultdict(list)
-    for i, p in enumerate(planned):
-        groups[(p.dataset, *resource_shape(p.shape.ranks, settings.tasks_per_node))].append(i)
-    jobs: dict[int, submitit.Job] = {}
-    for (dataset, nodes, per_node), members in groups.items():
+def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[tuple[Group, submitit.Job]]:
+    """One job array per (dataset, nodes, tasks per node), a task per group of it; the groups in the
+    plan's order with their jobs."""
+    arrays: dict[tuple[Dataset, int, int], list[Group]] = defaultdict(list)
+    for group in groups(planned, settings):
+        arrays[(group.dataset, group.nodes, group.per_node)].append(group)
+    jobs: list[tuple[Group, submitit.Job]] = []
+    for (dataset, nodes, per_node), members in arrays.items():
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         folder = dataset.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
         folder.mkdir(parents=True)
         executor = _executor(settings, folder, nodes, per_node)
         with executor.batch():
-            for i in members:
-                jobs[i] = executor.submit(SlurmTask(settings), planned[i])
-        for i in members:
-            _link(planned[i].log_dir, folder)
-            ledger.append(dataset, submitted(planned[i], jobs[i].job_id, settings))
+            submitted_jobs = [executor.submit(SlurmTask(settings), list(g.members)) for g in members]
+        for group, job in zip(members, submitted_jobs, strict=True):
+            for p in group.members:
+                link(p.log_dir, folder)
+                ledger.append(dataset, submitted(p, job.job_id, settings))
+            jobs.append((group, job))
+        count = sum(len(g.members) for g in members)
         print(
-            f"job array {jobs[members[0]].job_id.split('_')[0]}: {len(members)} executions on "
-            f"{nodes} node(s) x {per_node} task(s)",
+            f"job array {submitted_jobs[0].job_id.split('_')[0]}: {count} executions in {len(members)} "
+            f"job(s) on {nodes} node(s) x {per_node} task(s)",
             flush=True,
         )
-    return [jobs[i] for i in range(len(planned))]
-
-
-def _wait(jobs: list[tuple[JobSpec, submitit.Job]], started: Callable[[JobSpec], None]) -> Iterator[Outcome]:
-    """Outcomes in the order the jobs end (one slow job holds no other back); an execution has started
-    when its job recorded so in the ledger."""
-    waiting, announced = dict(enumerate(jobs)), set()
-    while waiting:
-        running = {
-            (r.execution_id, r.attempt)
-            for dataset in {p.dataset for p, _ in waiting.values()}
-            for r in ledger.read(dataset)
-            if isinstance(r, ledger.Started)
-        }
-        for i, (p, job) in list(waiting.items()):
-            if i not in announced and (p.execution.execution_id, p.attempt) in running:
-                announced.add(i)
-                started(p)
-            if job.done():
-                del waiting[i]
-                yield collect(p, job)
-        if waiting:
-            time.sleep(POLL_S)
+    return jobs
 
 
 def _executor(settings: LaunchSettings, folder: Path, nodes: int, per_node: int) -> submitit.Executor:
@@ -196,12 +186,6 @@ def _executor(settings: LaunchSettings, folder: Path, nodes: int, per_node: int)
         **passed,
     )
     return executor
-
-
-def _link(log_dir: Path, folder: Path) -> None:
-    """``logs/<execution_id>/attempt-<n>`` -> the shared folder submitit writes this job's logs in."""
-    log_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(folder, log_dir.parent), log_dir, target_is_directory=True)
 
 
 def _states(job_ids: list[str]) -> dict[str, JobState]:

@@ -157,7 +157,7 @@ def _live_jobs(planned: list[JobSpec]) -> dict[tuple[Dataset, str], str]:
     found: dict[tuple[Dataset, str], str] = {}
     for dataset in dict.fromkeys(p.dataset for p in planned):
         records = ledger.read(dataset)
-        said = {(r.execution_id, r.attempt): r.event for r in records if isinstance(r, ledger.TERMINAL)}
+        said = {(r.execution_id, r.attempt) for r in records if isinstance(r, ledger.TERMINAL)}
         newest = ledger.newest_submissions(records)
         mine = {p.execution_id for p in planned if p.dataset == dataset}
         open_jobs = {

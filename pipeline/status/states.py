@@ -53,17 +53,29 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
     failures = {(r.execution_id, r.attempt): r.reason for r in records if isinstance(r, ledger.Failed)}
     stops = {(r.execution_id, r.attempt): r.signal for r in records if isinstance(r, ledger.Interrupted)}
     said = {(r.execution_id, r.attempt): r.event for r in records if isinstance(r, ledger.TERMINAL)}
+    starts = {(r.execution_id, r.attempt) for r in records if isinstance(r, ledger.Started)}
     scan = scan_shards(folder)
     meant = Meant.of(records).execution_ids  # a folder under another id is a skipped file, no execution
     executions = set(intended) | set(submitted) | (folder.executions_with_shards() & meant)
     if not executions:
         raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
     # the job's folder is where the layout puts it, never a path read from the ledger
-    jobs = {
-        e: Job(r.job_id, r.backend, folder.log_dir(e, r.attempt), said.get((e, r.attempt)))
-        for e, r in submitted.items()
-    }
+    jobs = {e: Job(r.job_id, r.backend, folder.log_dir(e, r.attempt)) for e, r in submitted.items()}
     states = _job_states(list(jobs.values()))
+    # a job's members start in the order they were submitted; the first of a job none of whose members
+    # began is the one it died running (failed), the others it never reached (missing)
+    first_member: dict[str, tuple[str, int]] = {}
+    for r in records:
+        if isinstance(r, ledger.Submitted):
+            first_member.setdefault(r.job_id, (r.execution_id, r.attempt))
+    begun_jobs = {r.job_id for e, r in submitted.items() if (e, r.attempt) in starts}
+
+    def not_reached(execution_id: str, record: ledger.Submitted) -> bool:
+        key = (execution_id, record.attempt)
+        if key in failures:
+            return False
+        return record.job_id in begun_jobs or first_member.get(record.job_id) != key
+
     out = []
     for execution_id in sorted(executions):
         shard = scan.newest.get(execution_id)
@@ -94,9 +106,18 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
             continue
         job = jobs[execution_id]
         state = states[job.job_id]
+        began = (execution_id, record.attempt) in starts
         if (execution_id, record.attempt) in stops:
             signal = stops[execution_id, record.attempt]
             kind, detail = MISSING, f"attempt {record.attempt} stopped by its sweep on {signal}; {no_shard}"
+        elif not began and state.state in (PENDING, RUNNING):  # its group's earlier members run first
+            kind, detail = PENDING, f"pending in job {job.job_id}"
+        elif state.state == COMPLETED and not began and not_reached(execution_id, record):
+            kind, detail = MISSING, f"never started: job {job.job_id} ended before it"
+        elif state.state == COMPLETED and said.get((execution_id, record.attempt)) != "finished":
+            # the job ended (a group goes on past a failed member): the member's own records say how
+            error = failures.get((execution_id, record.attempt), "").strip().split("\n")[0]
+            kind, detail = FAILED, error or f"job {job.job_id} ended without a result for it (killed?)"
         elif state.state == COMPLETED:
             kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
         elif state.state == FAILED:

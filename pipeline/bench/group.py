@@ -1,0 +1,145 @@
+"""A group's job: one process per rank runs the group's executions one after another.
+
+Imports, the device, the process group and its first collective are paid once per job, each kernel
+is compiled once (the backends cache them in the process), and the weights are drawn once for the
+executions that share them (:class:`pipeline.bench.work.Shared`); everything else an execution holds
+is let go before the next, whose memory peaks start afresh. Each execution stays a unit of record:
+its own ledger events, correctness gate, warm-up, windows and shard (:func:`execute`).
+
+A failure costs one execution: a rank whose execution raises breaks the process group at once (so no
+other rank waits in a collective for it), every rank then says through the job's store how its
+execution ended, rank 0 records the failure (the earliest error of any rank), every rank joins a
+fresh process group and the group goes on. A hang costs at most the rest of the group: every rank
+watches its execution against the deadline the plan gave it; past it, rank 0 records the execution
+as failed (hung) and every rank ends the job, leaving the members that never started missing, for
+``pipeline.resubmit``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from pipeline.bench import distributed
+from pipeline.bench.execute import Phases, Summary, execute
+from pipeline.bench.spec import JobSpec
+from pipeline.bench.tether import tether
+from pipeline.bench.work import Shared
+from pipeline.data import ledger
+
+HUNG_EXIT = 3  # the job's exit status when an execution passed its deadline
+
+
+def run_group(specs: list[JobSpec]) -> list[Summary | None]:
+    """Body of each task of a group's job: its executions in order; rank 0's summaries, else Nones.
+    A failed execution is recorded and the group goes on; the job then ends in :class:`GroupFailed`."""
+    if not specs:
+        raise ValueError("a group holds at least one execution")
+    if specs[0].backend == "local":
+        tether()  # a sweep killed outright takes its job with it
+    phases = Phases()
+    timeout = max(s.deadline_s for s in specs)
+    with phases("init"):  # the device and the process group
+        ctx = distributed.init(specs[0].device, timeout, specs[0].log_dir, specs[0].attempt)
+    results: list[Summary | None] = []
+    failed: list[str] = []
+    shared, round_ = Shared(), 0
+    try:
+        with phases("connect"):  # the first collective: NCCL builds its communicator here
+            dist.barrier()
+        for index, spec in enumerate(specs):
+            if index:
+                phases = Phases(first=False)
+            summary, error = None, None
+            with Watchdog(ctx, spec):
+                try:
+                    summary = execute(ctx, spec, phases, shared)
+                except Exception as err:  # this rank's; the group agrees on it below
+                    error = (time.time(), f"{type(err).__name__}: {err}")
+                    distributed.abort()  # no other rank waits for this one in a collective
+                except BaseException as err:  # the job is being stopped (a requeue, a signal): so is this
+                    if ctx.rank == 0:
+                        _record_failure(spec, ctx.job_id, [(time.time(), 0, f"{type(err).__name__}: {err}")])
+                    raise
+                failures = agree(ctx, index, error)
+            if failures:
+                if ctx.rank == 0:
+                    _record_failure(spec, ctx.job_id, failures)
+                round_ += 1
+                distributed.rejoin(ctx, round_)
+                summary = None
+            elif ctx.rank == 0:
+                print(phases.line(spec.execution_id), flush=True)
+            if failures:
+                failed.append(spec.execution_id)
+            results.append(summary)
+            gc.collect()  # what this execution held is gone before the next one builds
+            if ctx.device.type == "cuda":
+                torch.cuda.empty_cache()
+        dist.barrier()
+    finally:
+        distributed.close()
+    if failed:  # the job's own status says so too (a scheduler's accounting, an operator's eye)
+        raise GroupFailed(f"{len(failed)} of {len(specs)} executions failed: {', '.join(failed)}")
+    return results
+
+
+class GroupFailed(RuntimeError):
+    """Some executions of the group failed (each recorded in the ledger with its own reason); the
+    others ran and published."""
+
+
+def agree(
+    ctx: distributed.Context, index: int, error: tuple[float, str] | None
+) -> list[tuple[float, int, str]]:
+    """How execution ``index`` ended on every rank, through the job's store (the process group may
+    be broken): each rank's error as (when, rank, what), earliest first; empty when none failed."""
+    assert ctx.store is not None
+    key = f"ended-{index}"
+    ctx.store.set(f"{key}/{ctx.rank}", json.dumps(error))
+    keys = [f"{key}/{r}" for r in range(ctx.world_size)]
+    ctx.store.wait(keys)  # bounded by the execution's watchdog
+    said = [json.loads(ctx.store.get(k)) for k in keys]
+    return sorted((when, rank, what) for rank, e in enumerate(said) if e is not None for when, what in [e])
+
+
+def _record_failure(spec: JobSpec, job_id: str, failures: list[tuple[float, int, str]]) -> None:
+    """Rank 0: the execution failed with the earliest error of any rank (later ones follow from it)."""
+    _, rank, what = failures[0]
+    reason = what if rank == 0 else f"{what} (rank {rank})"
+    ledger.append(spec.dataset, ledger.Failed(spec.execution_id, spec.attempt, job_id, reason=reason))
+
+
+class Watchdog:
+    """Past ``spec``'s deadline, rank 0 records the execution as failed (hung) and every rank ends
+    the job: a kernel or a collective that never returns cannot be interrupted from inside."""
+
+    def __init__(self, ctx: distributed.Context, spec: JobSpec) -> None:
+        self.ctx, self.spec, self.done = ctx, spec, threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="deadline", daemon=True)
+
+    def __enter__(self) -> Watchdog:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.spec.deadline_s):
+            return
+        if self.ctx.rank == 0:
+            reason = f"still running after {self.spec.deadline_s:g} s, its deadline: hung"
+            record = ledger.Failed(self.spec.execution_id, self.spec.attempt, self.ctx.job_id, reason=reason)
+            try:
+                ledger.append(self.spec.dataset, record)
+            finally:
+                print(f"{self.spec.execution_id}: {reason}; the job ends", flush=True)
+        os._exit(HUNG_EXIT)
