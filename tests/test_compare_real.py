@@ -75,7 +75,9 @@ def test_one_execution_made_slower_is_reported_alone(sweeps, tmp_path, capsys) -
     _, itself = _compare(capsys, str(first), str(first))
     combined = [t for t in itself["times"] if t["metric"] == "iterationMS"]
     target = min(combined, key=lambda t: t["bound"])
-    chosen, factor = target["execution_id"], 1.5 * target["bound"]
+    # two decimals: new / base is then the factor within an ulp, never near a rounding boundary of the
+    # published precision
+    chosen, factor = target["execution_id"], math.ceil(150 * target["bound"]) / 100
     slower = _copy(first, tmp_path / "slower")
     _rewrite(slower, chosen, factor=factor)
     status, document = _compare(capsys, str(first), str(slower))

@@ -120,6 +120,9 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
             kind, detail = FAILED, error or f"job {job.job_id} ended without a result for it (killed?)"
         elif state.state == COMPLETED:
             kind, detail = MISSING, f"job {job.job_id} completed; {no_shard}"
+        elif said.get((execution_id, record.attempt)) == "finished":
+            # its own record says it ended, whatever the scheduler still says of its job (completing)
+            kind, detail = MISSING, f"attempt {record.attempt} finished in job {job.job_id}; {no_shard}"
         elif state.state == FAILED:
             # The scheduler's verdict first (CANCELLED, NODE_FAIL, ...), then the error the job recorded.
             error = failures.get((execution_id, record.attempt), "").strip().split("\n")[0]
