@@ -52,6 +52,15 @@ def torch_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (pytest-xdist, as CI runs), each file's tests run on one
+    worker (its module fixtures built once) and every test of the Slurm cluster on the same worker,
+    one at a time: they share its four nodes, and some take a node down."""
+    for item in items:
+        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, object, object]:
     """A failed test that drew from its seed gets a report section naming it."""
