@@ -9,6 +9,9 @@ text for people (command output, one-line errors, the HTML pages) passes dataset
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable, Mapping
+
 # Shown as ``\\xNN``: the C0 controls, DEL and the C1 controls (Unicode category Cc, all of it), tab
 # and line feed included, so that one value stays on one line.
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0))}
@@ -25,3 +28,12 @@ def printable(value: object) -> str:
     """``value`` as text with every control character written out (ESC as ``\\x1b``, CR as ``\\x0d``),
     so it can be printed or embedded as it is."""
     return str(value).translate(_TABLE)
+
+
+def print_document(shown: str, skipped: Iterable[tuple[str, Mapping[str, object]]]) -> None:
+    """Each skipped shard file on stderr as ``skipped (WHERE) PATH: REASON``, WHERE naming the dataset
+    it is in, then ``shown`` (the document, ending in a newline) on stdout: what a command reading
+    several datasets prints."""
+    for where, entry in skipped:
+        print(printable(f"skipped ({where}) {entry['path']}: {entry['reason']}"), file=sys.stderr)
+    print(shown, end="")

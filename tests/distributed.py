@@ -60,3 +60,13 @@ def run_ranks(world: int, fn: Callable, *args: Any, backend: str = "gloo", timeo
     if errors:
         raise AssertionError("\n".join(errors))
     return [res["ok"] for res in results]
+
+
+def refusal(build: Callable[[], object]) -> str:
+    """The message of the ValueError ``build`` raises, else ``"no error"``: a rank returns the refusal
+    for the test to read, where raising would fail the whole run."""
+    try:
+        build()
+    except ValueError as err:
+        return str(err)
+    return "no error"

@@ -4,18 +4,19 @@ in every process that inherits the environment (a sweep, its jobs, their ranks, 
 
 from __future__ import annotations
 
-from pipeline.implementations import Implementation, register
+from dataclasses import replace
 
+from pipeline.implementations import MOK, register
+
+# MoK's record but for its name, label, colours and SwiGLU backward; in no pair: published beside the two
 HYBRID = register(
-    Implementation(
+    replace(
+        MOK,
         name="hybrid",
         label="Hybrid",
         colour="#2ca02c",
         note_colour="#1b5e20",
-        variants=(("bf16", "native"), ("mxfp8", "native")),
-        mx_scale_mode="exact",
         swiglu_backward="fused",
-        policy="pipeline.moe.policy:MoKBudget",
-        variant_names="precision",
+        pairs_as=None,
     )
 )

@@ -18,6 +18,7 @@ import pytest
 from pipeline import REPO_ROOT
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
+from tests.sweeps import left_running
 
 LONG = "a" * 5000  # one name of 5,000 characters: ENAMETOOLONG in any system call
 ONE = ["workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci"]
@@ -223,22 +224,6 @@ def test_the_documented_extension_points_still_take_a_plus(places):
     assert not list(cwd.iterdir()) and not Path(places["d"]).exists()
 
 
-def _left(dataset: Path) -> list[str]:
-    """Command lines of live processes that name the dataset (the sweep, its job, the job's ranks)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "status").read_text()
-        except OSError:
-            continue
-        if str(dataset) in line and "\nState:\tZ" not in state:
-            found.append(line)
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "signals",
@@ -286,4 +271,4 @@ def test_the_first_of_several_signals_decides_the_line_and_the_status(tmp_path, 
     assert err.startswith(f"pipeline.run: interrupted by {first}: stopped inference-ep8-f1536-"), err
     interrupted = [r for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Interrupted)]
     assert [r.signal for r in interrupted] == [first]
-    assert _left(dataset) == []
+    assert left_running(dataset) == []

@@ -196,33 +196,25 @@ def test_bad_offs_is_rejected(offs: torch.Tensor, torch_rng: torch.Generator):
         grouped_gemm(a, b, offs, backend="torch")
 
 
-def test_mismatched_operands_are_rejected(torch_rng: torch.Generator):
-    offs = _offs([2, 2])
-    with pytest.raises(ValueError, match="share K"):
-        grouped_gemm(
-            torch.randn(4, 16, generator=torch_rng),
-            torch.randn(2, 8, 12, generator=torch_rng),
-            offs,
-            backend="torch",
-        )
-    with pytest.raises(ValueError, match="float32/bfloat16"):
-        grouped_gemm(
-            torch.randn(4, 16, generator=torch_rng).half(),
-            torch.randn(2, 8, 16, generator=torch_rng).half(),
-            offs,
-            backend="torch",
-        )
-    with pytest.raises(ValueError, match="share N"):
-        grouped_gemm_dgrad(
-            torch.randn(4, 7, generator=torch_rng),
-            torch.randn(2, 8, 16, generator=torch_rng),
-            offs,
-            backend="torch",
-        )
-    with pytest.raises(ValueError, match="share M"):
-        grouped_gemm_wgrad(
-            torch.randn(4, 8, generator=torch_rng),
-            torch.randn(5, 16, generator=torch_rng),
-            offs,
-            backend="torch",
-        )
+@pytest.mark.parametrize(
+    ("gemm", "a_shape", "b_shape", "dtype", "match"),
+    [
+        (grouped_gemm, (4, 16), (2, 8, 12), torch.float32, "share K"),
+        (grouped_gemm, (4, 16), (2, 8, 16), torch.float16, "float32/bfloat16"),
+        (grouped_gemm_dgrad, (4, 7), (2, 8, 16), torch.float32, "share N"),
+        (grouped_gemm_wgrad, (4, 8), (5, 16), torch.float32, "share M"),
+    ],
+    ids=["k", "dtype", "dgrad-n", "wgrad-m"],
+)
+def test_mismatched_operands_are_rejected(
+    gemm,
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    dtype: torch.dtype,
+    match: str,
+    torch_rng: torch.Generator,
+):
+    a = torch.randn(*a_shape, generator=torch_rng).to(dtype)
+    b = torch.randn(*b_shape, generator=torch_rng).to(dtype)
+    with pytest.raises(ValueError, match=match):
+        gemm(a, b, _offs([2, 2]), backend="torch")

@@ -35,6 +35,7 @@ STAGES = {
     "pipeline.vocabulary": 1,
     "pipeline.implementations": 1,
     "pipeline.bounds": 1,
+    "pipeline.saved_state": 1,
     "pipeline.matrix": 2,
     "pipeline.model": 2,
     "pipeline.metrics": 2,

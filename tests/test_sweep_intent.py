@@ -26,6 +26,7 @@ from pipeline.launch.plan import cause, validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
 from tests.intents import ONE, intended_dataset
+from tests.sweeps import left_running
 from tests.synthetic_shards import shard_table, write_table
 
 THREE = [
@@ -157,22 +158,6 @@ def test_shards_of_mixed_settings_without_an_intent_are_flagged(tmp_path, capsys
         assert f"<td>{key}</td>" in page
 
 
-def _left(dataset: Path) -> list[str]:
-    """Command lines of live processes that name the dataset (a sweep, a job or its ranks)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "status").read_text()
-        except OSError:
-            continue
-        if str(dataset) in line and "\nState:\tZ" not in state:
-            found.append(line)
-    return found
-
-
 def _cli(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run(
@@ -230,7 +215,7 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     (line,) = [e for e in err.splitlines() if "interrupted" in e]
     assert line.startswith("pipeline.run: interrupted by SIGINT: stopped ") and "1 done" in line
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert _left(dataset) == []
+    assert left_running(dataset) == []
     assert _states(dataset) == {THREE[0]: "done", THREE[1]: "missing", THREE[2]: "missing"}
 
     out, err, status = _interrupted(dataset, signal.SIGTERM, "--resume", group=False, hang=THREE[2])
@@ -239,7 +224,7 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     (line,) = [e for e in err.splitlines() if "interrupted" in e]
     assert line.startswith("pipeline.run: interrupted by SIGTERM: stopped ")
     assert "Traceback" not in err
-    assert _left(dataset) == []
+    assert left_running(dataset) == []
     assert _states(dataset) == {THREE[0]: "done", THREE[1]: "done", THREE[2]: "missing"}
 
     done = _cli("pipeline.resubmit", str(dataset))
@@ -255,7 +240,7 @@ def test_an_interrupted_sweep_loses_nothing(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "nothing to run" in done.stdout
     assert len([r for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Submitted)]) == submissions
-    assert _left(dataset) == []
+    assert left_running(dataset) == []
 
 
 def _fails() -> None:

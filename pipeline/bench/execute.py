@@ -33,16 +33,15 @@ from pipeline.data import ledger
 from pipeline.data.meta import (
     Conditions,
     ExecutionMeta,
-    LayerState,
     Memory,
     NVLink,
     Provenance,
-    SavedState,
     Timing,
 )
 from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
 from pipeline.metrics import phase_ms
+from pipeline.saved_state import LayerState, SavedState
 
 NVLINK_SAMPLE_S = 1.0
 

@@ -27,7 +27,7 @@ from pipeline.compare.page import write_page
 from pipeline.compare.side import load
 from pipeline.exits import ArgumentParser
 from pipeline.folders import check_writable
-from pipeline.printable import printable
+from pipeline.printable import print_document, printable
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.compare"
@@ -77,17 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         page = None if args.out is None else write_page(args.out, document)
     except (ValueError, OSError) as exc:
         parser.exit(2, printable(f"{PROG}: error: {exc}") + "\n")
-    for side in ("base", "new"):
-        for skipped in document[side]["skipped"]:
-            print(printable(f"skipped ({side}) {skipped['path']}: {skipped['reason']}"), file=sys.stderr)
-    for h in document["history"]:
-        for skipped in h["skipped"]:
-            line = f"skipped (history {h['dataset']}) {skipped['path']}: {skipped['reason']}"
-            print(printable(line), file=sys.stderr)
-    if args.json:
-        print(json_text(document), end="")  # ASCII: JSON escapes every control character
-    else:
-        print(text(document))
+    skipped = [(side, s) for side in ("base", "new") for s in document[side]["skipped"]]
+    skipped += [(f"history {h['dataset']}", s) for h in document["history"] for s in h["skipped"]]
+    # JSON is ASCII: it escapes every control character
+    print_document(json_text(document) if args.json else text(document) + "\n", skipped)
     if page is not None:
         print(printable(f"wrote {page}"), file=sys.stderr)
     return 1 if any_slower(document) or (args.strict and any_inconclusive(document)) else 0

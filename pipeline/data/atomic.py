@@ -49,12 +49,12 @@ def atomic_write(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _fsync_dir(final.parent)
+    sync_folder(final.parent)
     return final
 
 
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename durable: the directory entry lives in the folder."""
+def sync_folder(folder: Path) -> None:
+    """Make the renames and unlinks in ``folder`` durable: its entries live in the folder."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -20,7 +20,7 @@ from pipeline.exits import ArgumentParser
 from pipeline.folders import check_writable
 from pipeline.history.page import page_html
 from pipeline.history.series import INCONCLUSIVE, history, ordered
-from pipeline.printable import printable
+from pipeline.printable import print_document, printable
 from pipeline.report.publish import json_text
 
 PROG = "python -m pipeline.history"
@@ -61,14 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write(args.out / PAGE_NAME, page_html(document))
     except (ValueError, OSError) as exc:
         parser.exit(2, printable(f"{PROG}: error: {exc}") + "\n")
-    for d in document["datasets"]:
-        for skipped in d["skipped"]:
-            line = f"skipped ({d['dataset']}) {skipped['path']}: {skipped['reason']}"
-            print(printable(line), file=sys.stderr)
-    if args.json:
-        print(json_text(document), end="")  # ASCII: JSON escapes every control character
-    else:
-        print(text(document))
+    skipped = [(d["dataset"], s) for d in document["datasets"] for s in d["skipped"]]
+    # JSON is ASCII: it escapes every control character
+    print_document(json_text(document) if args.json else text(document) + "\n", skipped)
     print(printable(f"wrote {args.out / PAGE_NAME} and {args.out / JSON_NAME}"), file=sys.stderr)
     counts = document["counts"]
     strict = args.strict and (counts[INCONCLUSIVE] or counts["newest_differing"])

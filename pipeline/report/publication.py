@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipeline.data.atomic import sync_folder
 from pipeline.exits import held
 
 MANIFEST_NAME = "mok-comparison.sha256"
@@ -114,7 +115,7 @@ def _stage(staging: Path, out: Path, staged: Mapping[str, bytes], owned: Callabl
             _write(new / name, staged[name])
         except OSError as err:  # named as published, not by its staging path
             raise OSError(err.errno, err.strerror, name) from None
-    _sync_folder(new)
+    sync_folder(new)
     previous = {p.name for p in out.iterdir() if owned(p.name) and (p.is_file() or p.is_symlink())}
     for name in sorted(previous):
         try:
@@ -137,10 +138,10 @@ def _commit(staging: Path, out: Path, staged: Mapping[str, bytes], previous: set
         for name in sorted(previous - set(staged)):
             os.unlink(out / name)
             done.append(name)
-        _sync_folder(out)  # every file of the set is on disk before the manifest that names it
+        sync_folder(out)  # every file of the set is on disk before the manifest that names it
         os.replace(staging / "new" / MANIFEST_NAME, out / MANIFEST_NAME)
         done.append(MANIFEST_NAME)
-        _sync_folder(out)
+        sync_folder(out)
     except OSError as err:
         try:
             for name in reversed(done):
@@ -148,7 +149,7 @@ def _commit(staging: Path, out: Path, staged: Mapping[str, bytes], previous: set
                     os.replace(staging / "previous" / name, out / name)
                 else:
                     os.unlink(out / name)
-            _sync_folder(out)
+            sync_folder(out)
         except OSError as undo:
             raise _Unrestored(
                 f"{_reason(err, out)} (replacing the files), and putting the previous files back failed "
@@ -165,15 +166,6 @@ def _write(path: Path, data: bytes) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the renames and unlinks in ``folder`` durable: its entries live in the folder."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
         os.fsync(fd)
     finally:
         os.close(fd)
