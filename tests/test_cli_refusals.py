@@ -236,8 +236,10 @@ def test_the_documented_extension_points_still_take_a_plus(places):
 def test_the_first_of_several_signals_decides_the_line_and_the_status(tmp_path, signals):
     """Three signals within 0.2 s of a running sweep: it stops its job and records it whole, then ends
     with one line and the status of the first signal (a later one neither cuts the stopping short nor
-    kills the process with its own default action)."""
+    kills the process with its own default action). Both executions are planted to hang, so the
+    signals come while one of them runs whatever the host's speed."""
     dataset = tmp_path / "d"
+    hang = ",".join(f"hang:inference-ep8-f1536-bf16-{v}:0" for v in ("mok-native", "dist-moe-bf16"))
     sweep = subprocess.Popen(
         [
             sys.executable,
@@ -252,15 +254,14 @@ def test_the_first_of_several_signals_decides_the_line_and_the_status(tmp_path, 
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "MOE_BENCH_PLANT": hang},
         cwd=REPO_ROOT,
         start_new_session=True,
     )
     assert sweep.stdout is not None
     for line in sweep.stdout:
-        if line.startswith("start "):  # the first execution's job runs
+        if line.startswith("start "):  # the first execution runs, and hangs
             break
-    time.sleep(0.5)
     for signum, delay in zip(signals, (0.0, 0.05, 0.1), strict=True):
         time.sleep(delay)
         sweep.send_signal(signum)
@@ -269,6 +270,7 @@ def test_the_first_of_several_signals_decides_the_line_and_the_status(tmp_path, 
     assert sweep.returncode == 128 + signals[0], (sweep.returncode, err)
     assert err.splitlines() == [err.strip()], err  # one line
     assert err.startswith(f"pipeline.run: interrupted by {first}: stopped inference-ep8-f1536-"), err
+    assert "(recorded as interrupted); 0 done, 0 failed, 1 not started; " in err, err
     interrupted = [r for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Interrupted)]
     assert [r.signal for r in interrupted] == [first]
     assert left_running(dataset) == []

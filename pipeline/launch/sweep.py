@@ -200,7 +200,7 @@ def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
             if outcome.ended:
                 progress.ended(outcome)
     except Interrupted as stop:
-        left = left_over(planned, outcomes, len(progress.running), settings)
+        left = left_over(planned, settings)
         stop.detail = "; ".join(part for part in (stop.detail, left) if part)
         raise
     finally:
@@ -211,18 +211,26 @@ def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
     return outcomes
 
 
-def left_over(planned: list[JobSpec], outcomes: list[Outcome], running: int, settings: LaunchSettings) -> str:
-    """What an interrupted sweep leaves: how many ended and how many never started, and the command
-    that brings the rest (the jobs of a scheduler go on without the sweep)."""
-    ended = [o for o in outcomes if o.ended]
-    done = sum(o.error is None for o in ended)
+def left_over(planned: list[JobSpec], settings: LaunchSettings) -> str:
+    """What an interrupted sweep leaves, as its ledgers record it (an execution that ended while the
+    signal came counts as ended): how many ended and how many never started, and the command that
+    brings the rest (the jobs of a scheduler go on without the sweep)."""
+    records = {d: ledger.attempt_records(ledger.read(d)) for d in {p.dataset for p in planned}}
+    kinds: dict[tuple[Dataset, str, int], set[type]] = {
+        (p.dataset, p.execution_id, p.attempt): set() for p in planned
+    }
+    for d, said in records.items():
+        for r in said:
+            key = (d, r.execution_id, r.attempt)
+            if key in kinds:
+                kinds[key].add(type(r))
+    done = sum(ledger.Finished in k for k in kinds.values())
+    failed = sum(ledger.Failed in k for k in kinds.values())
     datasets = " ".join(dict.fromkeys(str(p.dataset.root) for p in planned))
     if settings.backend != "local":
-        return (
-            f"{done} done, {len(ended) - done} failed; the other jobs go on: "
-            f"python -m pipeline.status {datasets}"
-        )
+        return f"{done} done, {failed} failed; the other jobs go on: python -m pipeline.status {datasets}"
+    not_started = sum(ledger.Started not in k for k in kinds.values())
     return (
-        f"{done} done, {len(ended) - done} failed, {len(planned) - len(ended) - running} not started; "
+        f"{done} done, {failed} failed, {not_started} not started; "
         f"python -m pipeline.resubmit {datasets} runs the failed and missing ones"
     )
