@@ -58,25 +58,13 @@ class GpuPreset:
     peaks: Mapping[str, Peak]
     ranks_per_node: int = 1  # GPUs (ranks) on one node: how an EP group spreads over nodes
 
-    @property
-    def bf16_tflops(self) -> float:
-        return self.peaks["bf16_tflops"].value
-
-    @property
-    def fp8_tflops(self) -> float:
-        return self.peaks["fp8_tflops"].value
-
-    @property
-    def hbm_tb_s(self) -> float:
-        return self.peaks["hbm_tb_s"].value
-
-    @property
-    def nvlink_gb_s(self) -> float:
-        return self.peaks["nvlink_gb_s"].value
+    def peak(self, name: str) -> float:
+        """The value of the peak ``name`` (a key of :data:`PEAKS`)."""
+        return self.peaks[name].value
 
     def tensor_tflops(self, precision: str) -> float:
         """The dense tensor-core peak for operands in ``precision`` (MXFP8 at the FP8 rate)."""
-        return self.fp8_tflops if precision == "mxfp8" else self.bf16_tflops
+        return self.peak("fp8_tflops" if precision == "mxfp8" else "bf16_tflops")
 
     def means(self, device_name: str) -> bool:
         """Whether a recorded device name ("NVIDIA H200") is this GPU: it has one of its words and none

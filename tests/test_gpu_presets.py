@@ -159,7 +159,11 @@ def test_adding_a_preset_is_one_yaml_file(tmp_path: Path, monkeypatch: pytest.Mo
     folder = _copy(tmp_path)
     (folder / "b200.yaml").write_text(yaml.safe_dump(B200))
     monkeypatch.setattr(presets, "CLUSTERS", folder)
-    assert model.HARDWARE["b200"].fp8_tflops == 4500 and sorted(model.HARDWARE) == ["b200", "gb300", "h200"]
+    assert model.HARDWARE["b200"].peak("fp8_tflops") == 4500 and sorted(model.HARDWARE) == [
+        "b200",
+        "gb300",
+        "h200",
+    ]
     assert model.hardware_for_device("NVIDIA B200") == "b200"
     layer = model.LayerShape("inference", 2048, 7168, 3072, 384, 6, 8, "bf16", [1.0])
     assert model.predicted_ms(layer, "b200") < model.predicted_ms(layer, "h200")

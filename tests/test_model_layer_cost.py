@@ -67,12 +67,16 @@ def test_prediction_parts_by_hand_on_h200():
     hw = HARDWARE["h200"]
     t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 8
     p = predict(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0]), hardware="h200")
-    gemm_s = 6 * t * k * d * f / (hw.bf16_tflops * 1e12) + 6 * t * d * f / (hw.bf16_tflops * 1e12)
+    gemm_s = 6 * t * k * d * f / (hw.peak("bf16_tflops") * 1e12) + 6 * t * d * f / (
+        hw.peak("bf16_tflops") * 1e12
+    )
     assert p.gemm_ms == pytest.approx(1e3 * gemm_s, rel=1e-12)
-    hbm_s = iteration_bytes(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) / (hw.hbm_tb_s * 1e12)
+    hbm_s = iteration_bytes(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) / (
+        hw.peak("hbm_tb_s") * 1e12
+    )
     assert p.hbm_ms == pytest.approx(1e3 * hbm_s, rel=1e-12)
     # dispatch (BF16) + combine (BF16) of the remote 7/8 of T*K rows of D values, one direction.
-    a2a_s = t * k * 7 / 8 * d * (2 + 2) / (hw.nvlink_gb_s * 1e9)
+    a2a_s = t * k * 7 / 8 * d * (2 + 2) / (hw.peak("nvlink_gb_s") * 1e9)
     assert p.all_to_all_ms == pytest.approx(1e3 * a2a_s, rel=1e-12)
     assert p.total_ms == pytest.approx(max(p.gemm_ms, p.hbm_ms) + p.all_to_all_ms, rel=1e-12)
     assert predicted_ms(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) == p.total_ms
@@ -82,10 +86,12 @@ def test_mxfp8_runs_routed_gemms_at_fp8_rate_and_fp8_dispatch_shrinks_the_wire()
     hw = HARDWARE["gb300"]
     t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 32
     p = predict(LayerShape("training", t, d, f, e, k, ep, "mxfp8", [1.0]), hardware="gb300", dispatch="mxfp8")
-    gemm_s = 3 * (6 * t * k * d * f / (hw.fp8_tflops * 1e12) + 6 * t * d * f / (hw.bf16_tflops * 1e12))
+    gemm_s = 3 * (
+        6 * t * k * d * f / (hw.peak("fp8_tflops") * 1e12) + 6 * t * d * f / (hw.peak("bf16_tflops") * 1e12)
+    )
     assert p.gemm_ms == pytest.approx(1e3 * gemm_s, rel=1e-12)
     # forward: FP8 dispatch (7168 + 224 scale bytes) + BF16 combine; backward: two BF16 all-to-alls.
-    a2a_s = t * k * 31 / 32 * ((d + d // 32) + 2 * d + 2 * 2 * d) / (hw.nvlink_gb_s * 1e9)
+    a2a_s = t * k * 31 / 32 * ((d + d // 32) + 2 * d + 2 * 2 * d) / (hw.peak("nvlink_gb_s") * 1e9)
     assert p.all_to_all_ms == pytest.approx(1e3 * a2a_s, rel=1e-12)
 
 

@@ -47,13 +47,13 @@ def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[flo
     passes = s.forward_equivalents
     per_row = 6.0 * s.d_model * s.d_ff
     gemm = per_row * g * s.tokens * s.top_k / (hw.tensor_tflops(s.precision) * 1e12)
-    gemm += per_row * s.num_shared * s.tokens / (hw.bf16_tflops * 1e12)
-    hbm = forward_bytes(s, g, dispatch) / (hw.hbm_tb_s * 1e12)
+    gemm += per_row * s.num_shared * s.tokens / (hw.peak("bf16_tflops") * 1e12)
+    hbm = forward_bytes(s, g, dispatch) / (hw.peak("hbm_tb_s") * 1e12)
     remote_rows = g * s.tokens * s.top_k * (s.ep - 1) / s.ep
     wire = row_bytes(s.d_model, dispatch) + row_bytes(s.d_model, "bf16")
     if passes > 1:
         wire += 2 * row_bytes(s.d_model, "bf16")
-    return passes * gemm, passes * hbm, remote_rows * wire / (hw.nvlink_gb_s * 1e9)
+    return passes * gemm, passes * hbm, remote_rows * wire / (hw.peak("nvlink_gb_s") * 1e9)
 
 
 def predict(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> Prediction:

@@ -153,9 +153,9 @@ def sol_columns(rates: Row, precision: str, gpu: GpuPreset | None) -> Row:
         return dict.fromkeys(SOL_COLUMNS)
     peaks = {
         "usefulSOLPct": ("usefulTFLOPsPerGPU", gpu.tensor_tflops(precision)),
-        "hbmModelSOLPct": ("hbmModelTBs", gpu.hbm_tb_s),
-        "nvlinkTxSOLPct": ("nvlinkTxGBs", gpu.nvlink_gb_s),
-        "nvlinkRxSOLPct": ("nvlinkRxGBs", gpu.nvlink_gb_s),
+        "hbmModelSOLPct": ("hbmModelTBs", gpu.peak("hbm_tb_s")),
+        "nvlinkTxSOLPct": ("nvlinkTxGBs", gpu.peak("nvlink_gb_s")),
+        "nvlinkRxSOLPct": ("nvlinkRxGBs", gpu.peak("nvlink_gb_s")),
     }
     return {column: _percent(optional_number(rates, rate), peak) for column, (rate, peak) in peaks.items()}
 
