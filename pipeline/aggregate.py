@@ -55,7 +55,8 @@ def unpublished(result: Aggregate) -> list[str]:
     ledger), or named by a shard file that was skipped."""
     meant = set(result.missing) if result.document.meta.launched.source == "ledger" else set()
     published = {str(r["execution_id"]) for r in result.document.executions}
-    return sorted((meant | {s.execution_id for s in result.skipped}) - published)
+    skipped = {Dataset.execution_of_shard(Path(s.path)) for s in result.skipped}
+    return sorted((meant | skipped) - published)
 
 
 def _estimate(dataset: Path) -> None:

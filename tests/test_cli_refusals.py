@@ -22,6 +22,8 @@ from tests.sweeps import left_running
 
 LONG = "a" * 5000  # one name of 5,000 characters: ENAMETOOLONG in any system call
 ONE = ["workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci"]
+RUN = ["pipeline.run", *ONE, "dataset_dir={d}"]  # {d}: a dataset the refused run must never make
+MULTIRUN = ["pipeline.run", "--multirun", *ONE, "dataset_dir={d}"]
 
 
 def command(cwd: Path, *arguments: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -73,10 +75,7 @@ def case(arguments: list[str], says: str, **marks: object) -> object:
 LONG_VALUES = [
     case(["pipeline.run", *ONE, "dataset_dir={long}"], "pipeline.run: dataset_dir {head}"),
     case(["pipeline.run", "--multirun", *ONE, "dataset_dir={long}"], "pipeline.run: dataset_dir {head}"),
-    case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", f"variant={LONG}"],
-        "pipeline.run: Could not find 'variant/aaaa",
-    ),
+    case([*RUN, f"variant={LONG}"], "pipeline.run: Could not find 'variant/aaaa"),
     case(
         [
             "pipeline.run",
@@ -88,32 +87,14 @@ LONG_VALUES = [
         ],
         "pipeline.run: Could not find 'workload/aaaa",
     ),
+    case([*RUN, "hydra.run.dir={long}"], "pipeline.run: hydra.run.dir {head}"),
+    case([*MULTIRUN, "hydra.sweep.dir={long}"], "pipeline.run: hydra.sweep.dir {head}"),
     case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", "hydra.run.dir={long}"],
-        "pipeline.run: hydra.run.dir {head}",
-    ),
-    case(
-        ["pipeline.run", "--multirun", *ONE, "dataset_dir={d}", "hydra.sweep.dir={long}"],
-        "pipeline.run: hydra.sweep.dir {head}",
-    ),
-    case(
-        [
-            "pipeline.run",
-            "--multirun",
-            *ONE,
-            "dataset_dir={d}",
-            "hydra.sweep.dir={e}",
-            f"hydra.sweep.subdir={LONG}",
-        ],
+        [*MULTIRUN, "hydra.sweep.dir={e}", f"hydra.sweep.subdir={LONG}"],
         "pipeline.run: hydra.sweep.subdir 'aaaa",
     ),
-    case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", f"hydra.job.name={LONG}"],
-        "pipeline.run: hydra.job.name 'aaaa",
-    ),
-    case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", "--config-name", LONG], "pipeline.run: --config-name 'aaaa"
-    ),
+    case([*RUN, f"hydra.job.name={LONG}"], "pipeline.run: hydra.job.name 'aaaa"),
+    case([*RUN, "--config-name", LONG], "pipeline.run: --config-name 'aaaa"),
     case(["pipeline.list", f"variant={LONG}"], "error: Could not find 'variant/aaaa"),
     case(["pipeline.list", *ONE, "dataset_dir={long}"], "error: dataset_dir {head}"),
     case(["pipeline.status", "{long}"], "python -m pipeline.status: error: argument dataset_dir: {head}"),
@@ -166,17 +147,9 @@ def test_an_empty_path_is_refused_not_taken_as_the_current_folder(places, argume
 
 
 UNKNOWN_KEYS = [
-    case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", "+nosuchkey=1"],
-        "pipeline.run: +nosuchkey=1: the config has no key",
-    ),
-    case(
-        ["pipeline.run", "--multirun", *ONE, "dataset_dir={d}", "++nosuchkey=1"],
-        "pipeline.run: ++nosuchkey=1:",
-    ),
-    case(
-        ["pipeline.run", *ONE, "dataset_dir={d}", "++hydra.nosuchkey=1"], "pipeline.run: ++hydra.nosuchkey=1:"
-    ),
+    case([*RUN, "+nosuchkey=1"], "pipeline.run: +nosuchkey=1: the config has no key"),
+    case([*MULTIRUN, "++nosuchkey=1"], "pipeline.run: ++nosuchkey=1:"),
+    case([*RUN, "++hydra.nosuchkey=1"], "pipeline.run: ++hydra.nosuchkey=1:"),
     case(
         ["pipeline.list", *ONE, "+workload.foo=1"],
         "error: +workload.foo=1: the config has no key workload.foo",

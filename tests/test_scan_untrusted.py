@@ -124,45 +124,23 @@ def rel(execution: Execution, attempt: int) -> str:
 # 1. a shard's identity is what its execution id says, and its execution is one the dataset means
 
 
-@pytest.mark.parametrize(
-    "named,fields_of,loads_of,wrong",
-    [
-        pytest.param(
-            MOK,
-            DIST,
-            None,
-            "implementation='dist-moe' (the id says 'mok'), pipeline='bf16' (the id says 'native')",
-            id="mok-id-dist-moe-fields",
-        ),
-        pytest.param(MOK, MOK_MX, None, "precision='mxfp8' (the id says 'bf16')", id="precision"),
-        pytest.param(
-            MOK,
-            MOK_MX,
-            None,
-            "workload_id='training-ep32-f3072-imb2.0-mxfp8' (the id says 'training-ep32-f3072-imb2.0-bf16')",
-            id="workload",
-        ),
-        pytest.param(PACKING_A, PACKING_B, None, "profile='b' (the id says 'a')", id="profile"),
-        pytest.param(INFERENCE, OTHER, None, "ep=16 (the id says 8)", id="ep"),
-        pytest.param(
-            BALANCED,
-            EXECUTION_BY_ID["training-ep32-f6144-bf16-mok-native"],
-            None,
-            "d_ff=6144 (the id says 3072)",
-            id="d_ff",
-        ),
-        pytest.param(
-            INFERENCE,
-            EXECUTION_BY_ID["training-ep32-f1536-bf16-mok-native"],
-            None,
-            "kind='training' (the id says 'inference')",
-            id="kind",
-        ),
-        pytest.param(
-            MOK, None, BALANCED, "metadata shape.layer_loads=[1.0] (the id says [2.0])", id="imbalance"
-        ),
-    ],
-)
+TRAINING = {f: EXECUTION_BY_ID[f"training-ep32-f{f}-bf16-mok-native"] for f in (1536, 6144)}
+IMPLEMENTATION = "implementation='dist-moe' (the id says 'mok'), pipeline='bf16' (the id says 'native')"
+WORKLOAD_ID = "workload_id='training-ep32-f3072-imb2.0-mxfp8' (the id says 'training-ep32-f3072-imb2.0-bf16')"
+# case: (the execution its id names, whose fields it holds, whose layer loads it holds, what is named)
+CONTRADICTIONS = {
+    "mok-id-dist-moe-fields": (MOK, DIST, None, IMPLEMENTATION),
+    "precision": (MOK, MOK_MX, None, "precision='mxfp8' (the id says 'bf16')"),
+    "workload": (MOK, MOK_MX, None, WORKLOAD_ID),
+    "profile": (PACKING_A, PACKING_B, None, "profile='b' (the id says 'a')"),
+    "ep": (INFERENCE, OTHER, None, "ep=16 (the id says 8)"),
+    "d_ff": (BALANCED, TRAINING[6144], None, "d_ff=6144 (the id says 3072)"),
+    "kind": (INFERENCE, TRAINING[1536], None, "kind='training' (the id says 'inference')"),
+    "imbalance": (MOK, None, BALANCED, "metadata shape.layer_loads=[1.0] (the id says [2.0])"),
+}
+
+
+@pytest.mark.parametrize("named,fields_of,loads_of,wrong", CONTRADICTIONS.values(), ids=CONTRADICTIONS)
 def test_a_shard_that_contradicts_its_execution_id_is_refused(
     tmp_path: Path, named: Execution, fields_of: Execution | None, loads_of: Execution | None, wrong: str
 ) -> None:

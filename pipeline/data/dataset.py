@@ -53,6 +53,15 @@ class Dataset:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(os.path.abspath(root))
+        self.shards_dir = self.root / SHARDS
+        self.ledger_dir = self.root / LEDGER
+        self.claims_dir = self.root / CLAIMS
+        self.owners_dir = (
+            self.claims_dir / OWNERS
+        )  # heartbeats of live owners (no execution id has a dot first)
+        self.logs_dir = self.root / LOGS
+        self.arrays_dir = self.logs_dir / ARRAYS
+        self.hydra_dir = self.root / HYDRA
 
     @classmethod
     def existing(cls, root: str | os.PathLike[str]) -> Dataset:
@@ -84,10 +93,6 @@ class Dataset:
         return hash(self.root)
 
     # shards
-    @property
-    def shards_dir(self) -> Path:
-        return self.root / SHARDS
-
     def shard_dir(self, execution_id: str) -> Path:
         return self.shards_dir / f"{_SHARD_FOLDER}{safe_name(execution_id, 'execution id')}"
 
@@ -123,10 +128,6 @@ class Dataset:
         }
 
     # ledger, logs, Hydra
-    @property
-    def ledger_dir(self) -> Path:
-        return self.root / LEDGER
-
     def ledger_record_path(self, time_ns: int, writer: str, seq: int) -> Path:
         """``ledger/<ns>-<writer>-<seq>.json``: one record of one writer; names sort by time."""
         return self.ledger_dir / f"{time_ns:020d}-{writer}-{seq:06d}.json"
@@ -142,10 +143,6 @@ class Dataset:
         return bool(self.ledger_record_files())
 
     # claims of attempts, and the heartbeats of their owners (pipeline.data.claims)
-    @property
-    def claims_dir(self) -> Path:
-        return self.root / CLAIMS
-
     def claim_dir(self, execution_id: str) -> Path:
         return self.claims_dir / safe_name(execution_id, "execution id")
 
@@ -155,26 +152,9 @@ class Dataset:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
         return self.claim_dir(execution_id) / f"attempt-{attempt}.json"
 
-    @property
-    def owners_dir(self) -> Path:
-        """``claims/.owners/``: one heartbeat file per live owner (no execution id starts with a dot)."""
-        return self.claims_dir / OWNERS
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.root / LOGS
-
     def log_dir(self, execution_id: str, attempt: int) -> Path:
         """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
         return self.logs_dir / safe_name(execution_id, "execution id") / f"attempt-{attempt}"
-
-    @property
-    def arrays_dir(self) -> Path:
-        return self.logs_dir / ARRAYS
-
-    @property
-    def hydra_dir(self) -> Path:
-        return self.root / HYDRA
 
     # paths recorded in the dataset
     def relative(self, path: Path) -> str:

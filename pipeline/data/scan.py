@@ -47,10 +47,6 @@ class Skipped:
     path: str
     reason: str
 
-    @property
-    def execution_id(self) -> str:
-        return Dataset.execution_of_shard(Path(self.path))
-
 
 @dataclass(frozen=True)
 class ShardScan:
@@ -62,7 +58,7 @@ class ShardScan:
 
     def rejection(self, execution_id: str) -> Skipped | None:
         """The unusable file of the newest attempt of an execution, if any: why it has no valid shard."""
-        mine = [s for s in self.skipped if s.execution_id == execution_id]
+        mine = [s for s in self.skipped if Dataset.execution_of_shard(Path(s.path)) == execution_id]
         return max(mine, key=lambda s: parse_attempt(Path(s.path).name) or 0, default=None)
 
 
