@@ -13,8 +13,8 @@ until a combined window lasts ``min_window_ms`` and the windows per phase until 
 ``min_timed_ms``, on every rank (all ranks take the largest counts any rank needs). On shared CPUs
 an iteration's time is heavy-tailed (a collective's wake-up can cost ten times its median), and the
 median of many short windows is steadier than that of a few long ones of the same total time
-(``docs/performance.md``); inference's forward window, the same work, lasts as long as the combined
-one, a forward window with a backward about a third.
+(``docs/journal/performance-2026.md``); inference's forward window, the same work, lasts as long as
+the combined one, a forward window with a backward about a third.
 """
 
 from __future__ import annotations
