@@ -31,8 +31,8 @@ def test_packing_iteration_order():
 
     forwards = [("forward", i) for i in range(10)]
     backwards = [("backward", i) for i in reversed(range(10))]
-    # forward window, then the backward window's and the combined window's iterations
-    assert log == forwards + (forwards + backwards) * 2
+    # the forward and backward windows' iteration, then the combined window's
+    assert log == (forwards + backwards) * 2
     # gradients are cleared after every backward, as a fresh training step would start
     assert all(p.grad is None for p in work.stack.parameters())
     log.clear()

@@ -25,9 +25,15 @@ class VirtualClock(Clock):
     """A CPU window clock (barrier and all) that reads virtual milliseconds instead of
     ``perf_counter``: time passes only when a step calls :meth:`take`."""
 
-    def __init__(self) -> None:
+    def __init__(self, log: list[str] | None = None) -> None:
         super().__init__(torch.device("cpu"))
         self.now_ms = 0.0
+        self.log = log  # where each start (a barrier on every rank) is written as "|"
+
+    def start(self) -> Mark:
+        if self.log is not None:
+            self.log.append("|")
+        return super().start()
 
     def take(self, ms: float) -> None:
         self.now_ms += ms
@@ -55,17 +61,18 @@ def sleeper(log: list[str], clock: VirtualClock):
 
 def test_training_phases_are_timed_separately():
     log: list[str] = []
-    clock = VirtualClock()
+    clock = VirtualClock(log)
     forward, backward = sleeper(log, clock)
     windows, iterations = 3, 4
     times = time_windows(Steps(forward, backward), clock, TimingPlan(2, windows, iterations))
     assert list(times) == ["forward", "backward", "combined"] == list(timed_phases(True))
-    # each window: its phase's iterations and nothing else (the backward's forwards are not in it)
+    # each window: its phase's parts of the iterations and nothing else
     assert times["forward"] == [iterations * FORWARD_MS] * windows
     assert times["backward"] == [iterations * BACKWARD_MS] * windows
     assert times["combined"] == [iterations * (FORWARD_MS + BACKWARD_MS)] * windows
-    # warm-up: 2 iterations; per window: forwards alone, then forward+backward twice over
-    per_window = "f" * iterations + "fb" * iterations + "fb" * iterations
+    # warm-up: 2 iterations, no barrier; per window: each forward and each backward started after a
+    # barrier, then whole iterations back to back after one: no forward runs untimed
+    per_window = "|f|b" * iterations + "|" + "fb" * iterations
     assert "".join(log) == "fb" * 2 + per_window * windows
 
 

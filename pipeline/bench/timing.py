@@ -3,9 +3,12 @@
 A window is ``iterations`` repetitions. Its clock starts after a barrier (all ranks start together)
 and stops when this rank's own work is done, so ranks differ and the slowest one can be found. On
 CUDA, events on the rank's stream bracket the window, so it covers the kernels, not only their launch.
-Backward cannot run without its forward: the backward window is the sum of the backward parts of
-``iterations`` forward+backward repetitions, each started after a barrier. Inference's forward and
-combined windows time the same work; they share one span of back-to-back iterations, taken alternately.
+Backward cannot run without its forward, so the two share their repetitions: the forward and backward
+windows are the sums of the two parts of ``iterations`` forward+backward repetitions, each part started
+after a barrier (a forward window of its own would run every forward twice, once timed and once
+untimed before its backward). The combined window is ``iterations`` back-to-back whole iterations.
+Inference's forward and combined windows time the same work; they share one span of back-to-back
+iterations, taken alternately.
 
 A scale may ask for windows of at least ``min_window_ms`` and for at least ``min_timed_ms`` of windows
 per phase (``calibrated``): after warm-up whole iterations are timed, the iterations per window rise
@@ -86,17 +89,16 @@ def time_windows(steps: Steps, clock: Clock, plan: TimingPlan) -> dict[str, list
             times["forward"].append(forward_ms)
             times["combined"].append(combined_ms)
             continue
-        started = clock.start()
+        forward_ms = backward_ms = 0.0
         for _ in range(plan.iterations):
-            forward()
-        times["forward"].append(clock.stop(started))
-        total = 0.0
-        for _ in range(plan.iterations):
+            started = clock.start()
             out = forward()
+            forward_ms += clock.stop(started)
             started = clock.start()
             backward(out)
-            total += clock.stop(started)
-        times["backward"].append(total)
+            backward_ms += clock.stop(started)
+        times["forward"].append(forward_ms)
+        times["backward"].append(backward_ms)
         started = clock.start()
         for _ in range(plan.iterations):
             steps.iteration()
