@@ -81,14 +81,15 @@ def _swiglu(t: Any, stage: str, results: Path) -> int:
     impl = swiglu_check.writer(swiglu_backward_blocked) if t.dry_run else swiglu_kernel.launch
     if planted == "wrong":
         impl = swiglu_check.doubled(impl)
+    subject = swiglu_check.Subject(swiglu_backward, t.device, impl)
     if stage == "correctness":
         cases = swiglu_check.DRY_CASES if t.dry_run else swiglu_check.CASES
-        return swiglu_check.correctness(results, swiglu_backward, t.device, impl, cases)
+        return swiglu_check.correctness(results, subject, cases)
     if t.dry_run:
         shapes, iters, goal = swiglu_check.DRY_TIMING_SHAPES, 2, 0.0
     else:
         shapes, iters, goal = swiglu_check.TIMING_SHAPES, swiglu_check.ITERS, swiglu_check.BANDWIDTH_GOAL
-    return swiglu_check.timing(results, swiglu_backward, t.device, impl, shapes, iters, goal)
+    return swiglu_check.timing(results, subject, shapes, iters, goal)
 
 
 def _choices(results: Path, date: str) -> int:

@@ -4,11 +4,12 @@ the HBM bandwidth of the same run (the faster of a device copy and a BF16 add of
 count). Every result is one JSON line appended to a results file the moment it exists
 (:mod:`cutlass_kernels.results`).
 
-The implementation under test is a function ``impl(da, h, dh, a)`` that writes dH and A into the
-outputs it is given (the kernel: :func:`cutlass_kernels.swiglu_kernel.launch`), so the check can
-hand it NaN-filled outputs between guard rows: an element left unwritten or a write past either end
-shows. The unfused torch form, ``torch_form(da, h) -> (dh, a)`` (the layers' ``swiglu_backward``),
-is passed in by the caller: this package sits below the layers.
+What a check runs is a :class:`Subject`: the implementation under test, a function ``impl(da, h,
+dh, a)`` that writes dH and A into the outputs it is given (the kernel:
+:func:`cutlass_kernels.swiglu_kernel.launch`), so the check can hand it NaN-filled outputs between
+guard rows (an element left unwritten or a write past either end shows); the unfused torch form,
+``torch_form(da, h) -> (dh, a)`` (the layers' ``swiglu_backward``, passed in by the caller: this
+package sits below the layers); and the device.
 
 **Tolerance.** The kernel rounds its FP32 results r to BF16 (unit roundoff u = 2^-8), so
 |k - r| <= u |k|; the reference rounds the exact value x the same way (through FP32 in torch's
@@ -30,6 +31,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,15 @@ DRY_TIMING_SHAPES: tuple[tuple[int, int], ...] = ((40, 64),)
 BANDWIDTH_GOAL = 0.8  # of the HBM bandwidth: the faster probe's bytes per second
 PROBES = ("copy", "add")
 WARMUP, ITERS, CALLS_PER_GRAPH = 2, 10, 5
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What the checks run (module docstring): ``impl`` held against ``torch_form`` on ``device``."""
+
+    torch_form: TorchForm
+    device: torch.device
+    impl: Impl = swiglu_kernel.launch
 
 
 def writer(form: TorchForm) -> Impl:
@@ -159,19 +170,17 @@ def _nan_bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16) == torch.tensor(float("nan"), dtype=torch.bfloat16).view(torch.int16).item()
 
 
-def check_case(
-    impl: Impl, torch_form: TorchForm, rows: int, f: int, gen: torch.Generator, device: torch.device
-) -> dict[str, Any]:
+def check_case(subject: Subject, rows: int, f: int, gen: torch.Generator) -> dict[str, Any]:
     """One (rows, F) case on fresh inputs: each output's largest error over tolerance, elements left
     NaN (unwritten), guard elements written, and the same errors for the unfused torch form (a check
     of the tolerance: an FP32 computation within it)."""
-    da, h = inputs(rows, f, gen, device)
-    buf_dh, dh = guarded(rows, 2 * f, device)
-    buf_a, a = guarded(rows, f, device)
-    impl(da, h, dh, a)
+    da, h = inputs(rows, f, gen, subject.device)
+    buf_dh, dh = guarded(rows, 2 * f, subject.device)
+    buf_a, a = guarded(rows, f, subject.device)
+    subject.impl(da, h, dh, a)
     ref = reference(da, h)
     outs = {"dgate": dh[:, :f], "dup": dh[:, f:], "a": a}
-    torch_dh, torch_a = torch_form(da, h)
+    torch_dh, torch_a = subject.torch_form(da, h)
     torch_outs = {"dgate": torch_dh[:, :f], "dup": torch_dh[:, f:], "a": torch_a}
     guards = [
         buf[rows_] for buf in (buf_dh, buf_a) for rows_ in (slice(0, GUARD_ROWS), slice(-GUARD_ROWS, None))
@@ -189,22 +198,17 @@ def check_case(
 
 
 def correctness(
-    results: Path,
-    torch_form: TorchForm,
-    device: torch.device,
-    impl: Impl = swiglu_kernel.launch,
-    cases: Sequence[tuple[int, int]] = CASES,
-    seed: int | None = None,
+    results: Path, subject: Subject, cases: Sequence[tuple[int, int]] = CASES, seed: int | None = None
 ) -> int:
     """Every case of ``cases`` (:func:`check_case`, one record each, appended to ``results``); 0 if
     all pass, else 1. A case that raises is recorded as failed and the others still run."""
     seed = time.time_ns() % 2**31 if seed is None else seed
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator(device=subject.device).manual_seed(seed)
 
     def measure(rows: int, f: int) -> dict[str, Any]:
-        return {"seed": seed} | check_case(impl, torch_form, rows, f, gen, device)
+        return {"seed": seed} | check_case(subject, rows, f, gen)
 
-    return _each(results, "correctness", cases, measure, device)
+    return _each(results, "correctness", cases, measure, subject.device)
 
 
 def _each(
@@ -308,21 +312,15 @@ def _stats(ms: list[float]) -> dict[str, float]:
 
 
 def time_shape(
-    torch_form: TorchForm,
-    device: torch.device,
-    impl: Impl,
-    rows: int,
-    f: int,
-    iters: int = ITERS,
-    goal: float = BANDWIDTH_GOAL,
+    subject: Subject, rows: int, f: int, iters: int = ITERS, goal: float = BANDWIDTH_GOAL
 ) -> dict[str, Any]:
     """One shape: the kernel, the torch form and the two bandwidth probes of the same byte count
     (a device copy, read half and write half as the kernel; a BF16 add, two reads and a write), each
     timed ``iters`` times (:func:`times_ms`), as :func:`bandwidth_record` plus how each was timed."""
-    times = _time_forms(torch_form, device, impl, rows, f, iters)
+    times = _time_forms(subject, rows, f, iters)
     moved = swiglu_kernel.bytes_moved(rows, f)
-    times["copy"] = _copy_probe(moved, device, iters)
-    times["add"] = _add_probe(moved, device, iters)
+    times["copy"] = _copy_probe(moved, subject.device, iters)
+    times["add"] = _add_probe(moved, subject.device, iters)
     record = bandwidth_record(rows, f, {name: ms for name, (ms, _) in times.items()}, goal)
     return record | {"timer": {name: how for name, (_, how) in times.items()}}
 
@@ -338,22 +336,19 @@ def _add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float
     return times_ms(lambda: torch.add(x, y, out=z), device, iters)
 
 
-def _time_forms(
-    torch_form: TorchForm, device: torch.device, impl: Impl, rows: int, f: int, iters: int
-) -> dict[str, tuple[list[float], str]]:
+def _time_forms(subject: Subject, rows: int, f: int, iters: int) -> dict[str, tuple[list[float], str]]:
     """The kernel's and the torch form's times on one pair of inputs (freed before the probes')."""
+    device = subject.device
     da = torch.randn(rows, f, device=device, dtype=torch.bfloat16)
     h = torch.randn(rows, 2 * f, device=device, dtype=torch.bfloat16)
     dh, a = swiglu_kernel.plan(da, h)
-    kernel = times_ms(lambda: impl(da, h, dh, a), device, iters)
-    return {"kernel": kernel, "torch_form": times_ms(lambda: torch_form(da, h), device, iters)}
+    kernel = times_ms(lambda: subject.impl(da, h, dh, a), device, iters)
+    return {"kernel": kernel, "torch_form": times_ms(lambda: subject.torch_form(da, h), device, iters)}
 
 
 def timing(
     results: Path,
-    torch_form: TorchForm,
-    device: torch.device,
-    impl: Impl = swiglu_kernel.launch,
+    subject: Subject,
     shapes: Sequence[tuple[int, int]] = TIMING_SHAPES,
     iters: int = ITERS,
     goal: float = BANDWIDTH_GOAL,
@@ -362,6 +357,6 @@ def timing(
     every shape meets ``goal``, else 1. A shape that raises is recorded as failed (with its error)."""
 
     def measure(rows: int, f: int) -> dict[str, Any]:
-        return time_shape(torch_form, device, impl, rows, f, iters, goal)
+        return time_shape(subject, rows, f, iters, goal)
 
-    return _each(results, "timing", shapes, measure, device)
+    return _each(results, "timing", shapes, measure, subject.device)

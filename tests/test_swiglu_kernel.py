@@ -168,11 +168,11 @@ def _records(path: Path) -> list[dict]:
 
 
 def test_correctness_check_passes_the_blocked_fp32_form(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import DRY_CASES, correctness, writer
+    from cutlass_kernels.swiglu_check import DRY_CASES, Subject, correctness, writer
     from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
     out = tmp_path / "results.jsonl"
-    assert correctness(out, swiglu_backward, CPU, writer(swiglu_backward_blocked), DRY_CASES) == 0
+    assert correctness(out, Subject(swiglu_backward, CPU, writer(swiglu_backward_blocked)), DRY_CASES) == 0
     records = _records(out)
     assert [(r["rows"], r["f"]) for r in records] == list(DRY_CASES)
     for r in records:
@@ -211,11 +211,11 @@ def _row_past_the_end(da, h, dh, a):
     [(_wrong_slope, "excess"), (_last_row_unwritten, "unwritten"), (_row_past_the_end, "guard_written")],
 )
 def test_correctness_check_fails_planted_faults(fault: Callable, shows: str, tmp_path: Path):
-    from cutlass_kernels.swiglu_check import correctness
+    from cutlass_kernels.swiglu_check import Subject, correctness
     from cutlass_kernels.swiglu_torch import swiglu_backward
 
     out = tmp_path / "results.jsonl"
-    assert correctness(out, swiglu_backward, CPU, fault, ((17, 96),)) == 1
+    assert correctness(out, Subject(swiglu_backward, CPU, fault), ((17, 96),)) == 1
     (record,) = _records(out)
     assert record["status"] == "fail"
     if shows == "excess":
@@ -225,7 +225,7 @@ def test_correctness_check_fails_planted_faults(fault: Callable, shows: str, tmp
 
 
 def test_a_case_that_raises_is_recorded_and_the_rest_run(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import correctness, writer
+    from cutlass_kernels.swiglu_check import Subject, correctness, writer
     from cutlass_kernels.swiglu_torch import swiglu_backward
 
     def refuses_wide(da, h, dh, a):
@@ -234,7 +234,7 @@ def test_a_case_that_raises_is_recorded_and_the_rest_run(tmp_path: Path):
         writer(swiglu_backward)(da, h, dh, a)
 
     out = tmp_path / "results.jsonl"
-    assert correctness(out, swiglu_backward, CPU, refuses_wide, ((3, 128), (3, 64))) == 1
+    assert correctness(out, Subject(swiglu_backward, CPU, refuses_wide), ((3, 128), (3, 64))) == 1
     failed, passed = _records(out)
     assert failed["status"] == "fail" and "too wide" in failed["error"] and passed["status"] == "pass"
 
@@ -264,7 +264,7 @@ def test_inputs_hold_saturated_zero_and_negative_gates():
 
 
 def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: Path):
-    from cutlass_kernels.swiglu_check import bandwidth_record, timing, writer
+    from cutlass_kernels.swiglu_check import Subject, bandwidth_record, timing, writer
     from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
     ms = {"kernel": [2.0, 2.2, 9.0], "torch_form": [8.0, 8.0], "copy": [1.8, 1.7, 1.9], "add": [2.0]}
@@ -280,7 +280,7 @@ def test_timing_records_the_fraction_of_the_faster_probe_and_the_goal(tmp_path: 
     assert slow["frac_of_hbm"] == pytest.approx(0.6) and slow["status"] == "fail"  # the add is faster
 
     out = tmp_path / "results.jsonl"
-    timing(out, swiglu_backward, CPU, writer(swiglu_backward_blocked), shapes=((40, 64),), iters=2)
+    timing(out, Subject(swiglu_backward, CPU, writer(swiglu_backward_blocked)), shapes=((40, 64),), iters=2)
     (r,) = _records(out)
     assert (r["stage"], r["rows"], r["f"], r["bytes"]) == ("timing", 40, 64, 2 * 40 * 6 * 64)
     assert set(r["ms"]) == set(r["timer"]) == {"kernel", "torch_form", "copy", "add"}
