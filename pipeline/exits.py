@@ -11,6 +11,7 @@ The first of these signals decides: the line and the status name it, whatever ar
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import sys
@@ -51,12 +52,30 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
 
+# the read end of a pipe into which the C-level signal handler writes each signal's number as it
+# arrives (``signal.set_wakeup_fd``): Python runs the handlers of signals that arrived together in the
+# order of their numbers (SIGINT before SIGTERM), so only this pipe knows which came first
+_arrivals: int | None = None
+
+
+def _first_arrived(signum: int) -> int:
+    """The first of :data:`SIGNALS` that reached the process, read from the arrivals pipe (``signum``,
+    the signal whose handler runs, where the pipe holds none)."""
+    if _arrivals is None:
+        return signum
+    try:
+        arrived = os.read(_arrivals, 4096)
+    except BlockingIOError:
+        return signum
+    return next((s for s in arrived if s in SIGNALS), signum)
+
+
 def _raise(signum: int, _frame: object) -> None:
     # the first signal decides how the command ends: later ones (a second Ctrl-C, a kill) neither
     # cut short the stopping of its jobs nor change the status or the line that say which signal it was
     for s in SIGNALS:
         signal.signal(s, _after_first)
-    raise Interrupted(signum)
+    raise Interrupted(_first_arrived(signum))
 
 
 def _after_first(_signum: int, _frame: object) -> None:
@@ -68,7 +87,11 @@ def interruptible() -> Iterator[None]:
     """Inside, the first SIGINT or SIGTERM raises :class:`Interrupted` in the main thread; later ones
     are dropped while the command stops its jobs (by a Python handler, which a process started then
     does not inherit) and ignored once the block is left, so that the command ends as that first
-    signal says."""
+    signal says (the first to arrive, also when several arrive before Python runs a handler)."""
+    global _arrivals
+    read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    wakeup = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    _arrivals = read
     previous = {s: signal.signal(s, _raise) for s in SIGNALS}
     try:
         yield
@@ -84,6 +107,10 @@ def interruptible() -> Iterator[None]:
         else:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+        signal.set_wakeup_fd(wakeup)
+        _arrivals = None
+        os.close(read)
+        os.close(write)
 
 
 @contextmanager
