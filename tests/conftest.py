@@ -52,12 +52,26 @@ def torch_rng(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+# files whose tests share a session fixture: under xdist each worker builds its own session fixtures,
+# so they run on one worker, and the fixture is built once
+_SHARING = {
+    "tests/test_compare_real.py": "ci_sweep",
+    "tests/test_run_sweep.py": "ci_sweep",
+    "tests/test_kernels_compile.py": "compiled_kernels",
+    "tests/test_kernels_variants.py": "compiled_kernels",
+    "tests/test_kernels_variants_sm90.py": "compiled_kernels",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (pytest-xdist, as CI runs), each file's tests run on one
-    worker (its module fixtures built once) and every test of the Slurm cluster on the same worker,
-    one at a time: they share its four nodes, and some take a node down."""
+    worker (its module fixtures built once), the files that share a session fixture on one worker, and
+    every test of the Slurm cluster on the same worker, one at a time: they share its four nodes, and
+    some take a node down."""
     for item in items:
-        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        path = item.nodeid.split("::")[0]
+        group = "slurm" if item.get_closest_marker("slurm") else _SHARING.get(path, path)
         item.add_marker(pytest.mark.xdist_group(group))
 
 
