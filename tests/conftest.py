@@ -57,10 +57,17 @@ def torch_rng(seed: int) -> torch.Generator:
 _SHARING = {
     "tests/test_compare_real.py": "ci_sweep",
     "tests/test_run_sweep.py": "ci_sweep",
+    "tests/test_implementations.py": "ci_sweep",
     "tests/test_kernels_compile.py": "compiled_kernels",
     "tests/test_kernels_variants.py": "compiled_kernels",
     "tests/test_kernels_variants_sm90.py": "compiled_kernels",
 }
+
+
+# the groups that take longest (wall seconds on a two-core host under ``-n 2``, most of it waiting
+# on Slurm, on planted hangs or on the DSL's compiles): started first, so that no worker is left with
+# one of them at the end while the others idle
+_LONGEST = ("slurm", "tests/test_gpu_run.py", "ci_sweep", "compiled_kernels")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
@@ -68,11 +75,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under ``pytest -n N --dist loadgroup`` (pytest-xdist, as CI runs), each file's tests run on one
     worker (its module fixtures built once), the files that share a session fixture on one worker, and
     every test of the Slurm cluster on the same worker, one at a time: they share its four nodes, and
-    some take a node down."""
+    some take a node down. xdist hands the groups out in the order they come: the longest first, then
+    those with more slow tests."""
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         path = item.nodeid.split("::")[0]
         group = "slurm" if item.get_closest_marker("slurm") else _SHARING.get(path, path)
         item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+
+    def weight(group: str) -> tuple[int, int]:
+        slow = sum(bool(i.get_closest_marker("slow")) for i in groups[group])
+        return (-(len(_LONGEST) - _LONGEST.index(group)) if group in _LONGEST else 0, -slow)
+
+    items[:] = [item for group in sorted(groups, key=weight) for item in groups[group]]
 
 
 @pytest.hookimpl(wrapper=True)

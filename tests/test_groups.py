@@ -1,7 +1,7 @@
 """One job runs a group of executions (``hydra.launcher.group=shape``, the default): how a sweep is
-packed into groups, and on real local jobs that a failure costs one execution, a hang the rest of its
-group (missing, for resubmission), that status shows a group's members waiting as pending in its job,
-and that sharing a job changes no execution's numbers."""
+packed into groups, and on real local jobs that a failure costs one execution while status shows the
+group's members waiting as pending in its job, that a hang costs the rest of its group (missing, for
+resubmission), and that sharing a job changes no execution's numbers."""
 
 from __future__ import annotations
 
@@ -81,12 +81,24 @@ def test_a_sweep_is_packed_by_resource_shape_within_its_minutes_and_size(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_failure_costs_its_execution_alone(tmp_path):
+def test_a_failure_costs_its_execution_alone_and_members_waiting_are_pending_in_its_job(tmp_path):
     """An error planted on rank 1 of one execution, as rank 0 enters the gate's collectives: that
-    execution fails with rank 1's error, every other member of the group publishes, all in one job."""
+    execution fails with rank 1's error, every other member of the group publishes, all in one job;
+    while the job runs, status shows the members not yet started as pending in it."""
     dataset = tmp_path / "dataset"
-    done = sweep(dataset, *FIVE, plant=f"error:{DIST}:1")
-    assert done.returncode == 1, done.stderr[-2000:]
+    running = sweep(dataset, *FIVE, plant=f"error:{DIST}:1", background=True)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 300
+    while running.poll() is None and time.monotonic() < deadline:
+        if (dataset / "ledger").is_dir() and jobs(dataset):
+            (job,) = jobs(dataset)
+            seen |= {s["detail"] for s in states(dataset).values() if s["state"] == "pending"}
+            if f"pending in job {job}" in seen:
+                break
+        time.sleep(0.3)
+    out, err = running.communicate(timeout=600)
+    assert any(detail.startswith("pending in job ") for detail in seen), seen
+    assert running.returncode == 1, err[-2000:]
     found = states(dataset)
     assert (
         found[DIST]["state"] == "failed"
@@ -100,11 +112,8 @@ def test_a_failure_costs_its_execution_alone(tmp_path):
 def test_a_hang_costs_the_rest_of_its_group_which_resubmit_completes(tmp_path):
     """A hang planted in the second execution: it fails when its deadline passes, the job ends, the
     members after it are missing (never started), and ``resubmit`` runs exactly those."""
-    dataset = tmp_path / "dataset"
-    first = sweep(dataset, *FIVE, "hydra.launcher.deadline_s=15", background=True)
-    out, err = first.communicate(timeout=900)
-    assert first.returncode == 0, err[-2000:]  # a clean group, to learn its order
-    order = [r.execution_id for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Started)]
+    (group,) = grouping.groups(planned_sweep(tmp_path / "planned", list(FIVE)), LOCAL)
+    order = [p.execution_id for p in group.members]  # the order its job runs them in
     second = tmp_path / "hung"
     hung = sweep(second, *FIVE, "hydra.launcher.deadline_s=15", plant=f"hang:{order[1]}:0")
     assert hung.returncode == 1, hung.stderr[-2000:]
@@ -121,23 +130,6 @@ def test_a_hang_costs_the_rest_of_its_group_which_resubmit_completes(tmp_path):
     )
     assert resubmit.returncode == 0, resubmit.stderr[-2000:]
     assert {e for e, s in states(second).items() if s["state"] != "done"} == {order[1]}
-
-
-@pytest.mark.slow
-def test_members_waiting_in_a_running_group_are_pending_in_its_job(tmp_path):
-    dataset = tmp_path / "dataset"
-    running = sweep(dataset, *FIVE, background=True)
-    seen: set[str] = set()
-    deadline = time.monotonic() + 300
-    while running.poll() is None and time.monotonic() < deadline:
-        if (dataset / "ledger").is_dir() and jobs(dataset):
-            (job,) = jobs(dataset)
-            seen |= {s["detail"] for s in states(dataset).values() if s["state"] == "pending"}
-            if f"pending in job {job}" in seen:
-                break
-        time.sleep(0.3)
-    running.communicate(timeout=600)
-    assert any(detail.startswith("pending in job ") for detail in seen), seen
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -206,12 +207,16 @@ def _aggregate(dataset: Path, out: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_a_sweep_publishes_a_third_implementation_beside_the_same_pairs(
-    hybrid: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ci_sweep, hybrid: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The session's sweep of the same workloads (MoK and Dist-MoE) copied, then the same sweep with
+    the hybrid registered, resumed: it runs the hybrid's four, and the dataset publishes all 14."""
     dataset, published = tmp_path / "dataset", tmp_path / "published"
-    sweep = run_sweep(dataset, *SWEEP)
+    shutil.copytree(ci_sweep[0], dataset)
+    sweep = run_sweep(dataset, "--resume", *SWEEP)
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
-    assert "14 executions: 14 done, 0 failed" in sweep.stdout
+    assert sweep.stdout.count("is done already: skipped") == 10
+    assert "4 executions: 4 done, 0 failed" in sweep.stdout
     run = _aggregate(dataset, published)
     assert run.returncode == 0, run.stderr
 
