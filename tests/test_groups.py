@@ -134,16 +134,22 @@ def test_a_hang_costs_the_rest_of_its_group_which_resubmit_completes(tmp_path):
 
 @pytest.mark.slow
 def test_sharing_a_job_changes_no_executions_numbers(tmp_path):
-    """The same five executions in one group and each in a job of its own: every gate's errors are
-    equal to the last bit (same weights, inputs and routing; the shared weights are never written)."""
-    grouped, alone = tmp_path / "grouped", tmp_path / "alone"
-    for dataset, extra in ((grouped, ()), (alone, ("hydra.launcher.group=none",))):
-        done = sweep(dataset, *FIVE, *extra)
+    """The same five executions in one group, in the planned order and in its reverse (a group runs in
+    the order of its overrides): every execution's gate errors are equal to the last bit whichever
+    members ran before it in its job (same weights, inputs and routing; the shared weights are never
+    written)."""
+    (group,) = grouping.groups(planned_sweep(tmp_path / "planned", list(FIVE)), LOCAL)
+    planned = [p.execution_id for p in group.members]
+    variants = [p.execution.variant.name for p in group.members]
+    forward, reverse = tmp_path / "forward", tmp_path / "reverse"
+    for dataset, step in ((forward, 1), (reverse, -1)):
+        done = sweep(dataset, FIVE[0], f"variant={','.join(variants[::step])}", FIVE[2])
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert len(jobs(grouped)) == 1 and len(jobs(alone)) == 5
+        started = [r.execution_id for r in ledger.read(Dataset(dataset)) if isinstance(r, ledger.Started)]
+        assert started == planned[::step] and len(jobs(dataset)) == 1
 
     def gates(dataset: Path) -> dict[str, object]:
         newest = scan_shards(Dataset(dataset)).newest
         return {e: (s.meta.sanity.errors, s.meta.sanity.tolerance) for e, s in newest.items()}
 
-    assert gates(grouped) == gates(alone) and len(gates(grouped)) == 5
+    assert gates(forward) == gates(reverse) and len(gates(forward)) == 5
