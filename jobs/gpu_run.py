@@ -421,7 +421,9 @@ def _no_gpu() -> str | None:
 
 
 def _say(run: Run, line: str) -> None:
-    """One line on stdout as a step ends: the output of a call killed at its limit still tells."""
+    """One line on stdout as a step ends: the output of a call killed at its limit still tells. Said
+    before the step's record is appended, so a step on record has its line on stdout however the run
+    is stopped."""
     print(f"[{time.monotonic() - run.began:5.0f} s] {line}", flush=True)
 
 
@@ -538,14 +540,15 @@ def _stage(
     own = run.limits.get(step.stage, run.limits["env"]) if limit is None else limit
     limit = min(own, run.left(deadline))
     if limit <= 1:
-        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         _say(run, f"{step.label}: skip ({RUN_SPENT})")
+        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=RUN_SPENT)
         return False
     start, left = time.monotonic(), run.left(deadline)
     rc, note = body(limit)
     status = "timeout" if rc is None else "pass" if rc == 0 else "fail"
     extra = {"reason": f"killed at its {limit:.0f} s limit"} if rc is None else {}
     seconds = round(time.monotonic() - start, 1)
+    _say(run, f"{step.label}: {status} in {seconds} s of {limit:.0f}" + (f"; {note}" if note else ""))
     run.record(
         step.stage,
         name="stage",
@@ -558,7 +561,6 @@ def _stage(
         **extra,
     )
     _summarize(run)
-    _say(run, f"{step.label}: {status} in {seconds} s of {limit:.0f}" + (f"; {note}" if note else ""))
     return status == "pass"
 
 
@@ -592,8 +594,8 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
         bodies = {s: functools.partial(_swiglu, stage=s) for s in ("correctness", "timing")}
     start = time.monotonic()
     if run.left(deadline) <= 1:
-        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=SPENT)
         _say(run, f"{step.label}: skip ({SPENT})")
+        run.record(step.stage, name="stage", variant=step.variant, status="skip", reason=SPENT)
         return False
     mark, left = len(read(run.results)), run.left(deadline)
     bodies[step.stage](run, step.variant or "default", plan, deadline)
@@ -601,6 +603,8 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
     count = {s: sum(r["status"] == s for r in found) for s in ("pass", "fail", "skip")}
     status = "fail" if count["fail"] else "pass" if count["pass"] else "skip"
     seconds = round(time.monotonic() - start, 1)
+    tally = ", ".join(f"{n} {k}" for k, n in count.items() if n)
+    _say(run, f"{step.label}: {status} in {seconds} s ({tally or 'no verdict'})")
     run.record(
         step.stage,
         name="stage",
@@ -611,8 +615,6 @@ def _kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: flo
         verdicts=count,
     )
     _summarize(run)
-    tally = ", ".join(f"{n} {k}" for k, n in count.items() if n)
-    _say(run, f"{step.label}: {status} in {seconds} s ({tally or 'no verdict'})")
     return status == "pass"
 
 
