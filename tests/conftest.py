@@ -64,9 +64,9 @@ _SHARING = {
 }
 
 
-# the groups that take longest (wall seconds on a two-core host under ``-n 2``, most of it waiting
-# on Slurm, on planted hangs or on the DSL's compiles): started first, so that no worker is left with
-# one of them at the end while the others idle
+# the groups that take longest (wall seconds on a two-core host: Slurm's waits, the GPU run's dry runs,
+# the CI sweep, the DSL's compiles), in this order: started first, so that no worker is left with one
+# of them at the end while the others idle
 _LONGEST = ("slurm", "tests/test_gpu_run.py", "ci_sweep", "compiled_kernels")
 
 
@@ -86,7 +86,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     def weight(group: str) -> tuple[int, int]:
         slow = sum(bool(i.get_closest_marker("slow")) for i in groups[group])
-        return (-(len(_LONGEST) - _LONGEST.index(group)) if group in _LONGEST else 0, -slow)
+        return (_LONGEST.index(group) if group in _LONGEST else len(_LONGEST), -slow)
 
     items[:] = [item for group in sorted(groups, key=weight) for item in groups[group]]
 
