@@ -27,8 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
 
-from pipeline.compare.cli import main as compare_main  # noqa: E402
 from pipeline.matrix import EXECUTIONS  # noqa: E402
+from pipeline.tools.compare.cli import main as compare_main  # noqa: E402
 from tests.synthetic_shards import shard_table, write_table  # noqa: E402
 
 

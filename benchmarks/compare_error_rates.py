@@ -66,16 +66,16 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
 
-from pipeline.compare import any_slower, compare, family  # noqa: E402
-from pipeline.compare.cli import main as compare_main  # noqa: E402
-from pipeline.compare.side import METRICS, Side, side  # noqa: E402
-from pipeline.compare.special import t_sf  # noqa: E402
+from pipeline.base.vocabulary import PHASES  # noqa: E402
 from pipeline.data.dataset import Dataset  # noqa: E402
 from pipeline.data.reader import Shard  # noqa: E402
 from pipeline.data.scan import scan_shards  # noqa: E402
 from pipeline.matrix import EXECUTIONS, Execution  # noqa: E402
 from pipeline.report.publish import json_text  # noqa: E402
-from pipeline.vocabulary import PHASES  # noqa: E402
+from pipeline.tools.compare import any_slower, compare, family  # noqa: E402
+from pipeline.tools.compare.cli import main as compare_main  # noqa: E402
+from pipeline.tools.compare.side import METRICS, Side, side  # noqa: E402
+from pipeline.tools.compare.special import t_sf  # noqa: E402
 from tests.synthetic_shards import shard_table, write_table  # noqa: E402
 
 # Window sigma (log) and each run's effect per execution (log): GPU-like noise moves a window by 1%

@@ -43,9 +43,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipeline import REPO_ROOT
-from pipeline.compare import any_slower, compare, load
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
+from pipeline.tools.compare import any_slower, compare, load
 
 DEFAULT_WORKLOADS = "inference-ep8-f1536,packing-ep32-f3072-profile-a"
 

@@ -40,7 +40,7 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory() as cache:
         env["MOE_BENCH_CACHE"] = cache
-        prepare = "from pipeline.estimate import fake_cuda; fake_cuda.prepare()"
+        prepare = "from pipeline.tools.estimate import fake_cuda; fake_cuda.prepare()"
         subprocess.run([sys.executable, "-c", prepare], env=env, check=True, cwd=REPO)
         for preset in args.preset or ["gb300", "h200"]:
             for old in Path(cache).glob("estimates-*"):

@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.estimate import fake_cuda
+from pipeline.tools.estimate import fake_cuda
 
 fake_cuda.install()
 
 import torch  # noqa: E402  (after the fake CUDA device exists)
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from pipeline.estimate.device import launches_kernel  # noqa: E402
-from pipeline.estimate.jobs import Job  # noqa: E402
-from pipeline.estimate.presets import Preset  # noqa: E402
-from pipeline.estimate.run import estimate  # noqa: E402
 from pipeline.matrix import EXECUTION_BY_ID  # noqa: E402
 from pipeline.moe.swiglu import FUSED_FORMS  # noqa: E402
+from pipeline.tools.estimate.device import launches_kernel  # noqa: E402
+from pipeline.tools.estimate.jobs import Job  # noqa: E402
+from pipeline.tools.estimate.presets import Preset  # noqa: E402
+from pipeline.tools.estimate.run import estimate  # noqa: E402
 
 DEFAULT = ("training-ep32-f3072-imb2.0-bf16-dist-moe-bf16", "packing-ep64-f3072-profile-a-bf16-dist-moe-bf16")
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 
-from pipeline.estimate import fake_cuda
+from pipeline.tools.estimate import fake_cuda
 
 fake_cuda.install()
 
 import torch  # noqa: E402  (after the fake CUDA device exists)
 
-from pipeline.estimate.device import FakeDevice  # noqa: E402
-from pipeline.estimate.memory import Tracker  # noqa: E402
+from pipeline.tools.estimate.device import FakeDevice  # noqa: E402
+from pipeline.tools.estimate.memory import Tracker  # noqa: E402
 
 MIB = 2**20
 

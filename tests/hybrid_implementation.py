@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pipeline.implementations import MOK, register
+from pipeline.base.implementations import MOK, register
 
 # MoK's record but for its name, label, colours and SwiGLU backward; in no pair: published beside the two
 HYBRID = register(

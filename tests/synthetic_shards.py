@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline import REPO_ROOT
+from pipeline.base.vocabulary import kind_phases
 from pipeline.bench.work import layer_config
 from pipeline.data.dataset import Dataset
 from pipeline.data.meta import (
@@ -36,7 +37,6 @@ from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
 from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
-from pipeline.vocabulary import kind_phases
 
 SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
 

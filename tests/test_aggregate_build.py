@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from pipeline import model
-from pipeline.aggregate import main
+from pipeline import cost
+from pipeline.commands.aggregate import main
 from pipeline.data import ledger
 from pipeline.data.codec import decode
 from pipeline.data.dataset import Dataset
@@ -135,7 +135,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         fed_more_tokens += any(tokens < t for t in shape["layer_tokens"])
         flops = 6 * tokens * (shape["top_k"] + 1) * shape["d_model"] * shape["d_ff"]
         assert _close(row["usefulTFLOPsPerGPU"], flops * MULTIPLIER[e.workload.kind] / (ms / 1e3) / 1e12)
-        layer = model.LayerShape(
+        layer = cost.LayerShape(
             kind=e.workload.kind,
             tokens=tokens,
             d_model=shape["d_model"],
@@ -147,10 +147,10 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             layer_loads=list(e.workload.layer_loads),
         )
         dispatch = "mxfp8" if e.variant.pipeline == "fp8-dispatch" else "bf16"
-        average_gpu = model.LayerShape(
+        average_gpu = cost.LayerShape(
             **{**layer.__dict__, "element_bytes": {"float32": 4, "bfloat16": 2}[shape["dtype"]]}
         )
-        hbm_bytes = model.iteration_bytes(average_gpu, dispatch)
+        hbm_bytes = cost.iteration_bytes(average_gpu, dispatch)
         assert _close(row["hbmModelBytes"], hbm_bytes)
         assert _close(row["hbmModelTBs"], hbm_bytes / (ms / 1e3) / 1e12)
         tx, rx = meta["nvlink"]["tx_bytes_per_s"], meta["nvlink"]["rx_bytes_per_s"]
@@ -161,7 +161,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
         else:
-            predicted = model.predicted_ms(layer, "h200", dispatch=dispatch)
+            predicted = cost.predicted_ms(layer, "h200", dispatch=dispatch)
             assert _close(row["predictedMS"], predicted) and _close(
                 row["measuredOverPredicted"], ms / predicted
             )
@@ -445,9 +445,9 @@ def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unaske
     costs seconds of CPU, so only ``--estimate`` (or ``pipeline.estimate``) does. The estimate's writer
     keeps; the report's reader (pipeline.data.estimates) finds."""
     from pipeline.data import estimates
-    from pipeline.estimate import table
-    from pipeline.estimate.jobs import Job
-    from pipeline.estimate.presets import Preset
+    from pipeline.tools.estimate import table
+    from pipeline.tools.estimate.jobs import Job
+    from pipeline.tools.estimate.presets import Preset
 
     monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path / "cache"))
     kept, unkept = SUBSET[0], SUBSET[1]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.aggregate import main
+from pipeline.commands.aggregate import main
 from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import CSV_NAME, JSON_NAME

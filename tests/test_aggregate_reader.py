@@ -14,13 +14,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.base.vocabulary import PHASES
 from pipeline.data.dataset import Dataset
 from pipeline.data.meta import ExecutionMeta
 from pipeline.data.reader import ShardError, read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows, ShardIdentity
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
-from pipeline.vocabulary import PHASES
 from tests.synthetic_shards import shard_table, write_table
 
 BY_ID = {e.execution_id: e for e in EXECUTIONS}

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import cli
-from pipeline.exits import BAD_INPUT
+from pipeline.base.exits import BAD_INPUT
+from pipeline.commands import cli
 from tests.intents import ONE, intended_dataset
 
 # (command, arguments, what the line says); {d} is a dataset with a sweep's intent, {e} an empty

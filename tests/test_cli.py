@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from pipeline.cli import COMMANDS
+from pipeline.commands.cli import COMMANDS
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from tests.slurm_support import REPO
@@ -24,10 +24,10 @@ def cli(*arguments: str) -> subprocess.CompletedProcess:
 
 def test_one_console_script_names_every_stage():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["scripts"] == {"moe-bench": "pipeline.cli:main"}
-    done = cli("-m", "pipeline.cli", "--help")
+    assert project["scripts"] == {"moe-bench": "pipeline.commands.cli:main"}
+    done = cli("-m", "pipeline.commands.cli", "--help")
     assert done.returncode == 0 and all(f"  {name} " in done.stdout for name in COMMANDS)
-    bad = cli("-m", "pipeline.cli", "bogus")
+    bad = cli("-m", "pipeline.commands.cli", "bogus")
     assert bad.returncode == 2 and bad.stderr.strip().startswith(
         "moe-bench: unknown command 'bogus'; allowed:"
     )
@@ -35,7 +35,7 @@ def test_one_console_script_names_every_stage():
 
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_command_has_help(command):
-    done = cli("-m", "pipeline.cli", command, "--help")
+    done = cli("-m", "pipeline.commands.cli", command, "--help")
     assert done.returncode == 0, done.stderr
     assert "usage" in done.stdout.lower() or "powered by Hydra" in done.stdout
 
@@ -121,7 +121,7 @@ def test_tab_completion_in_a_real_bash(tmp_path):
     """The function ``moe-bench --completion bash`` prints, evaluated by bash and called as bash calls
     it on TAB: commands, a command's options, Hydra's completion of an override's value."""
     script = tmp_path / "moe-bench"  # the console script, as the project's code runs it here
-    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m pipeline.cli "$@"\n')
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m pipeline.commands.cli "$@"\n')
     script.chmod(0o755)
     probe = r"""eval "$(moe-bench --completion bash)"
 complete -p moe-bench

@@ -102,7 +102,9 @@ LONG_VALUES = [
     case(["pipeline.aggregate", "{long}"], "python -m pipeline.aggregate: error: argument dataset: {head}"),
     case(["pipeline.aggregate", "{e}", "--out", "{long}"], "error: argument --out: {head}"),
     case(["pipeline.model", "--plot", "{long}"], "python -m pipeline.model: error: argument --plot: {head}"),
-    case(["pipeline.cli", "status", "{long}"], "moe-bench status: error: argument dataset_dir: {head}"),
+    case(
+        ["pipeline.commands.cli", "status", "{long}"], "moe-bench status: error: argument dataset_dir: {head}"
+    ),
 ]
 
 
@@ -132,7 +134,8 @@ EMPTY_PATHS = [
     ),
     case(["pipeline.aggregate", "{e}", "--out", ""], "error: argument --out: '' is an empty path"),
     case(
-        ["pipeline.cli", "status", ""], "moe-bench status: error: argument dataset_dir: '' is an empty path"
+        ["pipeline.commands.cli", "status", ""],
+        "moe-bench status: error: argument dataset_dir: '' is an empty path",
     ),
     case(["pipeline.compare", "", "{e}"], "'' is an empty path"),
 ]
@@ -217,7 +220,7 @@ def test_of_signals_that_arrive_before_python_runs_a_handler_the_first_decides(t
     script = tmp_path / "busy.py"
     script.write_text(
         "import os, signal, subprocess, sys, threading, time\n"
-        "from pipeline.exits import SIGNALS, run_command\n"
+        "from pipeline.base.exits import SIGNALS, run_command\n"
         "def main():\n"
         "    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # takes the signals\n"
         "    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # this thread's mask alone\n"

@@ -17,13 +17,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.compare import compare, load
-from pipeline.compare.cli import main
-from pipeline.compare.conditions import Measured, clock_ratio, differences, typical
 from pipeline.data.dataset import Dataset
 from pipeline.data.meta import GpuConditions
 from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTIONS
+from pipeline.tools.compare import compare, load
+from pipeline.tools.compare.cli import main
+from pipeline.tools.compare.conditions import Measured, clock_ratio, differences, typical
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")

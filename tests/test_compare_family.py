@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.compare.family import ALPHA, adjusted, promise
+from pipeline.tools.compare.family import ALPHA, adjusted, promise
 
 
 def _holm_rejects(p: np.ndarray, alpha: float) -> set[int]:

@@ -12,11 +12,11 @@ import statistics
 import numpy as np
 import pytest
 
-from pipeline.compare import compare, load
-from pipeline.compare.classify import p_values
-from pipeline.compare.cli import main
-from pipeline.compare.noise import ratio_noise, windows
 from pipeline.matrix import EXECUTIONS
+from pipeline.tools.compare import compare, load
+from pipeline.tools.compare.classify import p_values
+from pipeline.tools.compare.cli import main
+from pipeline.tools.compare.noise import ratio_noise, windows
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")

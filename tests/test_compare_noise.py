@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.compare.noise import (
+from pipeline.tools.compare.noise import (
     MAX_DEPENDENCE,
     MIN_STRATUM,
     Part,

@@ -15,13 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline.compare import load
-from pipeline.compare.cli import main
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
 from pipeline.report import aggregate
 from pipeline.report.page import REPORT_NAME
 from pipeline.report.publish import rounded
+from pipeline.tools.compare import load
+from pipeline.tools.compare.cli import main
 from tests.sweeps import CI_SWEEP, run_sweep
 from tests.test_compare_synthetic import compare_error
 

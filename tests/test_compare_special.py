@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate
 
-from pipeline.compare.special import MAX_DF, digamma, inverse_trigamma, t_isf, t_sf, trigamma
+from pipeline.tools.compare.special import MAX_DF, digamma, inverse_trigamma, t_isf, t_sf, trigamma
 
 
 def _t_tail(t: float, df: float) -> float:

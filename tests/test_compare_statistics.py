@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.compare.classify import (
+from pipeline.base.metrics import slowest_rank
+from pipeline.tools.compare.classify import (
     bounds,
     direction,
     noise_intervals,
@@ -22,13 +23,12 @@ from pipeline.compare.classify import (
     speedup_change,
     time_change,
 )
-from pipeline.compare.statistics import (
+from pipeline.tools.compare.statistics import (
     critical_count,
     rank_sum_distribution,
     ratio_interval,
     ratio_of_ratios_interval,
 )
-from pipeline.metrics import slowest_rank
 
 
 def _brute_force_counts(n: int, m: int) -> list[int]:

@@ -20,12 +20,12 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline.compare import compare, load
-from pipeline.compare.cli import main
-from pipeline.compare.family import adjusted
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTIONS
+from pipeline.tools.compare import compare, load
+from pipeline.tools.compare.cli import main
+from pipeline.tools.compare.family import adjusted
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")

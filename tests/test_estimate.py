@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from pipeline import REPO_ROOT
-from pipeline.estimate import table
-from pipeline.estimate.jobs import Job
-from pipeline.estimate.pool import run_jobs
-from pipeline.estimate.presets import Preset
+from pipeline.tools.estimate import table
+from pipeline.tools.estimate.jobs import Job
+from pipeline.tools.estimate.pool import run_jobs
+from pipeline.tools.estimate.presets import Preset
 from tests.distributed import run_ranks
 
 GIB = 2**30
@@ -71,10 +71,10 @@ def test_memory_is_the_live_storages_rounded_to_blocks(checks: dict) -> None:
 
 
 def _plans(rank: int, world: int) -> dict:
-    from pipeline.estimate.run import rank0_plan
     from pipeline.moe.comm import Group
     from pipeline.moe.dispatch import DispatchPlan
     from pipeline.moe.routing import routing_plan
+    from pipeline.tools.estimate.run import rank0_plan
 
     plan = routing_plan(64, 48, 6, world, 2.5, seed=9)
     exchanged = DispatchPlan.build(plan.for_rank(rank)[0], 48, Group.resolve(None))
@@ -118,7 +118,7 @@ def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
 def test_bad_input_is_one_line_and_exit_2(
     arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipeline.estimate.__main__ import main
+    from pipeline.tools.estimate.cli import main
 
     code = main(arguments)  # refused before any worker starts
     out, err = capsys.readouterr()
@@ -127,7 +127,7 @@ def test_bad_input_is_one_line_and_exit_2(
 
 def test_problems_name_each_failure_sync_and_overflow() -> None:
     """What makes the command (and CI's run of the whole matrix) exit 1, one line each."""
-    from pipeline.estimate.report import problems
+    from pipeline.tools.estimate.report import problems
 
     ok = {"execution_id": "a", "cluster": "h200", "host_syncs": 0, "host_sync_sites": [], "fits": True}
     synced = ok | {"execution_id": "b", "host_syncs": 2, "host_sync_sites": ["aten.nonzero at moe/x.py:3"]}

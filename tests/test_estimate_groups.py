@@ -4,8 +4,8 @@ execution's."""
 
 from __future__ import annotations
 
-from pipeline.estimate.report import groups
-from pipeline.gpu_presets import gpu_preset
+from pipeline.base.gpu_presets import gpu_preset
+from pipeline.tools.estimate.report import groups
 
 
 def result(execution_id: str, ep: int, peak: float, cluster: str = "h200") -> dict:

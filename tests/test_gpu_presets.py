@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import yaml
 
-from pipeline import gpu_presets as presets
-from pipeline import model
+from pipeline import cost
+from pipeline.base import gpu_presets as presets
 from pipeline.data import estimates
 from pipeline.data.reader import read_shard
-from pipeline.estimate.presets import Preset
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report.executions import execution_row
+from pipeline.tools.estimate.presets import Preset
 from tests.synthetic_shards import shard_table, write_table
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "conf" / "cluster"
@@ -53,7 +53,7 @@ def test_the_presets_are_the_datasheets_figures_each_with_its_source():
     ],
 )
 def test_a_recorded_device_name_maps_to_its_preset(device: str, preset: str | None):
-    assert presets.preset_for_device(device) == preset == model.hardware_for_device(device)
+    assert presets.preset_for_device(device) == preset == cost.hardware_for_device(device)
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -159,14 +159,14 @@ def test_adding_a_preset_is_one_yaml_file(tmp_path: Path, monkeypatch: pytest.Mo
     folder = _copy(tmp_path)
     (folder / "b200.yaml").write_text(yaml.safe_dump(B200))
     monkeypatch.setattr(presets, "CLUSTERS", folder)
-    assert model.HARDWARE["b200"].peak("fp8_tflops") == 4500 and sorted(model.HARDWARE) == [
+    assert cost.HARDWARE["b200"].peak("fp8_tflops") == 4500 and sorted(cost.HARDWARE) == [
         "b200",
         "gb300",
         "h200",
     ]
-    assert model.hardware_for_device("NVIDIA B200") == "b200"
-    layer = model.LayerShape("inference", 2048, 7168, 3072, 384, 6, 8, "bf16", [1.0])
-    assert model.predicted_ms(layer, "b200") < model.predicted_ms(layer, "h200")
+    assert cost.hardware_for_device("NVIDIA B200") == "b200"
+    layer = cost.LayerShape("inference", 2048, 7168, 3072, 384, 6, 8, "bf16", [1.0])
+    assert cost.predicted_ms(layer, "b200") < cost.predicted_ms(layer, "h200")
     assert Preset.named("b200") == Preset("b200", 180.0, "sm_100a")
     assert estimates.preset_of("b200") == "b200" and estimates.preset_of("local-slurm") == "gb300"
     execution = EXECUTION_BY_ID["inference-ep8-f1536-bf16-mok-native"]

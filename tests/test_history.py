@@ -16,15 +16,15 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipeline import cli
-from pipeline.compare import load
-from pipeline.compare.noise import Part
+from pipeline.commands import cli
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
-from pipeline.history import history, ordered
-from pipeline.history.cli import main
-from pipeline.history.series import Point, step_at
 from pipeline.matrix import EXECUTIONS
+from pipeline.tools.compare import load
+from pipeline.tools.compare.noise import Part
+from pipeline.tools.history import history, ordered
+from pipeline.tools.history.cli import main
+from pipeline.tools.history.series import Point, step_at
 from tests.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")
@@ -176,7 +176,7 @@ def test_a_step_is_the_difference_of_means_against_each_point_s_noise() -> None:
         )
         assert df == pytest.approx(min(1000.0, max(1.0, naive_var**2 / uncertainty)), rel=1e-9)
         # and its two-sided p-value is Student's t
-        from pipeline.compare.classify import p_values
+        from pipeline.tools.compare.classify import p_values
 
         (p,) = p_values([d], [var], [df])
         assert p == pytest.approx(2 * stats.t.sf(abs(d) / math.sqrt(naive_var), df), rel=1e-9)

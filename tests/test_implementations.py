@@ -21,8 +21,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.data.schema import METADATA_KEY
-from pipeline.implementations import (
+from pipeline.base.implementations import (
     DIST_MOE,
     MOK,
     PLUGINS_ENV,
@@ -32,6 +31,7 @@ from pipeline.implementations import (
     reference,
     register,
 )
+from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTIONS, VARIANTS, counts
 from pipeline.moe.policy import MoKBudget
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME

@@ -1,21 +1,21 @@
-"""The import graph of the packages: no cycle, and no stage importing a stage above it.
+"""The import graph of the packages: no cycle, and no folder importing a folder above it.
 
-Stages, bottom to top (a module may import its own stage and those below):
-  0 cutlass_kernels
-  1 pipeline (REPO_ROOT, the GPU presets), pipeline.vocabulary, pipeline.implementations
-  2 pipeline.matrix, pipeline.model, pipeline.metrics
-  3 pipeline.moe, pipeline.data (the kept estimate table's format too)
-  4 pipeline.bench
-  5 pipeline.launch, pipeline.report
-  6 pipeline.status, pipeline.compose (the Hydra adapter), pipeline.compare, pipeline.history (many
-    datasets through compare's reader and noise), pipeline.estimate (the full-scale GPU path on fake
-    tensors: above the report, which reads its kept table only)
-  7 entry points: pipeline.run, pipeline.list, pipeline.aggregate, pipeline.resubmit, pipeline.cli,
-    pipeline.completion, every ``__main__`` module but the kernels' (cutlass_kernels stands alone,
-    its command line included: the device run's children import no pipeline stage)
-Besides, only the Hydra adapter and the entry points import Hydra (or OmegaConf), the stages that
-define the matrix and the data contracts import no launcher, and publishing (``pipeline.aggregate``)
-reaches no module of the estimate.
+A module's stage is its folder's (the longest entry of ``STAGES`` its name starts with); a module may
+import its own stage and those below. Bottom to top:
+  0 cutlass_kernels (its command line included: the device run's children import no pipeline stage)
+  1 pipeline/base: what every stage shares (vocabulary, implementations, exits, bounds, folders, GPU
+    presets, the saved-state record, the report's reductions); pipeline/__init__ (REPO_ROOT)
+  2 pipeline/matrix, pipeline/cost (the layer's bytes and time at the presets' peaks)
+  3 pipeline/moe, pipeline/data (the kept estimate table's format too)
+  4 pipeline/bench
+  5 pipeline/launch, pipeline/report
+  6 pipeline/compose (the Hydra adapter), pipeline/survey (each execution's state in a dataset)
+  7 pipeline/tools: the wing of side tools (compare, history, estimate, model); any core stage below
+  8 pipeline/commands, the ``python -m pipeline.<command>`` modules at the top of pipeline/, and every
+    ``__main__`` module but the kernels'
+Besides, only the Hydra adapter, the tools and the commands import Hydra (or OmegaConf), the stages
+that define the matrix and the data contracts import no launcher, and publishing (the aggregate
+command, the report, compare) reaches no module of the estimate.
 
 Run by hand: ``python -m pytest -q tests/test_layering.py`` (it reads the sources; nothing is imported).
 """
@@ -32,33 +32,22 @@ PACKAGES = ("cutlass_kernels", "pipeline")
 STAGES = {
     "cutlass_kernels": 0,
     "pipeline": 1,
-    "pipeline.vocabulary": 1,
-    "pipeline.implementations": 1,
-    "pipeline.bounds": 1,
-    "pipeline.saved_state": 1,
+    "pipeline.base": 1,
     "pipeline.matrix": 2,
-    "pipeline.model": 2,
-    "pipeline.metrics": 2,
+    "pipeline.cost": 2,
     "pipeline.moe": 3,
     "pipeline.data": 3,
     "pipeline.bench": 4,
     "pipeline.launch": 5,
-    "pipeline.estimate": 6,
     "pipeline.report": 5,
-    "pipeline.status": 6,
     "pipeline.compose": 6,
-    "pipeline.compare": 6,
-    "pipeline.history": 6,
-    "pipeline.run": 7,
-    "pipeline.aggregate": 7,
-    "pipeline.resubmit": 7,
-    "pipeline.cli": 7,
-    "pipeline.completion": 7,
-    "pipeline.list": 7,
+    "pipeline.survey": 6,
+    "pipeline.tools": 7,
+    "pipeline.commands": 8,
 }
-ENTRY = 7
+ENTRY = 8
 HYDRA = ("hydra", "omegaconf")
-NO_LAUNCHER = ("pipeline.vocabulary", "pipeline.matrix", "pipeline.data", "pipeline.moe", "pipeline.bench")
+NO_LAUNCHER = ("pipeline.base", "pipeline.matrix", "pipeline.data", "pipeline.moe", "pipeline.bench")
 
 
 def modules() -> dict[str, Path]:
@@ -113,6 +102,9 @@ GRAPH = {name: project_imports(path) - {name} for name, path in MODULES.items()}
 def stage(module: str) -> int:
     if module.endswith(".__main__") and not module.startswith("cutlass_kernels."):
         return ENTRY
+    path = MODULES.get(module)
+    if path is not None and path.parent == ROOT / "pipeline" and path.name != "__init__.py":
+        return ENTRY  # python -m pipeline.<command>
     name = module
     while name not in STAGES:
         name = name.rpartition(".")[0]
@@ -169,7 +161,8 @@ def test_a_planted_cycle_is_found():
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_only_the_hydra_adapter_and_entry_points_import_hydra(module):
     uses = sorted(n for n in imports(MODULES[module]) if n.split(".")[0] in HYDRA)
-    if stage(module) < ENTRY and not module.startswith("pipeline.compose"):
+    tool_command = module.startswith("pipeline.tools.") and module.endswith(".cli")
+    if stage(module) < ENTRY and not module.startswith("pipeline.compose") and not tool_command:
         assert not uses, f"{module} imports {uses}"
 
 
@@ -191,16 +184,18 @@ def reached(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-@pytest.mark.parametrize("module", ["pipeline.aggregate", "pipeline.report", "pipeline.compare"])
+@pytest.mark.parametrize(
+    "module", ["pipeline.commands.aggregate", "pipeline.report", "pipeline.tools.compare"]
+)
 def test_publishing_never_reaches_the_estimate(module):
     """Publishing reads the kept estimate table (pipeline.data.estimates) and imports nothing of the
     estimate: no torch, no fake CUDA, no C++ build; ``aggregate --estimate`` runs the estimate's own
     command in a process of its own."""
-    estimate = sorted(m for m in reached(GRAPH, module) if m.startswith("pipeline.estimate"))
+    estimate = sorted(m for m in reached(GRAPH, module) if m.startswith("pipeline.tools.estimate"))
     assert not estimate, f"{module} reaches {estimate}"
 
 
 def test_a_planted_import_of_the_estimate_is_reached():
     graph = {k: set(v) for k, v in GRAPH.items()}
-    graph["pipeline.report.publish"].add("pipeline.estimate.table")
-    assert "pipeline.estimate.table" in reached(graph, "pipeline.aggregate")
+    graph["pipeline.report.publish"].add("pipeline.tools.estimate.table")
+    assert "pipeline.tools.estimate.table" in reached(graph, "pipeline.commands.aggregate")

@@ -19,9 +19,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.aggregate import main as aggregate_main
-from pipeline.compare import compare, load
-from pipeline.compare.cli import main as compare_main
+from pipeline.commands.aggregate import main as aggregate_main
+from pipeline.commands.status import main as status_main
 from pipeline.data.codec import encode
 from pipeline.data.dataset import Dataset
 from pipeline.data.meta import (
@@ -38,7 +37,8 @@ from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report.document import PackingEvidence
 from pipeline.report.publish import rounded
-from pipeline.status.__main__ import main as status_main
+from pipeline.tools.compare import compare, load
+from pipeline.tools.compare.cli import main as compare_main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
 VERSIONS = (1, 2, 3, 4)

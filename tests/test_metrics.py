@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 import pytest
 
-from pipeline.metrics import (
+from pipeline.base.metrics import (
     phase_ms,
     slowest_rank,
     tera_per_second,

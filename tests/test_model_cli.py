@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.model.cli import main
-from pipeline.model.reduced_order import PROFILE_SUMMARY
+from pipeline.tools.model.cli import main
+from pipeline.tools.model.reduced_order import PROFILE_SUMMARY
 
 ROOT = Path(__file__).parents[1]
-PUBLISHED_FILE = ROOT / "pipeline/model/published-inputs.json"
+PUBLISHED_FILE = ROOT / "pipeline/tools/model/published-inputs.json"
 INPUT_KEYS = [
     "batch_size", "seq_length", "num_experts", "top_k", "d_model", "d_ff", "capacity_factor",
     "load_imbalance", "expert_parallel", "elem_bytes", "network_bw_gb_s", "compute_tops",

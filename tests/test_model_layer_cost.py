@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from pipeline.cost import HARDWARE, LayerShape, hardware_for_device, iteration_bytes, predict, predicted_ms
+from pipeline.cost.layer_cost import forward_bytes, forward_terms
 from pipeline.matrix import WORKLOADS
-from pipeline.model import HARDWARE, LayerShape, hardware_for_device, iteration_bytes, predict, predicted_ms
-from pipeline.model.layer_cost import forward_bytes, forward_terms
 
 SMALL = dict(tokens=4, d_model=64, d_ff=32, num_experts=8, top_k=2, ep=2)
 

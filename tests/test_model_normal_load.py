@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pipeline.model.normal_load import (
+from pipeline.tools.model.normal_load import (
     expected_empty,
     expected_overflow,
     hastings_quantile,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from pipeline.model.reduced_order import PROFILE_SUMMARY, ModelInputs, evaluate, run
+from pipeline.tools.model.reduced_order import PROFILE_SUMMARY, ModelInputs, evaluate, run
 
-PUBLISHED = json.loads((Path(__file__).parents[1] / "pipeline/model/published-inputs.json").read_text())
+PUBLISHED = json.loads((Path(__file__).parents[1] / "pipeline/tools/model/published-inputs.json").read_text())
 OUTPUT_KEYS = [
     "format", "tokens", "routed_assignments", "mean_load_per_expert", "capacity_per_expert",
     "dropped_tokens", "drop_percent", "padding_waste_percent", "slot_utilization_percent",

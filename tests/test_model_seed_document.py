@@ -19,7 +19,7 @@ from pathlib import Path
 from statistics import NormalDist
 
 ROOT = Path(__file__).parents[1]
-SEED_INPUTS = ROOT / "pipeline/model/published-inputs.json"
+SEED_INPUTS = ROOT / "pipeline/tools/model/published-inputs.json"
 
 STATED = {
     "format": "T=32768 E64 top-2 d4096 ff14336 bf16 EP8",

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.aggregate import main as aggregate_main
+from pipeline.base.printable import printable
+from pipeline.commands.aggregate import main as aggregate_main
 from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
-from pipeline.printable import printable
 from pipeline.report.page import REPORT_NAME
 from tests.synthetic_shards import shard_table, write_table
 

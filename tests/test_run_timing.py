@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pipeline.base.vocabulary import timed_phases
 from pipeline.bench import timing
 from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, Mark, calibrated, time_windows
 from pipeline.matrix.scale import TimingPlan
-from pipeline.vocabulary import timed_phases
 from tests.distributed import run_ranks
 
 FORWARD_MS, BACKWARD_MS = 4.0, 2.0

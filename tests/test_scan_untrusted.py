@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from pipeline import REPO_ROOT
-from pipeline.bounds import ITERATION_MS_MIN, WINDOW_MS_MAX
+from pipeline.base.bounds import ITERATION_MS_MIN, WINDOW_MS_MAX
+from pipeline.base.vocabulary import kind_phases
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
@@ -31,7 +32,6 @@ from pipeline.data.writer import write_shard
 from pipeline.launch.settings import MAX_TIMEOUT_MIN, LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID, Execution
 from pipeline.matrix.scale import shape_for
-from pipeline.vocabulary import kind_phases
 from tests.synthetic_shards import scale_preset, shard_metadata
 
 MOK = EXECUTION_BY_ID["training-ep32-f3072-imb2.0-bf16-mok-native"]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.commands.resubmit import batches, parse_changes
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.settings import SlurmLauncherConf, effective
-from pipeline.resubmit import batches, parse_changes
-from pipeline.status import ExecutionStatus
+from pipeline.survey import ExecutionStatus
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
 EP8 = "inference-ep8-f1536"

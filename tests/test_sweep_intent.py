@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import REPO_ROOT, cli
+from pipeline import REPO_ROOT
+from pipeline.commands import cli
 from pipeline.compose import job_config
 from pipeline.compose.select import select
 from pipeline.data import ledger

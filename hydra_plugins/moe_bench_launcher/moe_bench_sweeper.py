@@ -13,8 +13,8 @@ from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
+from pipeline.base.exits import BAD_INPUT
 from pipeline.compose import output
-from pipeline.exits import BAD_INPUT
 
 
 class MoEBenchSweeper(BasicSweeper):

@@ -19,8 +19,8 @@ import submitit
 import torch
 import torch.distributed as dist
 
+from pipeline.base.vocabulary import DEVICES
 from pipeline.data.atomic import atomic_write
-from pipeline.vocabulary import DEVICES
 
 POLL_S = 0.05  # how often a rank looks for rank 0's address
 

@@ -14,6 +14,8 @@ import torch.distributed as dist
 
 from cutlass_kernels import compiles
 from pipeline import REPO_ROOT
+from pipeline.base.metrics import phase_ms
+from pipeline.base.saved_state import LayerState, SavedState
 from pipeline.bench import conditions, contention, distributed, graphs, nvlink, sanity
 from pipeline.bench.diagnostics import (
     device_name,
@@ -40,8 +42,6 @@ from pipeline.data.meta import (
 )
 from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
-from pipeline.metrics import phase_ms
-from pipeline.saved_state import LayerState, SavedState
 
 NVLINK_SAMPLE_S = 1.0
 

@@ -32,9 +32,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from pipeline.base.vocabulary import timed_phases
 from pipeline.bench.steps import Steps
 from pipeline.matrix.scale import TimingPlan
-from pipeline.vocabulary import timed_phases
 
 CALIBRATION_ITERATIONS = 3
 
@@ -79,7 +79,7 @@ class Clock:
 
 def time_windows(steps: Steps, clock: Clock, plan: TimingPlan) -> dict[str, list[float]]:
     """Window times in milliseconds per phase after ``plan.warmup`` iterations:
-    ``{"forward": [w0, ..., w4], ...}`` (phases: :func:`pipeline.vocabulary.timed_phases`)."""
+    ``{"forward": [w0, ..., w4], ...}`` (phases: :func:`pipeline.base.vocabulary.timed_phases`)."""
     forward, backward = steps.forward, steps.backward
     steps.warm_up(plan.warmup)
     times: dict[str, list[float]] = {phase: [] for phase in timed_phases(backward is not None)}

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
+from pipeline.base.saved_state import Policy, SavedState
+from pipeline.base.vocabulary import has_backward
 from pipeline.bench.steps import Steps
 from pipeline.data.meta import EmulationCopies
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
 from pipeline.moe.config import TORCH_DTYPES
-from pipeline.saved_state import Policy, SavedState
-from pipeline.vocabulary import has_backward
 
 
 def layer_config(execution: Execution, shape: Shape) -> MoEConfig:

@@ -1,8 +1,9 @@
 """The Hydra adapter, in one place: the matrix as config groups, the resolvers, the fast composition
 of a sweep's jobs and the selection a multirun would launch. Stages below it see plain dicts only."""
 
+from pipeline import CONFIG_DIR
 from pipeline.compose.jobs import compose_jobs, job_config
 from pipeline.compose.select import select
-from pipeline.compose.store import CONFIG_DIR, CONFIG_NAME, register
+from pipeline.compose.store import CONFIG_NAME, register
 
 __all__ = ["CONFIG_DIR", "CONFIG_NAME", "compose_jobs", "job_config", "register", "select"]

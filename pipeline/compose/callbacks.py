@@ -14,9 +14,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline.base.folders import check_path, check_writable, shown
 from pipeline.compose.launcher import refusals
 from pipeline.data.dataset import Dataset
-from pipeline.folders import check_path, check_writable, shown
 
 
 class DatasetFolder(Callback):

@@ -9,9 +9,9 @@ from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
+from pipeline import CONFIG_DIR
+from pipeline.base.exits import refuse
 from pipeline.bench.spec import JobSpec
-from pipeline.compose.store import CONFIG_DIR
-from pipeline.exits import refuse
 from pipeline.launch.settings import LaunchSettings, effective
 from pipeline.launch.sweep import Claimed, claimed
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from pipeline.base.exits import OK, refuse
+from pipeline.base.folders import check_path
 from pipeline.compose.errors import one_line
 from pipeline.compose.jobs import job_config
 from pipeline.compose.overrides import check as check_overrides
 from pipeline.compose.select import select
-from pipeline.exits import OK, refuse
-from pipeline.folders import check_path
 from pipeline.launch.plan import check_distinct, validate
 from pipeline.matrix import counts
 

@@ -19,8 +19,9 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from pipeline.compose.store import CONFIG_DIR, CONFIG_NAME, register
-from pipeline.folders import cut, shown
+from pipeline import CONFIG_DIR
+from pipeline.base.folders import cut, shown
+from pipeline.compose.store import CONFIG_NAME, register
 
 # Where ``+`` may add a key, and what checks it there.
 EXTENSIONS = {

@@ -11,8 +11,9 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
+from pipeline import CONFIG_DIR
 from pipeline.compose.jobs import compose_jobs
-from pipeline.compose.store import CONFIG_DIR, CONFIG_NAME, register
+from pipeline.compose.store import CONFIG_NAME, register
 from pipeline.matrix.scale import resolve
 
 

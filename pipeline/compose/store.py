@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict
-from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -21,7 +20,6 @@ from pipeline.data.dataset import Dataset
 from pipeline.launch.settings import CONFS
 from pipeline.matrix import VARIANTS, WORKLOADS, Variant, Workload
 
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"  # in the package (a link to conf/ in a checkout)
 CONFIG_NAME = "config"
 GROUPS: dict[str, tuple[Workload, ...] | tuple[Variant, ...]] = {"workload": WORKLOADS, "variant": VARIANTS}
 

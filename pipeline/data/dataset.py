@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path, PurePosixPath
 
-from pipeline.folders import check_path, check_writable
+from pipeline.base.folders import check_path, check_writable
 
 SHARDS, LEDGER, CLAIMS, OWNERS = "shards", "ledger", "claims", ".owners"
 LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
@@ -76,8 +76,8 @@ class Dataset:
 
     @classmethod
     def writable(cls, root: str | os.PathLike[str]) -> Dataset:
-        """The dataset folder at ``root`` for a sweep to write into (:func:`pipeline.folders.check_writable`);
-        a ValueError says why it will not do."""
+        """The dataset folder at ``root`` for a sweep to write into
+        (:func:`pipeline.base.folders.check_writable`); a ValueError says why it will not do."""
         try:
             return cls(check_writable(root))
         except ValueError as err:

@@ -1,9 +1,9 @@
 """The kept table of full-scale estimates: where it lives, its key, the published columns it gives.
 
-``python -m pipeline.estimate`` writes it (:mod:`pipeline.estimate.table`); the report reads it through
+``python -m pipeline.estimate`` writes it (:mod:`pipeline.tools.estimate.table`); the report reads it through
 this module alone, so publishing a dataset never imports the estimate's machinery (torch, fake CUDA,
 the C++ shim). The table is one JSON object in the cache folder, ``estimates-<fingerprint>.json``: key
-``<execution id>|<preset>``, value the estimate's result (:func:`pipeline.estimate.run.estimate`). The
+``<execution id>|<preset>``, value the estimate's result (:func:`pipeline.tools.estimate.run.estimate`). The
 fingerprint digests everything an estimate depends on (the sources of the code path, the scale and
 cluster presets, torch's version), so a change to any of them starts a new table. Nothing here imports
 torch.
@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import REPO_ROOT
+from pipeline.base.gpu_presets import DEFAULT_PRESET, gpu_presets
 from pipeline.data.reader import Shard
-from pipeline.gpu_presets import DEFAULT_PRESET, gpu_presets
 
 COLUMNS = ("estimatedPeakGiB", "opsPerIteration")
 # What an estimate depends on: the code it runs, the presets it reads and this table's own format.
@@ -33,8 +33,8 @@ SOURCES = (
     "pipeline/moe",
     "pipeline/bench",
     "pipeline/matrix",
-    "pipeline/estimate",
-    "pipeline/gpu_presets.py",
+    "pipeline/tools/estimate",
+    "pipeline/base/gpu_presets.py",
     "pipeline/data/estimates.py",
 )
 PRESETS = ("conf/scale/full.yaml", "conf/cluster")

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from pipeline.bounds import at_least
+from pipeline.base.bounds import at_least
+from pipeline.base.implementations import candidate
+from pipeline.base.saved_state import LayerState, Policy
 from pipeline.data.codec import JsonRecord, RecordError, decode
-from pipeline.implementations import candidate
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import Shape, TimingPlan
-from pipeline.saved_state import LayerState, Policy
 
 
 class MetaError(RecordError):

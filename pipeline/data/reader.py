@@ -9,8 +9,8 @@ readable schema version: an earlier one is read into today's fields, what it did
 matrix in every row with every field that execution's id determines as the id says (implementation,
 pipeline, precision, workload, kind, profile, EP, nominal d_ff, the per-layer loads), is complete
 (exactly one row per rank x phase x window that its metadata declares; required phases: those of the kind,
-:func:`pipeline.vocabulary.kind_phases`) and has window times within the bounds a window can take
-(:data:`pipeline.bounds.ITERATION_MS_MIN`, :data:`pipeline.bounds.WINDOW_MS_MAX`).
+:func:`pipeline.base.vocabulary.kind_phases`) and has window times within the bounds a window can take
+(:data:`pipeline.base.bounds.ITERATION_MS_MIN`, :data:`pipeline.base.bounds.WINDOW_MS_MAX`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipeline.bounds import ITERATION_MS_MIN, WINDOW_MS_MAX
+from pipeline.base.bounds import ITERATION_MS_MIN, WINDOW_MS_MAX
+from pipeline.base.vocabulary import KINDS, PHASES, kind_phases
 from pipeline.data.codec import RecordError, decode
 from pipeline.data.dataset import Dataset, parse_attempt
 from pipeline.data.meta import ExecutionMeta, MetaError
@@ -39,7 +40,6 @@ from pipeline.data.schema import (
     ShardIdentity,
 )
 from pipeline.matrix import EXECUTION_BY_ID
-from pipeline.vocabulary import KINDS, PHASES, kind_phases
 
 _TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
 _INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
@@ -255,7 +255,7 @@ def _check_windows(
     rank: np.ndarray,
     window: np.ndarray,
 ) -> None:
-    """Every window time is one a window can take (:mod:`pipeline.bounds`): an attempt of impossible
+    """Every window time is one a window can take (:mod:`pipeline.base.bounds`): an attempt of impossible
     times is no measurement, and it must not stand in for an older valid attempt."""
     least = ITERATION_MS_MIN * iterations
     bad = np.flatnonzero(~(np.isfinite(window_ms) & (window_ms >= least) & (window_ms <= WINDOW_MS_MAX)))

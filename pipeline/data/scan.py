@@ -17,7 +17,7 @@ unusable:
 
 An unusable attempt never hides an older valid one: the newest valid attempt wins. Files are read on
 daemon threads while the calling thread waits in short timed waits, so SIGINT and SIGTERM end a command
-(:mod:`pipeline.exits`) at once even while a read is blocked (a stalled network file system).
+(:mod:`pipeline.base.exits`) at once even while a read is blocked (a stalled network file system).
 """
 
 from __future__ import annotations

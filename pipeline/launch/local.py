@@ -6,7 +6,7 @@ other's timing. A job is identified by its pid and checked against its log folde
 reused pid is never mistaken for the job.
 
 The submitting process answers for its jobs: they start with SIGINT and SIGTERM held
-(:func:`pipeline.exits.held`), so a Ctrl-C to the terminal's process group or a ``kill`` of the
+(:func:`pipeline.base.exits.held`), so a Ctrl-C to the terminal's process group or a ``kill`` of the
 sweep reaches the sweep alone, which then kills the running job's controller and ranks (every
 process whose command line names the job's folder), records the attempt as interrupted and
 ends; nothing goes on without it.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import submitit
 
+from pipeline.base.exits import Interrupted, held
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
-from pipeline.exits import Interrupted, held
 from pipeline.launch.follow import follow
 from pipeline.launch.groups import Group, groups, job_folder
 from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState

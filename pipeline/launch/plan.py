@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pipeline.base.vocabulary import DEVICES
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
@@ -24,7 +25,6 @@ from pipeline.launch.jobs import Job, JobState
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
-from pipeline.vocabulary import DEVICES
 
 if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
     from pipeline.bench.execute import Summary

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pipeline.bounds import check_bounds
+from pipeline.base.bounds import check_bounds
 from pipeline.data.codec import JsonRecord, RecordError
 from pipeline.data.comparable import LOCAL_CLUSTER
 

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+from pipeline.base.exits import Interrupted
 from pipeline.bench.spec import JobSpec
 from pipeline.data import claims, ledger
 from pipeline.data.dataset import Dataset
-from pipeline.exits import Interrupted
 from pipeline.launch.backends import backend
 from pipeline.launch.jobs import PENDING, RUNNING, Job
 from pipeline.launch.plan import Outcome, intents, resumed

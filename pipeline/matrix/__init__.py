@@ -3,7 +3,7 @@
 This module is the single source of truth for the matrix's names and counts. It is plain data: the
 Hydra config groups ``workload`` and ``variant`` are generated from these tables
 (:mod:`pipeline.compose.store`), and a composed config maps back to its cell with :func:`execution_of`.
-The variants are those of the registered implementations (:mod:`pipeline.implementations`: MoK's two
+The variants are those of the registered implementations (:mod:`pipeline.base.implementations`: MoK's two
 and Dist-MoE's three), read once when this module is imported.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any
 
-from pipeline.implementations import candidate, implementation, implementations, reference
+from pipeline.base.implementations import candidate, implementation, implementations, reference
 
 PROFILES: dict[str, tuple[float, ...]] = {
     "balanced": (1.0,) * 10,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipeline.implementations import implementations
+from pipeline.base.implementations import implementations
 from pipeline.matrix import EXECUTIONS, Execution
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from pipeline.bounds import check_bounds
+from pipeline.base.bounds import check_bounds
+from pipeline.base.vocabulary import DTYPES, MX_BLOCK
 from pipeline.matrix import Execution, Workload, execution_of
-from pipeline.vocabulary import DTYPES, MX_BLOCK
 
 # Lower bounds of the timing keys (a scale's and a timing plan's alike).
 TIMING_BOUNDS: dict[str, float] = {

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from pipeline.implementations import MOK, Implementation, implementation, pipelines_of
-from pipeline.vocabulary import DTYPES, MX_BLOCK
+from pipeline.base.implementations import MOK, Implementation, implementation, pipelines_of
+from pipeline.base.vocabulary import DTYPES, MX_BLOCK
 
 # The vocabulary's dtype names as torch dtypes.
 TORCH_DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in DTYPES}
@@ -72,7 +72,7 @@ class MoEConfig:
 
     @property
     def record(self) -> Implementation:
-        """Everything decided per implementation (:mod:`pipeline.implementations`)."""
+        """Everything decided per implementation (:mod:`pipeline.base.implementations`)."""
         return implementation(self.implementation)
 
     @property

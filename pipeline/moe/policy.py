@@ -35,9 +35,9 @@ from typing import Protocol
 
 import torch
 
-from pipeline.implementations import implementation
+from pipeline.base.implementations import implementation
+from pipeline.base.saved_state import Buffer, Policy, SavedState
 from pipeline.moe.config import MoEConfig
-from pipeline.saved_state import Buffer, Policy, SavedState
 
 
 @dataclass(frozen=True)

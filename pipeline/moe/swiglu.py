@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from cutlass_kernels.gating import BACKEND_ENV
 from cutlass_kernels.swiglu_torch import check_operands, swiglu_backward_blocked, swiglu_backward_whole
-from pipeline.vocabulary import SWIGLU_FORMS
+from pipeline.base.vocabulary import SWIGLU_FORMS
 
 
 def swiglu_backward_fused(da: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

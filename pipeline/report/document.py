@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.base.saved_state import LayerState, Policy
 from pipeline.data.codec import JsonRecord
 from pipeline.data.scan import Skipped
 from pipeline.matrix.assumptions import Assumption
 from pipeline.report.deviations import Deviation
 from pipeline.report.publish import Row
-from pipeline.saved_state import LayerState, Policy
 
 
 @dataclass(frozen=True)

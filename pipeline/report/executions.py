@@ -6,7 +6,8 @@ Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shap
 rate is the analytical logical byte model of the cluster-average GPU (the convention of useful
 TFLOP/s) over that time, not measured traffic; the prediction is
 empty when no hardware preset matches the recorded device (e.g. CPU runs), and so are the %SOL columns:
-each rate over its peak in that preset (``conf/cluster/<name>.yaml``, read by :mod:`pipeline.gpu_presets`).
+each rate over its peak in that preset (``conf/cluster/<name>.yaml``, read by
+:mod:`pipeline.base.gpu_presets`).
 The sanity columns are the execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise
 error, its tolerance and the verdict; empty for shards written before the gate existed. Every column of
 what a shard's schema version did not record (the collective, kernels, contention and emulation copies
@@ -19,14 +20,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict
 
-from pipeline import model
+from pipeline import cost
+from pipeline.base.gpu_presets import GpuPreset, gpu_preset
+from pipeline.base.metrics import SlowestRank, phases, tera_per_second, useful_tflops_per_gpu
+from pipeline.base.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 from pipeline.data import estimates as kept_table
 from pipeline.data.reader import Shard
-from pipeline.gpu_presets import GpuPreset, gpu_preset
 from pipeline.matrix.scale import Shape
-from pipeline.metrics import SlowestRank, phases, tera_per_second, useful_tflops_per_gpu
 from pipeline.report.publish import Row, optional_number
-from pipeline.vocabulary import DTYPE_BYTES, WORK_MULTIPLE
 
 GIB = 2**30
 # Measured metrics besides the iteration time.
@@ -114,13 +115,13 @@ def execution_row(shard: Shard, reduced: dict[str, SlowestRank] | None = None) -
     ms = reduced["combined"].ms
     tokens = meta.shape.nominal_tokens
     layer = layer_shape(ident.kind, ident.precision, meta.shape)
-    hardware = model.hardware_for_device(ident.device)
+    hardware = cost.hardware_for_device(ident.device)
     predicted = None
     dispatch = "mxfp8" if ident.pipeline == "fp8-dispatch" else "bf16"
     if hardware is not None:
-        predicted = model.predicted_ms(layer, hardware, dispatch=dispatch)
+        predicted = cost.predicted_ms(layer, hardware, dispatch=dispatch)
     flops = (ident.kind, tokens, meta.shape.d_model, meta.shape.d_ff, meta.shape.top_k)
-    hbm_bytes = model.iteration_bytes(layer, dispatch)
+    hbm_bytes = cost.iteration_bytes(layer, dispatch)
     rates: Row = {
         "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
         "hbmModelTBs": tera_per_second(hbm_bytes, ms),
@@ -200,12 +201,12 @@ def what_ran(shard: Shard, combined: SlowestRank) -> Row:
     }
 
 
-def layer_shape(kind: str, precision: str, shape: Shape) -> model.LayerShape:
+def layer_shape(kind: str, precision: str, shape: Shape) -> cost.LayerShape:
     """The model's shape of the layer a shard measured, at the report's T: tokens per GPU of the
     nominal EP-wide cluster (``nominal_tokens``; runs on fewer ranks than EP feed each launched rank
     T'_l tokens in layer l, ``layer_tokens``)."""
     s = shape
-    return model.LayerShape(
+    return cost.LayerShape(
         kind, s.nominal_tokens, s.d_model, s.d_ff, s.num_experts, s.top_k, s.ep, precision, s.layer_loads,
         s.num_shared, DTYPE_BYTES[s.dtype],
     )  # fmt: skip

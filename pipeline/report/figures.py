@@ -1,7 +1,7 @@
 """Published figures: iteration time per EP (MoK vs the selected Dist-MoE pipeline) and saved state.
 
 Each implementation is drawn in its record's colours and named by its label
-(:mod:`pipeline.implementations`); an implementation in no pair is drawn beside the pair, its fastest
+(:mod:`pipeline.base.implementations`); an implementation in no pair is drawn beside the pair, its fastest
 pipeline per matched workload. Figures are built on ``matplotlib.figure.Figure`` (Agg, no pyplot
 global state) and saved without a software stamp, so the same rows give the same PNG bytes.
 """
@@ -17,13 +17,19 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from pipeline.implementations import Implementation, candidate, implementation, implementations, reference
+from pipeline.base.implementations import (
+    Implementation,
+    candidate,
+    implementation,
+    implementations,
+    reference,
+)
+from pipeline.base.printable import printable
+from pipeline.base.vocabulary import KINDS, PRECISIONS
 from pipeline.matrix import WORKLOADS
-from pipeline.printable import printable
 from pipeline.report.document import PackingEvidence
 from pipeline.report.pairs import CANDIDATE_ID, REFERENCE_ID, fastest
 from pipeline.report.publish import Row, number
-from pipeline.vocabulary import KINDS, PRECISIONS
 
 PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 # Saved-state axes reach this far above the tallest bar: room for a panel's three lines of text.

@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pipeline.printable import printable
+from pipeline.base.printable import printable
 
 Cell = str | tuple[str, str]  # text, or (text, CSS class of its cell)
 

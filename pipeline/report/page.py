@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from pipeline.base.gpu_presets import PEAKS, gpu_preset, preset_for_device
 from pipeline.data.reader import Shard
-from pipeline.gpu_presets import PEAKS, gpu_preset, preset_for_device
 from pipeline.matrix import VARIANTS, WORKLOADS, Execution
 from pipeline.report import html
 from pipeline.report.document import Document, Meta, PackingEvidence

@@ -2,14 +2,14 @@
 
 ``speedup`` is MoK time / Dist-MoE time; paired metrics are Dist-MoE / MoK. Exactly one pipeline per
 matched workload is ``selected``: the fastest Dist-MoE one (ties go to the smaller execution id).
-MoK and Dist-MoE are the registry's pair roles (:func:`pipeline.implementations.reference` and
+MoK and Dist-MoE are the registry's pair roles (:func:`pipeline.base.implementations.reference` and
 ``candidate``), and the columns keep the report's names for them (``mok*`` the reference, ``dist*`` the
 candidate); any other implementation is published in no pair.
 """
 
 from __future__ import annotations
 
-from pipeline.implementations import candidate, reference
+from pipeline.base.implementations import candidate, reference
 from pipeline.report.executions import RATIO_METRICS
 from pipeline.report.publish import Row, number, optional_number
 

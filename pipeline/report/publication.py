@@ -48,8 +48,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from pipeline.base.exits import held
 from pipeline.data.atomic import sync_folder
-from pipeline.exits import held
 
 MANIFEST_NAME = "mok-comparison.sha256"
 STAGING_PREFIX = ".publishing-"

@@ -1,0 +1,213 @@
+"""``python -m pipeline.resubmit DATASET_DIR``: run again what has no valid shard.
+
+Only executions that are failed or missing (see ``pipeline.status``) go out, each as a new attempt
+with the overrides and the launcher settings its newest submission recorded (timeout, account,
+exclude, ...; on Slurm without waiting). An operator changes settings with ``--set KEY=VALUE`` or the
+Hydra spelling ``hydra.launcher.KEY=VALUE``; ``--dry-run`` lists what would go out and submits
+nothing. Composition, planning and submission run in this process, so progress shows as it happens.
+Done, pending and running executions are never touched, and each attempt is claimed before it goes
+out (:mod:`pipeline.data.claims`), so running it twice at once, or while a sweep is still going,
+never duplicates work. It needs only the dataset folder: the process that launched the
+sweep may be long gone.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pipeline.base.exits import dataset_parser, refuse
+from pipeline.base.printable import printable
+from pipeline.bench.spec import JobSpec
+from pipeline.compose import job_config
+from pipeline.compose.select import compose_each
+from pipeline.data.comparable import KEYS, text
+from pipeline.data.dataset import Dataset
+from pipeline.data.scan import dataset_settings
+from pipeline.launch.backends import backend
+from pipeline.launch.jobs import FAILED
+from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.settings import LaunchSettings
+from pipeline.launch.sweep import claimed, run
+from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.survey import MISSING, ExecutionStatus, dataset_survey
+
+CHOICES = (FAILED, MISSING)
+# Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
+_SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
+_HYDRA_KEY = "hydra.launcher."
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Executions that go out together: one backend, the same settings; their composed jobs, their
+    states before, and (once planned) their plan."""
+
+    settings: LaunchSettings
+    jobs: list[tuple[list[str], dict[str, Any]]]
+    was: list[ExecutionStatus]
+    planned: tuple[JobSpec, ...] = ()
+
+
+def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[LaunchSettings, list[str]]:
+    """The launch settings and overrides of the execution's newest submission (or of the sweep that
+    meant it, when it never went out), with its own workload and variant (from its id) and the
+    dataset at hand (it may have moved since)."""
+    record, intent = status.submitted, status.intended
+    intention = None if intent is None else intent.intention(status.execution_id)
+    if record is None and (intent is None or intention is None):
+        raise ValueError(
+            f"{status.execution_id}: no 'submitted' or 'intended' record in the ledger to rerun it from"
+        )
+    if status.execution_id not in EXECUTION_BY_ID:
+        raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
+    if record is not None:
+        settings, recorded = LaunchSettings.from_json(record.settings), list(record.overrides)
+    else:
+        assert intent is not None and intention is not None
+        settings, recorded = LaunchSettings.from_json(intent.settings), list(intention.overrides)
+    execution = EXECUTION_BY_ID[status.execution_id]
+    others = [o for o in recorded if not o.startswith(_SET_HERE)]
+    own = [f"workload={execution.workload.name}", f"variant={execution.variant.name}"]
+    return settings, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
+
+
+def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, object]) -> list[Batch]:
+    """Plan the resubmission of ``chosen`` (nothing is submitted): each with the settings its newest
+    submission recorded, as its backend resubmits them, then ``changes``."""
+    by_backend: dict[str, list[tuple[ExecutionStatus, LaunchSettings, list[str]]]] = {}
+    for status in chosen:
+        recorded, overrides = job_overrides(dataset, status)
+        by_backend.setdefault(recorded.backend, []).append((status, recorded, overrides))
+    groups: dict[str, Batch] = {}  # by the settings' JSON (a settings object holds a mapping)
+    for name, members in by_backend.items():
+        runner = backend(name)
+        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"])
+        for (status, recorded, overrides), cfg in zip(members, configs, strict=True):
+            settings = runner.for_resubmission(recorded).changed(changes)
+            batch = groups.setdefault(json.dumps(settings.to_json(), sort_keys=True), Batch(settings, [], []))
+            batch.jobs.append((overrides, job_config(cfg)))
+            batch.was.append(status)
+    return [replace(b, planned=tuple(plan(b.jobs, b.settings))) for b in groups.values()]
+
+
+def check_changes(dataset: Path, statuses: list[ExecutionStatus], changes: dict[str, object]) -> None:
+    """Refuse ``changes`` that no resubmission could take, whatever is chosen: a comparable setting of
+    the dataset (a resubmission keeps them), or a launcher value the recorded settings refuse."""
+    comparable = [k for k in changes if k in KEYS]
+    if comparable:
+        fixed = dataset_settings(Dataset(dataset))
+        held = (
+            "" if fixed is None else f" ({' '.join(f'{k}={text(fixed.value(k))}' for k in comparable)} here)"
+        )
+        asked = " ".join(f"{k}={text(changes[k])}" for k in comparable)
+        raise ValueError(
+            f"{', '.join(comparable)}: comparable settings of the dataset{held}, which a resubmission keeps; "
+            f"run {asked} into a new dataset_dir with python -m pipeline.run"
+        )
+    recorded = [r.settings for s in statuses for r in (s.submitted, s.intended) if r is not None]
+    for settings in {json.dumps(r, sort_keys=True): r for r in recorded}.values():
+        LaunchSettings.from_json(settings).changed(changes)
+
+
+def parse_changes(assignments: list[str]) -> dict[str, object]:
+    """``KEY=VALUE`` or ``hydra.launcher.KEY=VALUE`` -> {KEY: VALUE}, VALUE read as YAML (7, true,
+    [a, b], {comment: x})."""
+    changes = {}
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        key = key.lstrip("+").removeprefix(_HYDRA_KEY)
+        if not sep or not key:
+            raise ValueError(f"{assignment!r} is not KEY=VALUE (or hydra.launcher.KEY=VALUE)")
+        try:
+            changes[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ValueError(f"{assignment!r}: the value is not YAML") from None
+    return changes
+
+
+def failed_nodes(statuses: list[ExecutionStatus], exclude: str | None) -> str | None:
+    """Slurm's ``--exclude`` list: ``exclude`` and every node a failed attempt of ``statuses`` ran on."""
+    nodes = [n for n in (exclude or "").split(",") if n]
+    nodes += sorted({n for s in statuses if s.state == FAILED for n in s.nodes} - set(nodes))
+    return ",".join(nodes) or None
+
+
+def resubmit(
+    dataset: Path,
+    only: str | None = None,
+    changes: dict[str, object] | None = None,
+    dry_run: bool = False,
+    exclude_failed_nodes: bool = False,
+) -> tuple[list[ExecutionStatus], list[Outcome]]:
+    """Submit every failed and/or missing execution again (or, dry, list them): those chosen, and the
+    outcomes of those that ran (none on a scheduler, which does not wait). With
+    ``exclude_failed_nodes`` the new attempts keep off every node a failed attempt ran on."""
+    if only is not None and only not in CHOICES:
+        raise ValueError(f"--only {only!r} is not allowed; allowed: {', '.join(CHOICES)}")
+    wanted = {only} if only else set(CHOICES)
+    statuses, skipped = dataset_survey(dataset)
+    for s in skipped:
+        print(printable(f"skipped {s.path}: {s.reason}"), file=sys.stderr)
+    check_changes(dataset, statuses, changes or {})
+    chosen = [s for s in statuses if s.state in wanted]
+    planned = batches(dataset, chosen, changes or {})  # all of it planned before anything is submitted
+    if exclude_failed_nodes:
+        if any(batch.settings.backend == "local" for batch in planned):
+            raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
+        planned = [
+            replace(b, settings=replace(b.settings, exclude=failed_nodes(statuses, b.settings.exclude)))
+            for b in planned
+        ]
+    outcomes: list[Outcome] = []
+    for batch in planned:
+        shown = " ".join(
+            f"{k}={v}" for k, v in sorted(batch.settings.to_json().items()) if v not in (None, [], {})
+        )
+        was = {p.execution_id: w.state for p, w in zip(batch.planned, batch.was, strict=True)}
+        if dry_run:
+            for p in batch.planned:
+                print(f"would resubmit {p.execution_id} as attempt {p.attempt} (was {was[p.execution_id]})")
+            print(f"  launcher: {shown}", flush=True)
+            continue
+        # what another writer took meanwhile (a sweep still going, a second resubmission) stays its
+        with claimed(list(batch.planned), resume=True) as sweep:
+            for line in sweep.skips("resubmit"):
+                print(line, flush=True)
+            for p in sweep.to_run:
+                print(f"resubmitting {p.execution_id} as attempt {p.attempt} (was {was[p.execution_id]})")
+            print(f"  launcher: {shown}", flush=True)
+            outcomes += [o for o in run(sweep.to_run, batch.settings) if o.ended]
+    return chosen, outcomes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = dataset_parser("pipeline.resubmit", __doc__)
+    parser.add_argument(
+        "launcher_keys", nargs="*", metavar="hydra.launcher.KEY=VALUE", help="change a launcher setting"
+    )
+    parser.add_argument("--only", choices=CHOICES, help="resubmit only failed or only missing executions")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="change a launcher setting"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would go out; submit nothing")
+    parser.add_argument(
+        "--exclude-failed-nodes",
+        action="store_true",
+        help="keep new attempts off the nodes failed attempts ran on (Slurm --exclude)",
+    )
+    args = parser.parse_intermixed_args(argv)
+    try:
+        changes = parse_changes([*args.set, *args.launcher_keys])
+        chosen, outcomes = resubmit(
+            Path(args.dataset_dir), args.only, changes, args.dry_run, args.exclude_failed_nodes
+        )
+    except (ValueError, RuntimeError) as err:
+        return refuse("pipeline.resubmit", err)
+    print(f"{len(chosen)} execution(s) {'would be ' if args.dry_run else ''}resubmitted")
+    return 1 if any(o.error is not None for o in outcomes) else 0

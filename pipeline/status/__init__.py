@@ -1,5 +1,0 @@
-"""Status of a launched dataset: which executions are done, running, pending, failed or missing."""
-
-from pipeline.status.states import DONE, MISSING, STATES, ExecutionStatus, dataset_status, dataset_survey
-
-__all__ = ["DONE", "MISSING", "STATES", "ExecutionStatus", "dataset_status", "dataset_survey"]
