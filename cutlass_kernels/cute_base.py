@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import cutlass
 import cutlass.cute as cute
 import torch
+from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
 from cutlass_kernels import compiles, tile_schedule
@@ -240,7 +241,13 @@ class GroupedGemm(ABC):
 
     @cute.jit
     def __call__(
-        self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, ctas: cutlass.Int32, stream
+        self,
+        a: cute.Tensor,
+        b: cute.Tensor,
+        c: cute.Tensor,
+        offs: cute.Tensor,
+        ctas: cutlass.Int32,
+        stream: cuda.CUstream,
     ) -> None:
         """M-grouped: a (M, K); b (N, K, G) K- or N-major; c (M, N). K-grouped: a (N, R) and b (K, R),
         both N-major over the rows R (the padded copies' rows, or the operands' own); c (G * N, K).

@@ -21,7 +21,12 @@ OUTS = ("bfloat16", "float32")
 BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
 VARIANT_KERNELS = {
-    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS]
+    "sm_90a": [
+        f"grouped_wgrad_bfloat16-{out}_128x256_{v}"
+        for v in ("inplace", "ragged_tile", "inplace_tile")
+        for out in OUTS
+    ]
+    + [f"grouped_{op}_bfloat16-{out}_128x256_tma_tail64" for op in ("fprop", "dgrad") for out in OUTS]
     + [
         f"grouped_{op}_bfloat16-{out}_128x256_{v}"
         for v in ("tma_epilogue", "tail64", "cluster2x1", "tma_cluster2x1")
@@ -57,7 +62,8 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels
         assert (out / f"{name}_{arch}.cubin").stat().st_size > 0
     # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{name}_{arch}.{ext}" for name in [*KERNELS[arch], SWIGLU_KERNEL] for ext in ("ptx", "cubin")
+        [f"{name}_{arch}.{ext}" for name in [*KERNELS[arch], SWIGLU_KERNEL] for ext in ("ptx", "cubin")]
+        + ["kernels.json"]
     )
 
 
