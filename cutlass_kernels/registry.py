@@ -206,17 +206,17 @@ def compiled(spec: KernelSpec) -> Any:
     return compile_spec(spec, kernel_for(spec))
 
 
-def compile_all(arch: str, out_dir: Path) -> list[Path]:
+def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
     """Compile every kernel of ``arch`` and write ``<name>.ptx`` / ``<name>.cubin`` into ``out_dir``,
     and ``kernels.json``: per kernel, the shared-memory stages and bytes its launch takes, where its
-    class reports them (the sm90 kernels; ptxas sees no dynamic shared memory)."""
+    class reports them (the sm90 kernels; ptxas sees no dynamic shared memory). ``options``: the
+    DSL's compile options beside those. The compiled kernels by name."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, facts = [], {}
+    compiled, facts = {}, {}
     for spec in all_specs(arch):
         kernel = kernel_for(spec)
-        compile_spec(spec, kernel, out_dir)
-        written += [out_dir / f"{spec.name}.ptx", out_dir / f"{spec.name}.cubin"]
+        compiled[spec.name] = compile_spec(spec, kernel, out_dir, options)
         if hasattr(kernel, "shared_bytes"):
             facts[spec.name] = {"stages": kernel.stages, "shared_bytes": kernel.shared_bytes}
     (out_dir / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
-    return [*written, out_dir / FACTS]
+    return compiled
