@@ -41,11 +41,11 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import api, gating, quantize_mx, vocabulary
+from cutlass_kernels import api, gating, quantize, vocabulary
 from cutlass_kernels.choices import CHOICES
 from cutlass_kernels.gating import key
 from cutlass_kernels.isolation import run_isolated
-from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.mxfp8 import MXTensor, quantize_mx  # the torch form: the checks' reference
 from cutlass_kernels.plants import PLANT_ENV, Plant, plants_of
 from cutlass_kernels.results import append, finite, read
 from cutlass_kernels.vocabulary import BF16_OPS, CUTE_BACKENDS, OPS, has_mx_kernel
@@ -146,7 +146,10 @@ def plan_records(t: Target) -> list[dict[str, Any]]:
             )
     checks = [{**base, "name": "op variant", "op": op, "variant": v} for op in OPS for v in variants(t, op)]
     ops = {op: sorted({c.variant for c in CHOICES if (c.arch, c.op) == (t.arch, op)}) for op in OPS}
-    chosen = {**base, "name": "chosen", "variants": {op: v for op, v in ops.items() if v and not t.dry_run}}
+    chosen_ops: dict[str, list[str]] = {op: v for op, v in ops.items() if v and not t.dry_run}
+    if quantize.quantizer() == "kernel":  # the layers run the MX quantization kernel: it joins the gate
+        chosen_ops[gating.MX_QUANT] = ["default"]
+    chosen = {**base, "name": "chosen", "variants": chosen_ops}
     return [
         *sorted(found, key=lambda r: r["variant"] != "default"),
         *sorted(checks, key=lambda r: r["variant"] != "default"),

@@ -43,12 +43,33 @@ def _timed(variant: str, lo: float, median: float, hi: float, op: str = "fprop")
     """A timing record of the device run, for UP's shape."""
     shape = {"groups": UP.groups, "rows": UP.rows, "n": UP.n, "k": UP.k}
     ms = {"min": lo, "median": median, "max": hi}
-    return {"stage": "timing", "status": "pass", "op": op, "variant": variant, **shape, "graph_ms": ms}
+    k = f"{op}/bfloat16/{variant}"
+    return {
+        "stage": "timing",
+        "status": "pass",
+        "op": op,
+        "variant": variant,
+        "key": k,
+        **shape,
+        "graph_ms": ms,
+    }
+
+
+def _verdicts(variant: str, correct: str = "pass", op: str = "fprop") -> list[dict]:
+    """The smoke and correctness verdicts of a variant's kernel, as the device run records them."""
+    k = f"{op}/bfloat16/{variant}"
+    return [
+        {"stage": stage, "key": k, "verdict": True, "status": status}
+        for stage, status in (("smoke", "pass"), ("correctness", correct))
+    ]
+
+
+PASSED = [*_verdicts("default"), *_verdicts("wide"), *_verdicts("tall")]
 
 
 def test_the_table_names_a_variant_only_where_all_its_replays_beat_the_defaults():
     def table(*records: dict) -> list[str]:
-        return [c.variant for c in measured(records, "sm_90a", "2026-12-04", "H200")]
+        return [c.variant for c in measured([*PASSED, *records], "sm_90a", "2026-12-04", "H200")]
 
     default = _timed("default", 2.0, 2.1, 2.2)
     assert table(default, _timed("wide", 1.5, 1.6, 1.9)) == ["wide"]
@@ -57,9 +78,19 @@ def test_the_table_names_a_variant_only_where_all_its_replays_beat_the_defaults(
     assert table(_timed("wide", 1.0, 1.1, 1.2)) == []  # nothing to beat: no default timed
     two = [default, _timed("wide", 1.5, 1.6, 1.9), _timed("tall", 1.4, 1.5, 1.7)]
     assert table(*two) == ["tall"]  # the lowest median
-    (entry,) = measured(two, "sm_90a", "2026-12-04", "H200")
+    (entry,) = measured([*PASSED, *two], "sm_90a", "2026-12-04", "H200")
     assert (entry.op, entry.groups, entry.n, entry.k, entry.rows_bucket) == ("fprop", 48, 6144, 7168, 16384)
     assert eval(source([entry]).split("=", 1)[1]) == (entry,)  # the table's Python reads back
+
+
+def test_a_variant_that_failed_a_check_is_never_chosen_however_fast():
+    fast = [_timed("default", 2.0, 2.1, 2.2), _timed("wide", 1.0, 1.1, 1.2)]
+    failed = [*_verdicts("default"), *_verdicts("wide", correct="fail")]
+    unchecked = [*_verdicts("default")]  # a timing record with no verdicts before it (a rerun's remnant)
+    for verdicts in (failed, unchecked):
+        assert measured([*verdicts, *fast], "sm_90a", "2026-12-04", "H200") == []
+    # and the default keeps its shapes when its own checks are missing: nothing is chosen at all
+    assert measured([*_verdicts("wide"), *fast], "sm_90a", "2026-12-04", "H200") == []
 
 
 def test_the_committed_table_names_registered_variants_of_each_op():

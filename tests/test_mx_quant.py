@@ -150,3 +150,35 @@ def test_the_wrapper_names_what_the_kernel_cannot_take():
         mx_quant_kernel.launch("scaled", "exact", x)
     with pytest.raises(ValueError, match="scale mode 'slow' is not allowed"):
         mx_quant_kernel.fake_quantize(x, "slow")
+
+
+def test_the_layers_quantize_by_the_torch_form_until_the_kernel_is_chosen(monkeypatch: pytest.MonkeyPatch):
+    import cutlass_kernels
+    from cutlass_kernels import choices, quantize
+
+    assert choices.MX_QUANTIZER == "torch" and quantize.quantizer() == "torch"
+    assert cutlass_kernels.quantize_mx is quantize.quantize_mx
+    assert cutlass_kernels.fake_quantize is quantize.fake_quantize
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    monkeypatch.setenv(quantize.QUANTIZER_ENV, "kernel")
+    assert quantize.quantizer() == "kernel"
+    # a CPU tensor is the torch form's whatever the choice
+    assert torch.equal(
+        quantize.quantize_mx(x).data.view(torch.uint8), mxfp8.quantize_mx(x).data.view(torch.uint8)
+    )
+    assert torch.equal(quantize.fake_quantize(x, "fast"), mxfp8.fake_quantize(x, "fast"))
+    monkeypatch.setenv(quantize.QUANTIZER_ENV, "triton")
+    with pytest.raises(
+        ValueError, match="CUTLASS_KERNELS_MX_QUANTIZER='triton' is not allowed; allowed: torch, kernel"
+    ):
+        quantize.quantizer()
+
+
+def test_a_chosen_quantization_kernel_joins_the_devices_gate(monkeypatch: pytest.MonkeyPatch):
+    from cutlass_kernels import check, gating, quantize
+
+    t = check.target(dry_run=True)
+    assert gating.MX_QUANT not in next(r for r in check.plan_records(t) if r["name"] == "chosen")["variants"]
+    monkeypatch.setenv(quantize.QUANTIZER_ENV, "kernel")
+    chosen = next(r for r in check.plan_records(t) if r["name"] == "chosen")["variants"]
+    assert gating.chosen_keys(chosen) == (gating.MX_QUANT_KEY,)
