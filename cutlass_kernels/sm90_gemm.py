@@ -378,7 +378,8 @@ class Sm90GroupedGemm(GroupedGemm):
 
         self.storage = Storage
         # what the launch takes: the struct, then the C buffers at the next 1024-byte boundary
-        self.shared_bytes = -(-Storage.__sizeof__() // 1024) * 1024
+        struct_bytes: int = Storage.__sizeof__()  # type: ignore[call-arg]  # the DSL's struct: a class method
+        self.shared_bytes = -(-struct_bytes // 1024) * 1024
         if cutlass.const_expr(epi_smem is not None):
             self.shared_bytes += cute.cosize(epi_smem) * self.c_dtype.width // 8
         grid = ctas
@@ -440,7 +441,8 @@ class Sm90GroupedGemm(GroupedGemm):
 
         smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
-        sC, sC_boxes = None, None
+        sC: Any = None
+        sC_boxes = None
         if cutlass.const_expr(self.tma_store or self.tile_store):
             sC = smem.allocate_tensor(
                 self.c_dtype, epi_smem.outer, byte_alignment=1024, swizzle=epi_smem.inner
@@ -517,17 +519,28 @@ class Sm90GroupedGemm(GroupedGemm):
             )
             if cutlass.const_expr(self.reads_in_place):
                 # this group's chunks of A = dY^T and B = X^T, from its first row on
-                mB_rows = loads.mB
-                if cutlass.const_expr(self.in_place):
-                    mB_rows = loads.mB[(None, None, 0)]  # the group mode of one that __call__ added
-                tAsA, tAgA = self._a_slices(
-                    loads.tma_a, loads.sA, self._group_rows(loads.mA, walk.offs, group), a_row // self.tile_m
-                )
-                gB_group = cute.local_tile(
-                    self._group_rows(mB_rows, walk.offs, group),
-                    cute.select(self.tile_mnk, mode=[1, 2]),
-                    (n_tile, None),
-                )
+                if cutlass.const_expr(self.ragged):
+                    tAsA, tAgA = self._a_slices(
+                        loads.tma_a,
+                        loads.sA,
+                        self._ragged_rows(loads.mA, walk.offs, group),
+                        a_row // self.tile_m,
+                    )
+                    gB_group = cute.local_tile(
+                        self._ragged_rows(loads.mB, walk.offs, group),
+                        cute.select(self.tile_mnk, mode=[1, 2]),
+                        (n_tile, None),
+                    )
+                else:
+                    start = self._group_start(walk.offs, group)
+                    tAsA, tAgA = self._a_slices(
+                        loads.tma_a, loads.sA, cute.domain_offset((0, start), loads.mA), a_row // self.tile_m
+                    )
+                    gB_group = cute.local_tile(
+                        cute.domain_offset((0, start, 0), loads.mB),
+                        cute.select(self.tile_mnk, mode=[1, 2]),
+                        (n_tile, None, 0),
+                    )
                 sB_stages, gB_chunks = cpasync.tma_partition(
                     loads.tma_b,
                     0,
@@ -697,21 +710,13 @@ class Sm90GroupedGemm(GroupedGemm):
         return start
 
     @cute.jit
-    def _group_rows(self, m: cute.Tensor, offs: cute.Tensor, group: cutlass.Int32) -> cute.Tensor:
-        """The TMA coordinates of an operand's rows of ``group``, as (cols, rows from the group's
-        first): in place, the 2-D view moved to the group's first row (rows past its end are the
-        next group's); ragged, the bounded rows of the 4-D ragged view (:func:`ragged_view`), past
-        whose end TMA reads zeros."""
+    def _ragged_rows(self, m: cute.Tensor, offs: cute.Tensor, group: cutlass.Int32) -> cute.Tensor:
+        """The TMA coordinates of an operand's rows of ``group`` in its 4-D ragged view
+        (:func:`ragged_view`), as (cols, rows from the group's first): past the group's end TMA reads
+        zeros."""
         start = self._group_start(offs, group)
-        rows = m
-        if cutlass.const_expr(self.ragged):
-            length = cutlass.max(offs[group] - start, cutlass.Int32(0))
-            rows = cute.domain_offset(
-                (0, RAGGED_BOUND - length), m[(None, None, RAGGED_BOUND, start + length)]
-            )
-        else:
-            rows = cute.domain_offset((0, start), m)
-        return rows
+        first, (bound, end) = ragged_rows(start, cutlass.max(offs[group] - start, cutlass.Int32(0)))
+        return cute.domain_offset((0, first), m[(None, None, bound, end)])
 
     @cute.jit
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read, k, zero) -> None:
