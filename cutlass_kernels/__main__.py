@@ -30,13 +30,13 @@ def _compile(arch: str, out: Path, cache: Path | None) -> int:
     """Every kernel of ``arch``, its PTX and cubin into ``out``; with ``cache``, also exported there
     from the same compiles (:func:`cutlass_kernels.kernel_cache.build`)."""
     _target_arch(arch)
-    from cutlass_kernels import kernel_cache
+    from cutlass_kernels import kernel_cache, registry
 
     if cache is not None:
-        entries = kernel_cache.build(arch, cache, out)
+        entries = kernel_cache.build(arch, cache, registry.compile_arch(arch, out, kernel_cache.HOST_TARGET))
         print(f"{len(entries)} kernels exported into {cache}: {sum(e['bytes'] for e in entries)} bytes")
     else:
-        kernel_cache.compile_all(arch, out)
+        registry.compile_arch(arch, out)
     for path in sorted(out.iterdir()):
         print(path)
     return 0
@@ -65,8 +65,11 @@ def _cache(args: argparse.Namespace) -> int:
             )
             return 2
         _target_arch(args.arch)
+        from cutlass_kernels import registry  # the DSL, imported for the arch just set
+
         with tempfile.TemporaryDirectory() as scratch:  # the compiles' PTX and cubins, not kept
-            entries = kernel_cache.build(args.arch, args.out, Path(scratch))
+            compiled = registry.compile_arch(args.arch, Path(scratch), kernel_cache.HOST_TARGET)
+            entries = kernel_cache.build(args.arch, args.out, compiled)
         for e in entries:
             print(f"{e['bytes']:>8} {e['stem']}.o")
         total = sum(e["bytes"] for e in entries)

@@ -174,28 +174,13 @@ def write_manifest(cache: Path, entries: Iterable[dict[str, Any]]) -> Path:
     return path
 
 
-def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
-    """Every CuTe kernel of ``arch``, compiled with ``options`` beside the DSL's defaults, its PTX and
-    cubin written into ``out_dir`` (the grouped GEMMs of every variant, the SwiGLU backward and the
-    MX quantization kernels); the compiled kernels by name. The DSL must target ``arch``
-    (``CUTE_DSL_ARCH``, set before it is first imported)."""
-    from cutlass_kernels import mx_quant_kernel, registry, swiglu_kernel
-
-    return {
-        **registry.compile_all(arch, out_dir, options),
-        **swiglu_kernel.compile_all(arch, out_dir, options),
-        **mx_quant_kernel.compile_all(arch, out_dir, options),
-    }
-
-
-def build(arch: str, cache: Path, out_dir: Path) -> list[dict[str, Any]]:
-    """Export every kernel of ``arch`` (:func:`compile_all`, its PTX and cubin into ``out_dir``) into
-    ``cache``, emptied of other object files first; the manifest's entries. Compiles from fake
-    tensors: no GPU."""
+def build(arch: str, cache: Path, compiled: dict[str, Any]) -> list[dict[str, Any]]:
+    """Export ``compiled`` (every kernel of ``arch`` by name, built with :data:`HOST_TARGET`:
+    :func:`cutlass_kernels.registry.compile_arch`) into ``cache``, emptied of other object files
+    first; the manifest's entries."""
     cache.mkdir(parents=True, exist_ok=True)
     for stale in [*cache.glob("*.o"), cache / MANIFEST]:
         stale.unlink(missing_ok=True)
-    compiled = compile_all(arch, out_dir, HOST_TARGET)
     entries = [export(function, Key.current(name, arch), cache) for name, function in compiled.items()]
     write_manifest(cache, entries)
     return entries
