@@ -52,17 +52,24 @@ def _target_arch(arch: str) -> None:
     os.environ["CUTE_DSL_ARCH"] = arch
 
 
+def _not_a_folder(command: str, path: Path, option: str = "--out") -> bool:
+    """Whether ``path`` is a file where a folder is wanted (said on stderr)."""
+    if path.exists() and not path.is_dir():
+        print(
+            f"python -m cutlass_kernels {command}: {option} {path} is a file, not a directory",
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
 def _cache(args: argparse.Namespace) -> int:
     """``cache build``: export every kernel of an arch, then list them with their size; ``cache
     verify``: every problem of a cache folder, one a line (exit 1 if any)."""
     from cutlass_kernels import kernel_cache
 
     if args.action == "build":
-        if args.out.exists() and not args.out.is_dir():
-            print(
-                f"python -m cutlass_kernels cache build: --out {args.out} is a file, not a directory",
-                file=sys.stderr,
-            )
+        if _not_a_folder("cache build", args.out):
             return 2
         _target_arch(args.arch)
         from cutlass_kernels import registry  # the DSL, imported for the arch just set
@@ -237,11 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cache":
         return _cache(args)
     if args.command == "compile":
-        if args.out.exists() and not args.out.is_dir():
-            print(
-                f"python -m cutlass_kernels compile: --out {args.out} is a file, not a directory",
-                file=sys.stderr,
-            )
+        if _not_a_folder("compile", args.out) or (
+            args.cache and _not_a_folder("compile", args.cache, "--cache")
+        ):
             return 2
         return _compile(args.arch, args.out, args.cache)
     return _child(args)

@@ -146,6 +146,35 @@ def _compile(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None, option
     return compiled
 
 
+def compile_host(
+    host: Any,
+    args: list[Any],
+    name: str,
+    arch: str | None,
+    dump_dir: Path | None,
+    options: str,
+    constants: tuple[Any, ...] = (),
+) -> Any:
+    """``cute.compile(host, *args, stream, *constants)`` of an elementwise kernel's host function
+    (timed; ``stream`` a fake one), for ``arch`` (None: the arch the DSL targets in this process),
+    with ``options`` beside the DSL's defaults; with ``dump_dir`` (an arch named) also
+    ``<name>.ptx`` and ``.cubin`` written there."""
+    from cutlass.runtime import make_fake_stream
+
+    if arch is not None:
+        options += f" --gpu-arch {arch}"
+    if dump_dir is not None:
+        if arch is None:
+            raise ValueError("name the arch whose PTX and cubin to write")
+        scratch = dump_dir / f".{name}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
+    compiled = compiles.timed(cute.compile, host, *args, make_fake_stream(), *constants, options=options)
+    if dump_dir is not None:
+        _move_artifacts(compiled, scratch, dump_dir / name)
+    return compiled
+
+
 def _move_artifacts(compiled: Any, scratch: Path, stem: Path) -> None:
     stem.with_suffix(".ptx").write_text(compiled.__ptx__)
     stem.with_suffix(".cubin").write_bytes(compiled.__cubin__)

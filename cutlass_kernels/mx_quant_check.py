@@ -27,8 +27,8 @@ import torch
 from cutlass_kernels import gating, mxfp8, mxfp8_bits
 from cutlass_kernels.formats import E8M0_BIAS, SCALE_MODES
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
-from cutlass_kernels.results import append
-from cutlass_kernels.swiglu_check import times_ms
+from cutlass_kernels.results import each
+from cutlass_kernels.swiglu_check import copy_probe, times_ms
 
 FORMS = ("codes", "values")
 # (rows, K): none, one block, ragged rows, the report's activations (D = 7168) and an F of 1536
@@ -180,22 +180,9 @@ def correctness(
 def _each(
     results: Path, stage: str, cases: Sequence[tuple[int, int, str]], measure: Callable[..., dict]
 ) -> int:
-    failures = 0
-    for rows, k, mode in cases:
-        base = {"stage": stage, "name": "mx_quantize", "key": gating.MX_QUANT_KEY}
-        try:
-            record = base | measure(rows, k, mode)
-        except Exception as e:  # recorded; the other cases still run
-            record = base | {
-                "rows": rows,
-                "k": k,
-                "mode": mode,
-                "status": "fail",
-                "error": f"{type(e).__name__}: {e}"[:600],
-            }
-        failures += record["status"] != "pass"
-        append(results, record)
-    return 1 if failures else 0
+    base = {"stage": stage, "name": "mx_quantize", "key": gating.MX_QUANT_KEY}
+    fields = [{"rows": rows, "k": k, "mode": mode} for rows, k, mode in cases]
+    return each(results, base, fields, measure)
 
 
 # -------------------------------------------------------------------------------------- timing
@@ -213,9 +200,7 @@ def time_shape(
     codes form's byte count; each form's GB/s, its fraction of the copy's and its speedup."""
     ms = _form_times(q, rows, k, device, iters)  # its inputs freed before the copy's
     moved = bytes_moved(rows, k, "codes")
-    src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    ms["copy"] = times_ms(lambda: dst.copy_(src), device, iters)[0]
+    ms["copy"] = copy_probe(moved, device, iters)[0]
     median = {name: statistics.median(t) for name, t in ms.items()}
     gb_per_s = {form: bytes_moved(rows, k, form) / median[form] / 1e6 for form in FORMS}
     copy = moved / median["copy"] / 1e6

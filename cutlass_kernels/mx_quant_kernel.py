@@ -31,8 +31,8 @@ import torch
 from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_compact_tensor
 
-from cutlass_kernels import compiles, kernel_cache, mxfp8_bits
-from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
+from cutlass_kernels import kernel_cache, mxfp8_bits
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
 from cutlass_kernels.formats import E8M0_BIAS, SCALE_MODES
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
 from cutlass_kernels.mxfp8 import MXTensor
@@ -195,34 +195,10 @@ def compile_kernel(
 
 
 def _compile(form: str, mode: str, arch: str | None, dump_dir: Path | None, options: str) -> Any:
-    from cutlass.runtime import make_fake_stream
-
-    if arch is not None:
-        options += f" --gpu-arch {arch}"
-    if dump_dir is not None:
-        if arch is None:
-            raise ValueError("name the arch whose PTX and cubin to write")
-        scratch = dump_dir / f".{kernel_name(form, mode, arch)}"
-        scratch.mkdir(parents=True, exist_ok=True)
-        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
     host = _values_host if form == "values" else _codes_host
-    compiled = compiles.timed(
-        cute.compile,
-        host,
-        *_fake_operands(form),
-        cutlass.Int32(1),
-        make_fake_stream(),
-        mode == "exact",
-        options=options,
-    )
-    if dump_dir is not None:
-        for ext in ("ptx", "cubin"):
-            (produced,) = scratch.glob(f"*.{ext}")
-            produced.replace(dump_dir / f"{kernel_name(form, mode, str(arch))}.{ext}")
-        for leftover in scratch.iterdir():
-            leftover.unlink()
-        scratch.rmdir()
-    return compiled
+    args = [*_fake_operands(form), cutlass.Int32(1)]
+    name = kernel_name(form, mode, str(arch))
+    return compile_host(host, args, name, arch, dump_dir, options, (mode == "exact",))
 
 
 def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:

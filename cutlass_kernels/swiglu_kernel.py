@@ -47,8 +47,8 @@ from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels import compiles, kernel_cache, planning
-from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
+from cutlass_kernels import kernel_cache, planning
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
 from cutlass_kernels.vocabulary import ARCHES
 
 VEC = ALIGN_BYTES // 2  # BF16 elements per 128-bit access
@@ -222,28 +222,10 @@ def running_arch() -> str | None:
 
 
 def _compile(arch: str | None, dump_dir: Path | None, options: str) -> Any:
-    from cutlass.runtime import make_fake_stream
-
-    if arch is not None:
-        options += f" --gpu-arch {arch}"
-    if dump_dir is not None:
-        if arch is None:
-            raise ValueError("name the arch whose PTX and cubin to write")
-        scratch = dump_dir / f".{kernel_name(arch)}"
-        scratch.mkdir(parents=True, exist_ok=True)
-        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
-    operands, stream = _fake_operands(), make_fake_stream()
-    compiled = compiles.timed(
-        cute.compile, _swiglu_backward_host, *operands, cutlass.Int32(1), stream, options=options
+    name = kernel_name(str(arch))
+    return compile_host(
+        _swiglu_backward_host, [*_fake_operands(), cutlass.Int32(1)], name, arch, dump_dir, options
     )
-    if dump_dir is not None:
-        for ext in ("ptx", "cubin"):
-            (produced,) = scratch.glob(f"*.{ext}")
-            produced.replace(dump_dir / f"{kernel_name(str(arch))}.{ext}")
-        for leftover in scratch.iterdir():
-            leftover.unlink()
-        scratch.rmdir()
-    return compiled
 
 
 def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
