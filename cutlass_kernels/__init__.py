@@ -2,7 +2,8 @@
 behind one dispatch module (:mod:`cutlass_kernels.api`).
 
 The names below load on first use, so that ``cutlass_kernels.formats`` (the MXFP8 constants) can be
-imported without torch.
+imported without torch. ``quantize_mx`` and ``fake_quantize`` are :mod:`cutlass_kernels.quantize`'s:
+the torch form (:mod:`cutlass_kernels.mxfp8`), or the one-pass kernel where it is the chosen one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
         grouped_gemm_wgrad,
         resolve_backend,
     )
-    from cutlass_kernels.mxfp8 import MXTensor, fake_quantize, quantize_mx
+    from cutlass_kernels.mxfp8 import MXTensor
+    from cutlass_kernels.quantize import fake_quantize, quantize_mx
 
 _HOMES = {
     "BACKENDS": "api",
@@ -29,8 +31,8 @@ _HOMES = {
     "grouped_gemm_wgrad": "api",
     "resolve_backend": "api",
     "MXTensor": "mxfp8",
-    "fake_quantize": "mxfp8",
-    "quantize_mx": "mxfp8",
+    "fake_quantize": "quantize",
+    "quantize_mx": "quantize",
 }
 __all__ = [
     "BACKENDS",

@@ -1,12 +1,17 @@
 """``python -m cutlass_kernels compile --arch sm_90a|sm_100a --out DIR`` compiles every CuTe kernel of an
-arch without a GPU (the grouped GEMMs and the fused SwiGLU backward) and writes its PTX and cubin.
+arch without a GPU (the grouped GEMMs, the fused SwiGLU backward and the MX quantization kernels) and
+writes its PTX and cubin. ``cache build --arch ARCH --out DIR`` exports every kernel of an arch ahead
+of time into a kernel cache (:mod:`cutlass_kernels.kernel_cache`; no GPU needed), ``cache verify DIR``
+checks one (its files, keys and loads).
 The other commands are the children that ``jobs/gpu-run.sh`` runs, each isolated under its own time
 limit, appending its records to ``--results FILE``: ``env`` (versions, and the plan: which kernels
 and op x variants to check), ``plan`` (the plan alone), ``smoke-one`` (one kernel),
-``correctness-op`` and ``timing-op`` (one op x variant), ``swiglu-correctness`` and ``swiglu-timing``
-(the SwiGLU backward kernel against the layers' unfused form) and ``sass``; ``choices RESULTS`` prints
-the per-shape variant table a run's timings support; ``--dry-run`` runs them
-on the CPU through the torch backend (the SwiGLU checks on the layers' fused CPU form, small shapes).
+``correctness-op`` and ``timing-op`` (one op x variant), ``swiglu-correctness`` and
+``swiglu-timing`` (the SwiGLU backward kernel against the layers' unfused form),
+``mxquant-correctness`` and ``mxquant-timing`` (the MX quantization kernel against the torch form)
+and ``sass``; ``choices RESULTS`` prints the per-shape variant table a run's timings support;
+``--dry-run`` runs them on the CPU through the torch backend (the SwiGLU checks on the layers' fused
+CPU form, the MX quantization checks on the torch mirror of its arithmetic, small shapes).
 As an entry point this module may import the layers (the SwiGLU checks' torch form)."""
 
 from __future__ import annotations
@@ -14,25 +19,79 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
 
 
-def _compile(arch: str, out: Path) -> int:
+def _compile(arch: str, out: Path, cache: Path | None) -> int:
+    """Every kernel of ``arch``, its PTX and cubin into ``out``; with ``cache``, also exported there
+    from the same compiles (:func:`cutlass_kernels.kernel_cache.build`)."""
+    _target_arch(arch)
+    from cutlass_kernels import kernel_cache, registry
+
+    if cache is not None:
+        entries = kernel_cache.build(arch, cache, registry.compile_arch(arch, out, kernel_cache.HOST_TARGET))
+        print(f"{len(entries)} kernels exported into {cache}: {sum(e['bytes'] for e in entries)} bytes")
+    else:
+        registry.compile_arch(arch, out)
+    for path in sorted(out.iterdir()):
+        print(path)
+    return 0
+
+
+def _target_arch(arch: str) -> None:
+    """Make the DSL target ``arch`` (it reads ``CUTE_DSL_ARCH`` when first imported)."""
     current = os.environ.get("CUTE_DSL_ARCH")
     if "cutlass" in sys.modules and current != arch:
         raise ValueError(
             f"the CUTLASS DSL was already imported for arch {current!r}; cannot compile {arch!r}"
         )
-    os.environ["CUTE_DSL_ARCH"] = arch  # read by the DSL when it is first imported, just below
-    from cutlass_kernels import swiglu_kernel
-    from cutlass_kernels.registry import compile_all
+    os.environ["CUTE_DSL_ARCH"] = arch
 
-    for path in [*compile_all(arch, out), *swiglu_kernel.compile_all(arch, out)]:
-        print(path)
-    return 0
+
+def _not_a_folder(command: str, path: Path, option: str = "--out") -> bool:
+    """Whether ``path`` is a file where a folder is wanted (said on stderr)."""
+    if path.exists() and not path.is_dir():
+        print(
+            f"python -m cutlass_kernels {command}: {option} {path} is a file, not a directory",
+            file=sys.stderr,
+        )
+        return True
+    return False
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """``cache build``: export every kernel of an arch, then list them with their size; ``cache
+    verify``: every problem of a cache folder, one a line (exit 1 if any)."""
+    from cutlass_kernels import kernel_cache
+
+    if args.action == "build":
+        if _not_a_folder("cache build", args.out):
+            return 2
+        _target_arch(args.arch)
+        from cutlass_kernels import registry  # the DSL, imported for the arch just set
+
+        with tempfile.TemporaryDirectory() as scratch:  # the compiles' PTX and cubins, not kept
+            compiled = registry.compile_arch(args.arch, Path(scratch), kernel_cache.HOST_TARGET)
+            entries = kernel_cache.build(args.arch, args.out, compiled)
+        for e in entries:
+            print(f"{e['bytes']:>8} {e['stem']}.o")
+        total = sum(e["bytes"] for e in entries)
+        key = f"DSL {entries[0]['dsl']}, {args.arch}, sources {entries[0]['sources'][:12]}"
+        print(f"{len(entries)} kernels, {total} bytes; key: {key}")
+        return 0
+    if not args.folder.is_dir():
+        print(f"python -m cutlass_kernels cache verify: {args.folder} is not a directory", file=sys.stderr)
+        return 2
+    problems = kernel_cache.verify(args.folder)
+    for line in problems:
+        print(line)
+    if not problems:
+        print(f"{args.folder}: {len(kernel_cache.read_manifest(args.folder))} kernels, every one loads")
+    return 1 if problems else 0
 
 
 def _child(args: argparse.Namespace) -> int:
@@ -63,6 +122,8 @@ def _child(args: argparse.Namespace) -> int:
         return bench.timing_op(t, args.op, args.variant, args.results, args.budget)
     if args.command.startswith("swiglu-"):
         return _swiglu(t, args.command.removeprefix("swiglu-"), args.results)
+    if args.command.startswith("mxquant-"):
+        return _mx_quant(t, args.command.removeprefix("mxquant-"), args.results)
     return 0 if check.sass(t, args.results, args.work) else 1
 
 
@@ -92,6 +153,28 @@ def _swiglu(t: Any, stage: str, results: Path) -> int:
     return swiglu_check.timing(results, subject, shapes, iters, goal)
 
 
+def _mx_quant(t: Any, stage: str, results: Path) -> int:
+    """The MX quantization kernel's ``correctness`` or ``timing`` against the torch form; in the dry
+    run, the torch mirror of its arithmetic in its place on small shapes, with no bandwidth goal, and
+    the planted faults of key ``mxquant/bfloat16/default``."""
+    import time
+
+    from cutlass_kernels import gating, mx_quant_check
+
+    planted = t.planted(stage, gating.MX_QUANT_KEY)
+    if planted == "hang":
+        time.sleep(3600)  # until the runner kills the child at its limit
+    q = mx_quant_check.mirror() if t.dry_run else mx_quant_check.kernel()
+    if planted == "wrong":
+        q = mx_quant_check.doubled(q)
+    if stage == "correctness":
+        cases = mx_quant_check.DRY_CASES if t.dry_run else mx_quant_check.CASES
+        return mx_quant_check.correctness(results, q, t.device, cases)
+    if t.dry_run:
+        return mx_quant_check.timing(results, q, t.device, mx_quant_check.DRY_TIMING_SHAPES, 2, 0.0)
+    return mx_quant_check.timing(results, q, t.device)
+
+
 def _choices(results: Path, date: str) -> int:
     """Print the Python of :data:`cutlass_kernels.choices.CHOICES` from a device run's timings."""
     from cutlass_kernels.choices import measured, source
@@ -117,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     comp = sub.add_parser("compile", help="compile every kernel of an arch with fake tensors (no GPU needed)")
     comp.add_argument("--arch", required=True, choices=ARCHES)
     comp.add_argument("--out", required=True, type=Path, help="directory for <kernel>.ptx / <kernel>.cubin")
+    comp.add_argument("--cache", type=Path, help="also export every kernel into this kernel cache folder")
     helps = {
         "env": "device, driver, clocks, versions, and the plan",
         "plan": "the kernels and op x variants the device run checks",
@@ -125,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "timing-op": "graph-replay and dispatch timings of one op x variant on every shape",
         "swiglu-correctness": "the fused SwiGLU backward kernel against a float64 reference",
         "swiglu-timing": "the fused SwiGLU backward kernel against the unfused form and the HBM bandwidth",
+        "mxquant-correctness": "the MX quantization kernel against the torch form, bit for bit",
+        "mxquant-timing": "the MX quantization kernel against the torch form and a device copy",
         "sass": "tensor-core MMAs and no spills in the MMA loop of each compiled cubin",
     }
     for name, text in helps.items():
@@ -140,20 +226,29 @@ def main(argv: list[str] | None = None) -> int:
             child.add_argument("--op", required=True, choices=OPS)
         if name == "timing-op":
             child.add_argument("--budget", type=float, default=30.0, help="start no shape after this (s)")
+    cache = sub.add_parser(
+        "cache", help="the kernel cache: kernels exported ahead of time, loaded not compiled"
+    )
+    actions = cache.add_subparsers(dest="action", required=True)
+    build = actions.add_parser("build", help="export every kernel of an arch into a cache folder (no GPU)")
+    build.add_argument("--arch", required=True, choices=ARCHES)
+    build.add_argument("--out", required=True, type=Path, help="the cache folder (its old kernels removed)")
+    verify = actions.add_parser("verify", help="check a cache folder's files, keys and loads")
+    verify.add_argument("folder", type=Path)
     table = sub.add_parser("choices", help="the per-shape variant table a device run's timings support")
     table.add_argument("results", type=Path, help="the run's results.jsonl")
     table.add_argument("--date", required=True, help="the run's date (ISO), kept in each entry")
     args = parser.parse_args(argv)
     if args.command == "choices":
         return _choices(args.results, args.date)
+    if args.command == "cache":
+        return _cache(args)
     if args.command == "compile":
-        if args.out.exists() and not args.out.is_dir():
-            print(
-                f"python -m cutlass_kernels compile: --out {args.out} is a file, not a directory",
-                file=sys.stderr,
-            )
+        if _not_a_folder("compile", args.out) or (
+            args.cache and _not_a_folder("compile", args.cache, "--cache")
+        ):
             return 2
-        return _compile(args.arch, args.out)
+        return _compile(args.arch, args.out, args.cache)
     return _child(args)
 
 

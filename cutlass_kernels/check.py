@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import importlib.util
 import json
 import math
 import os
@@ -40,11 +41,11 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import api, gating, quantize_mx, vocabulary
+from cutlass_kernels import api, gating, quantize, vocabulary
 from cutlass_kernels.choices import CHOICES
 from cutlass_kernels.gating import key
 from cutlass_kernels.isolation import run_isolated
-from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.mxfp8 import MXTensor, quantize_mx  # the torch form: the checks' reference
 from cutlass_kernels.plants import PLANT_ENV, Plant, plants_of
 from cutlass_kernels.results import append, finite, read
 from cutlass_kernels.vocabulary import BF16_OPS, CUTE_BACKENDS, OPS, has_mx_kernel
@@ -53,6 +54,7 @@ MX_MODE = "exact"  # scale selection of the activations in the MX cases (MoK's; 
 OUT_DTYPES = tuple(getattr(torch, name) for name in vocabulary.OUT_DTYPES)
 TC_INSTRUCTION = re.compile(r"\b(HGMMA|UTC\w*MMA)\b")  # wgmma on sm90, tcgen05.mma on sm100
 SPILL_INSTRUCTION = re.compile(r"\b(LDL|STL)\b")  # local-memory loads / stores
+TMA_STORE_INSTRUCTION = re.compile(r"\bUTMASTG\b")  # a bulk tensor store (TMA, shared -> global)
 # the smoke problem: 20+ output tiles for 2 walkers, a 600-row group (10 wgrad chunks), K of 8 tiles
 SMOKE_SIZES, SMOKE_TAIL, SMOKE_WALKERS = [3, 0, 70, 600, 130, 1], 5, 2
 SMOKE_N, SMOKE_K, SMOKE_MX_K = 512, 512, 1024  # MX: K tiles of 128, multiples of 128 for sm100
@@ -144,7 +146,10 @@ def plan_records(t: Target) -> list[dict[str, Any]]:
             )
     checks = [{**base, "name": "op variant", "op": op, "variant": v} for op in OPS for v in variants(t, op)]
     ops = {op: sorted({c.variant for c in CHOICES if (c.arch, c.op) == (t.arch, op)}) for op in OPS}
-    chosen = {**base, "name": "chosen", "variants": {op: v for op, v in ops.items() if v and not t.dry_run}}
+    chosen_ops: dict[str, list[str]] = {op: v for op, v in ops.items() if v and not t.dry_run}
+    if quantize.quantizer() == "kernel":  # the layers run the MX quantization kernel: it joins the gate
+        chosen_ops[gating.MX_QUANT] = ["default"]
+    chosen = {**base, "name": "chosen", "variants": chosen_ops}
     return [
         *sorted(found, key=lambda r: r["variant"] != "default"),
         *sorted(checks, key=lambda r: r["variant"] != "default"),
@@ -662,7 +667,8 @@ def sass_counts(text: str) -> dict[str, int]:
     mma = [i for i, line in enumerate(lines) if TC_INSTRUCTION.search(line)]
     local = [i for i, line in enumerate(lines) if SPILL_INSTRUCTION.search(line)]
     inside = [i for i in local if mma and mma[0] < i < mma[-1]]
-    return {"mma": len(mma), "local": len(local), "local_in_mma_loop": len(inside)}
+    tma_stores = sum(bool(TMA_STORE_INSTRUCTION.search(line)) for line in lines)
+    return {"mma": len(mma), "local": len(local), "local_in_mma_loop": len(inside), "tma_store": tma_stores}
 
 
 def cuobjdump() -> str | None:
@@ -673,15 +679,32 @@ def cuobjdump() -> str | None:
     return str(default) if default.exists() else None
 
 
+def disassembler() -> list[str] | None:
+    """The command that prints a cubin's SASS: ``cuobjdump -sass`` (the CUDA image's), else the
+    ``nvdisasm`` of the nvidia-cuda-nvdisasm wheel (what a CPU machine has: the dev extra)."""
+    found = cuobjdump()
+    if found:
+        return [found, "-sass"]
+    nvdisasm = shutil.which("nvdisasm")
+    if nvdisasm is None:
+        wheels = importlib.util.find_spec("nvidia")  # the namespace of NVIDIA's CUDA component wheels
+        packaged = [
+            Path(p) / "cu13" / "bin" / "nvdisasm"
+            for p in (wheels and wheels.submodule_search_locations) or ()
+        ]
+        nvdisasm = next((str(p) for p in packaged if p.exists()), None)
+    return [nvdisasm] if nvdisasm else None
+
+
 def sass(t: Target, results: Path, work: Path) -> bool:
     """Each kept cubin's SASS must hold tensor-core MMAs (HGMMA / UTC*MMA) and no local-memory loads or
     stores (spills) in its MMA loop (:func:`sass_counts`); skipped, with the reason, where cuobjdump
     (or its nvdisasm) or the cubins are absent."""
     cubins = sorted((work / "cubins").glob("*.cubin"))
-    tool = cuobjdump()
+    tool = disassembler()
     base = {"stage": "sass"}
     if not cubins or tool is None:
-        why = "cuobjdump not found"
+        why = "neither cuobjdump nor nvdisasm found"
         if not cubins:
             why = "the dry run compiles no kernel" if t.dry_run else f"no cubins in {work / 'cubins'} (smoke)"
         append(results, {**base, "case": "sass", "status": "skip", "reason": why})
@@ -690,7 +713,7 @@ def sass(t: Target, results: Path, work: Path) -> bool:
     def one(cubin: Path) -> bool:
         rec = {**base, "case": f"sass {cubin.stem}"}
         try:
-            done = run_isolated([tool, "-sass", str(cubin)], 60)
+            done = run_isolated([*tool, str(cubin)], 60)
         except OSError as e:
             append(results, {**rec, "status": "skip", "reason": f"cuobjdump: {e}"})
             return True

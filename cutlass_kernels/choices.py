@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from cutlass_kernels import gating
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -60,10 +62,16 @@ def measured(records: Iterable[dict[str, Any]], arch: str, date: str, device: st
     with the lowest graph-replay median, where it is not the default and all ten of its replays beat
     all ten of the default's (its slowest faster than the default's fastest); elsewhere no entry, and
     the default runs. ``records`` are results.jsonl's (:mod:`cutlass_kernels.bench`); the latest
-    record of a variant counts."""
+    record of a variant counts. A variant counts only where it passed every check stage before
+    timing (:func:`cutlass_kernels.gating.refusal`): a kernel that failed is never chosen, however
+    fast, and the old one keeps its shapes."""
+    records = list(records)
+    found = gating.verdicts(records)
     best: dict[tuple[str, int, int, int, int], dict[str, dict[str, Any]]] = {}
     for r in records:
         if r.get("stage") != "timing" or r.get("status") != "pass" or not r.get("graph_ms"):
+            continue
+        if gating.refusal(arch, found, "timing", r["key"]):
             continue
         klass = (r["op"], r["groups"], r["n"], r["k"], rows_bucket(r["rows"]))
         best.setdefault(klass, {})[r["variant"]] = r["graph_ms"]
@@ -187,6 +195,11 @@ CHOICES: tuple[Choice, ...] = (
     Choice("sm_90a", "wgrad", 256, 4096, 8192, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
     Choice("sm_90a", "wgrad", 256, 8192, 2048, 32768, "tma_epilogue", "2026-12-04", "NVIDIA H200"),
 )
+
+
+# How the layers quantize to MXFP8 on a GPU (:mod:`cutlass_kernels.quantize`): ``torch`` (the reference
+# form) until a device run has found the one-pass kernel bit-identical and faster; then ``kernel``.
+MX_QUANTIZER = "torch"
 
 
 def lookup(table: Iterable[Choice], arch: str, problem: Problem) -> str | None:

@@ -42,7 +42,8 @@ from cutlass_kernels.cute_base import (
     sm_count,
     to_cute,
 )
-from cutlass_kernels.mxfp8 import BLOCK, MXTensor, fake_quantize, quantize_mx, scale_values
+from cutlass_kernels.mxfp8 import BLOCK, MXTensor, scale_values
+from cutlass_kernels.quantize import fake_quantize, quantize_mx
 from cutlass_kernels.tile_schedule import WGRAD_CHUNK
 from cutlass_kernels.vocabulary import has_mx_kernel
 

@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 import cutlass
 import cutlass.cute as cute
 import torch
+from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
-from cutlass_kernels import compiles, tile_schedule
+from cutlass_kernels import compiles, kernel_cache, tile_schedule
 from cutlass_kernels.vocabulary import BF16_OPS, check_arch, check_op
 
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
@@ -115,24 +116,62 @@ def fake_operands(spec: KernelSpec) -> dict[str, Any]:
 _CACHE: dict[KernelSpec, Any] = {}
 
 
-def compile_spec(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None) -> Any:
-    """Compile ``kernel`` (a kernel object for ``spec``) once per spec; with ``dump_dir`` also write
-    ``<spec.name>.ptx`` and ``.cubin`` there."""
-    if spec in _CACHE and dump_dir is None:
+def compile_spec(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None, options: str = "") -> Any:
+    """Compile ``kernel`` (a kernel object for ``spec``) once per spec, or load it from the kernel
+    cache where that holds it (:mod:`cutlass_kernels.kernel_cache`); with ``dump_dir`` (always
+    compiled) also write ``<spec.name>.ptx`` and ``.cubin`` there. ``options``: the DSL's compile
+    options beside those (a build for export names its host target; always compiled)."""
+    if spec in _CACHE and dump_dir is None and not options:
         return _CACHE[spec]
+    if dump_dir is None and not options:
+        compiled = kernel_cache.cached_or_compiled(spec.name, spec.arch, lambda: _compile(spec, kernel))
+    else:
+        compiled = _compile(spec, kernel, dump_dir, options)
+    _CACHE[spec] = compiled
+    return compiled
+
+
+def _compile(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None, options: str = "") -> Any:
     from cutlass.runtime import make_fake_stream
 
     args = fake_operands(spec)
-    options = ""
     if dump_dir is not None:
         scratch = dump_dir / f".{spec.name}"
         scratch.mkdir(parents=True, exist_ok=True)
-        options = f"--keep-ptx --keep-cubin --dump-dir={scratch}"
+        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
     stream = make_fake_stream()
     compiled = compiles.timed(cute.compile, kernel, *args.values(), cutlass.Int32(1), stream, options=options)
     if dump_dir is not None:
         _move_artifacts(compiled, scratch, dump_dir / spec.name)
-    _CACHE[spec] = compiled
+    return compiled
+
+
+def compile_host(
+    host: Any,
+    args: list[Any],
+    name: str,
+    arch: str | None,
+    dump_dir: Path | None,
+    options: str,
+    constants: tuple[Any, ...] = (),
+) -> Any:
+    """``cute.compile(host, *args, stream, *constants)`` of an elementwise kernel's host function
+    (timed; ``stream`` a fake one), for ``arch`` (None: the arch the DSL targets in this process),
+    with ``options`` beside the DSL's defaults; with ``dump_dir`` (an arch named) also
+    ``<name>.ptx`` and ``.cubin`` written there."""
+    from cutlass.runtime import make_fake_stream
+
+    if arch is not None:
+        options += f" --gpu-arch {arch}"
+    if dump_dir is not None:
+        if arch is None:
+            raise ValueError("name the arch whose PTX and cubin to write")
+        scratch = dump_dir / f".{name}"
+        scratch.mkdir(parents=True, exist_ok=True)
+        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
+    compiled = compiles.timed(cute.compile, host, *args, make_fake_stream(), *constants, options=options)
+    if dump_dir is not None:
+        _move_artifacts(compiled, scratch, dump_dir / name)
     return compiled
 
 
@@ -240,7 +279,13 @@ class GroupedGemm(ABC):
 
     @cute.jit
     def __call__(
-        self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, offs: cute.Tensor, ctas: cutlass.Int32, stream
+        self,
+        a: cute.Tensor,
+        b: cute.Tensor,
+        c: cute.Tensor,
+        offs: cute.Tensor,
+        ctas: cutlass.Int32,
+        stream: cuda.CUstream,  # annotated: an exported kernel's C signature is built from the annotations
     ) -> None:
         """M-grouped: a (M, K); b (N, K, G) K- or N-major; c (M, N). K-grouped: a (N, R) and b (K, R),
         both N-major over the rows R (the padded copies' rows, or the operands' own); c (G * N, K).

@@ -5,8 +5,9 @@ kernel it ran, in a *verdict* record of the results file (``verdict: true``; its
 fail), keyed by ``op/out_dtype/variant``. A key may run in a stage only where every earlier stage
 passed it, and also passed the kernel that serves it: the MX op on an arch without block-scaled MMA
 runs the BF16 fprop kernel (``mx/bfloat16/v`` is served by ``fprop/bfloat16/v``), whose smoke test
-is the MX op's. The fused SwiGLU backward kernel (key ``swiglu/bfloat16/default``) has correctness
-and timing only (:func:`stages_of`): its first correctness case is its canary. A key with no verdict
+is the MX op's. The fused SwiGLU backward kernel (key ``swiglu/bfloat16/default``) and the MX
+quantization kernel (``mxquant/bfloat16/default``) have correctness and timing only
+(:func:`stages_of`): a first correctness case is their canary. A key with no verdict
 from an earlier stage (never run, cut by the time limit) has not passed it. The latest verdict
 counts, so a rerun into the same results file replaces one.
 
@@ -26,6 +27,9 @@ from cutlass_kernels.vocabulary import BF16_OPS, kernel_op
 KERNEL_STAGES = ("smoke", "correctness", "timing")
 SWIGLU = "swiglu"  # the fused SwiGLU backward kernel: the op of its key, the name of its steps
 SWIGLU_KEY = f"{SWIGLU}/bfloat16/default"
+MX_QUANT = "mxquant"  # the MX quantization kernel: the op of its key
+MX_QUANT_KEY = f"{MX_QUANT}/bfloat16/default"
+_NO_SMOKE = (SWIGLU, MX_QUANT)  # elementwise kernels, checked from their first correctness case
 GATE_KEYS = (*(f"{op}/bfloat16/default" for op in BF16_OPS), SWIGLU_KEY)
 # pins what backend="auto" resolves to (cutlass_kernels.api); the runner sets it when the gate is shut
 BACKEND_ENV = "CUTLASS_KERNELS_BACKEND"
@@ -44,12 +48,12 @@ def split(k: str) -> tuple[str, str, str]:
 def kernel_key(arch: str, k: str) -> str:
     """The key of the kernel that serves ``k`` on ``arch`` (itself but for MX without block scaling)."""
     op, out_dtype, variant = split(k)
-    return k if op == SWIGLU else key(kernel_op(arch, op), out_dtype, variant)
+    return k if op in _NO_SMOKE else key(kernel_op(arch, op), out_dtype, variant)
 
 
 def stages_of(k: str) -> tuple[str, ...]:
-    """The kernel stages key ``k`` goes through: all of them, but smoke for the SwiGLU kernel."""
-    return KERNEL_STAGES[1:] if split(k)[0] == SWIGLU else KERNEL_STAGES
+    """The kernel stages key ``k`` goes through: all of them, but smoke for the elementwise kernels."""
+    return KERNEL_STAGES[1:] if split(k)[0] in _NO_SMOKE else KERNEL_STAGES
 
 
 def verdicts(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -12,6 +12,7 @@ variant is one more :class:`KernelVariant` in its arch's entry of ``_VARIANTS``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,8 +28,12 @@ from cutlass_kernels.sm100_gemm import Sm100GroupedGemm, Sm100MxGroupedGemm
 from cutlass_kernels.vocabulary import BF16_OPS, OPS, check_arch, check_op, has_mx_kernel, kernel_op
 
 TILE_MN = (128, 256)
+# M tiles per band of the banded wgrad order: the 132 CTAs of an H100 / H200 then read about 16 dY^T
+# and 9 X^T slabs at once (128 x 16 + 256 x 9 rows, near the fewest for 132 tiles), not every dY^T slab
+WGRAD_BAND = 16
 MX_TILE_MN = (128, 128)  # two 128-column accumulators + scales fit the 512 tensor-memory columns
 OUT_DTYPES = tuple(getattr(torch, name) for name in vocabulary.OUT_DTYPES)
+FACTS = "kernels.json"  # what compile_all writes beside the PTX and cubins
 
 
 def takes_any(problem: Problem) -> str:
@@ -83,6 +88,23 @@ _VARIANTS: dict[str, tuple[KernelVariant, ...]] = {
         KernelVariant("tail64", BF16_OPS, _sm90(skip_empty_halves=True)),
         KernelVariant("cluster2x1", BF16_OPS, _sm90(cluster_m=2)),
         KernelVariant("tma_cluster2x1", BF16_OPS, _sm90(tma_store=True, cluster_m=2)),
+        # many small groups: TMA-stored slices and 64-row halves that skip their wgmma
+        KernelVariant("tma_tail64", ("fprop", "dgrad"), _sm90(tma_store=True, skip_empty_halves=True)),
+        # wgrad: rows bounded in the loads (no padding, no zeroing), whole tiles stored by TMA behind
+        # the next tile's main loop, banded tile order; and the same with in-place zeroing, whose
+        # loads need no ragged TMA view
+        KernelVariant(
+            "ragged_tile",
+            ("wgrad",),
+            _sm90(ragged=True, tile_store=True, band=WGRAD_BAND),
+            wgrad_in_place=True,
+        ),
+        KernelVariant(
+            "inplace_tile",
+            ("wgrad",),
+            _sm90(in_place=True, tile_store=True, band=WGRAD_BAND),
+            wgrad_in_place=True,
+        ),
     ),
     "sm_100a": (
         KernelVariant("default", OPS, _sm100_default),
@@ -184,11 +206,31 @@ def compiled(spec: KernelSpec) -> Any:
     return compile_spec(spec, kernel_for(spec))
 
 
-def compile_all(arch: str, out_dir: Path) -> list[Path]:
-    """Compile every kernel of ``arch`` and write ``<name>.ptx`` / ``<name>.cubin`` into ``out_dir``."""
+def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
+    """Compile every kernel of ``arch`` and write ``<name>.ptx`` / ``<name>.cubin`` into ``out_dir``,
+    and ``kernels.json``: per kernel, the shared-memory stages and bytes its launch takes, where its
+    class reports them (the sm90 kernels; ptxas sees no dynamic shared memory). ``options``: the
+    DSL's compile options beside those. The compiled kernels by name."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    compiled, facts = {}, {}
     for spec in all_specs(arch):
-        compile_spec(spec, kernel_for(spec), out_dir)
-        written += [out_dir / f"{spec.name}.ptx", out_dir / f"{spec.name}.cubin"]
-    return written
+        kernel = kernel_for(spec)
+        compiled[spec.name] = compile_spec(spec, kernel, out_dir, options)
+        if hasattr(kernel, "shared_bytes"):
+            facts[spec.name] = {"stages": kernel.stages, "shared_bytes": kernel.shared_bytes}
+    (out_dir / FACTS).write_text(json.dumps(facts, indent=1, sort_keys=True) + "\n")
+    return compiled
+
+
+def compile_arch(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
+    """Every CuTe kernel of ``arch``: the grouped GEMMs of every variant (:func:`compile_all`), the
+    SwiGLU backward and the MX quantization kernels, compiled with ``options`` beside the DSL's
+    defaults, their PTX and cubin written into ``out_dir``; the compiled kernels by name. The DSL
+    must target ``arch`` (``CUTE_DSL_ARCH``, set before it is first imported)."""
+    from cutlass_kernels import mx_quant_kernel, swiglu_kernel
+
+    return {
+        **compile_all(arch, out_dir, options),
+        **swiglu_kernel.compile_all(arch, out_dir, options),
+        **mx_quant_kernel.compile_all(arch, out_dir, options),
+    }

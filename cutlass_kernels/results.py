@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,29 @@ def append(path: Path, record: dict[str, Any]) -> None:
         f.write(line + "\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def each(
+    path: Path,
+    base: dict[str, Any],
+    cases: Sequence[dict[str, Any]],
+    measure: Callable[..., dict[str, Any]],
+    after: Callable[[], object] = lambda: None,
+) -> int:
+    """``measure(**case)`` for each case, one record each (``base``, the case's fields and what it
+    measured, which says its ``status``) appended as it exists; a case that raises is recorded as
+    failed, with its error, and the others still run. ``after`` runs after each case. 0 if every
+    record passed, else 1."""
+    failures = 0
+    for case in cases:
+        try:
+            record = base | case | measure(**case)
+        except Exception as e:  # recorded; the other cases still run
+            record = base | case | {"status": "fail", "error": f"{type(e).__name__}: {e}"[:600]}
+        failures += record["status"] != "pass"
+        append(path, record)
+        after()
+    return 1 if failures else 0
 
 
 def read(path: Path) -> list[dict[str, Any]]:

@@ -37,6 +37,7 @@ import cutlass.memory as memory
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.blackwell_helpers as sm100_utils
+from cuda.bindings import driver as cuda
 from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.tensor_utils import LayoutEnum
 from cutlass.utils import blockscaled_layout
@@ -692,7 +693,7 @@ class Sm100MxGroupedGemm(Sm100GroupedGemm):
         sfa: cute.Tensor,
         sfb: cute.Tensor,
         ctas: cutlass.Int32,
-        stream,
+        stream: cuda.CUstream,  # annotated: an exported kernel's C signature is built from the annotations
     ) -> None:
         """As :class:`Sm100GroupedGemm` (B K-major), plus ``sfa`` / ``sfb``: the flat atom-layout scales
         of :func:`cutlass_kernels.mx_layout.atom_layout` (A's padded per tile)."""

@@ -41,6 +41,26 @@ Trace-time switches, all off in the default kernel (each registered variant of
   against the async proxy wgmma reads through, and syncs both warpgroups on a named barrier before
   either issues the wgmma. Only a group's last chunk is touched, and only when its size is not a
   multiple of 64.
+- ``ragged`` (K-grouped only): dY and X are read in place too, but each group's rows are bounded in
+  the loads themselves, so TMA zero-fills a chunk's rows past the group's end in both operands and
+  no thread touches shared memory between the loads and the wgmma. Each operand's TMA view is a
+  4-D "ragged" tensor over the same memory, (cols, B, W, W) with strides (1, s, 2^34 - s, s) and
+  ``B = 2^30`` (:func:`ragged_view`): group ``g``'s row ``r`` is coordinate
+  ``(col, B - len_g + r, B, end_g)``, in bounds exactly while ``r < len_g``, and its address is
+  ``base + col + (B - len_g + r) s + B (2^34 - s) + end_g s = base + col + (start_g + r) s`` modulo
+  2^64 bytes (``B 2^34`` elements is a multiple of 2^64 bytes). The base address itself is never
+  moved, which TMA loads need (they fault on a descriptor whose base lies outside mapped memory).
+- ``tile_store`` (K-grouped only): the whole output tile is staged in shared memory and leaves by
+  TMA while the next tile's main loop runs. Each consumer warpgroup owns its 64 rows: it waits for
+  its previous tile's stores to have read the buffer (not before), writes its accumulator there
+  (``stmatrix`` for 16-bit C), and one of its threads issues a TMA store per 128-byte-wide box and
+  commits them as one bulk group. dW is viewed as (N, K, G), so TMA clips the tile at N and K and no
+  tile is ever cut by hand. A BF16 tile (64 KB) is staged whole; an FP32 one (128 KB) in two halves.
+- ``band`` (K-grouped only): the tile order walks each group's output grid in bands of ``band`` M
+  tiles (:func:`cutlass_kernels.tile_schedule.decode_k_grouped`), so that the CTAs running at once
+  share a few A and B slabs in L2.
+
+Switches combine: each user of a named barrier has an id of its own (:class:`Barrier`).
 """
 
 from typing import Any, NamedTuple
@@ -57,22 +77,28 @@ from cutlass_kernels import tile_schedule
 from cutlass_kernels.cute_base import DEVICE, MAX_GROUPS, CtaWalk, GroupedGemm, build_tile_prefix, tile_work
 from cutlass_kernels.tile_schedule import GroupedProblem
 
-_SMEM_BYTES = 232448  # sm90 dynamic shared memory per CTA
+SMEM_LIMIT = 232448  # sm90 dynamic shared memory per CTA
 _THREADS_PER_WG = 128
 _EPI_BUFFER_BYTES = 8192  # one tile_m x epi_n slice of C in shared memory
 _EPI_BUFFERS = 3  # TMA stores in flight; with 4 ring stages of 128x256x64 they still fit
 _STORE_THREAD = 4 * 32  # the first consumer thread issues, commits and waits for the TMA stores
 _ROWS_PER_MMA_WG = 64  # A rows of one consumer warpgroup's wgmma (in place: dY^T rows = N)
+_TILE_STORE_BYTES = 65536  # ``tile_store``: the staged C buffers, a whole BF16 128 x 256 tile
+_BOX_ROW_BYTES = 128  # ``tile_store``: one TMA store box row, the width of the 128-byte swizzle
 CLUSTER_SHAPES = (1, 2)
+RAGGED_BOUND = 2**30  # ``ragged``: the extent of the bounded row mode (B of the module docstring)
+RAGGED_WRAP = 2**34  # elements: RAGGED_BOUND * RAGGED_WRAP elements is a multiple of 2^64 bytes
+RAGGED_EXTENT = 2**31 - 1  # the extent of the two modes that select a group's rows
 
 
 class Barrier:
-    """Named barrier ids (hardware has 16; 0 is the CTA's, of ``sync_threads``). An id has one user
-    in any one kernel (:meth:`Sm90GroupedGemm.named_barriers` checks it): the staged epilogue and the
-    in-place zeroing share id 1 only because no kernel has both switches on."""
+    """Named barrier ids (hardware has 16; 0 is the CTA's, of ``sync_threads``). Each user has an
+    id of its own, so that every switch combines with every other
+    (:meth:`Sm90GroupedGemm.named_barriers` checks it)."""
 
     STAGED_EPILOGUE = 1  # the consumer warpgroups, around each C slice in shared memory
-    ZEROING = 1  # the consumer warpgroups, between zeroing rows past a group's end and the wgmma
+    ZEROING = 2  # the consumer warpgroups, between zeroing rows past a group's end and the wgmma
+    TILE_STORE = (3, 4)  # each consumer warpgroup alone, around its rows of the staged tile
 
 
 class _Loads(NamedTuple):
@@ -93,12 +119,14 @@ class _Loads(NamedTuple):
 
 
 class _Output(NamedTuple):
-    """C (plain stores), its staging buffers in shared memory and its TMA view (``tma_store``)."""
+    """C (plain stores), its staging buffers in shared memory and its TMA view (``tma_store``,
+    ``tile_store``), and with ``tile_store`` the same buffers as TMA store boxes."""
 
     mC: Any
     sC: Any
     tma_c: Any
     mC_tma: Any
+    sC_boxes: Any
 
 
 class _ZeroTail(NamedTuple):
@@ -155,6 +183,36 @@ def slice_value(s: int, v: int, per_slice: int) -> int:
     return s * per_slice + v
 
 
+def tile_store_shape(
+    tile_m: int, tile_n: int, c_width: int
+) -> tuple[tuple[int, int], tuple[int, int], int, int]:
+    """``tile_store``'s staging of a ``tile_m x tile_n`` tile of ``c_width``-bit C: the 128-row slice
+    (one 128-byte swizzle row wide), each warpgroup's half of it (a TMA store box), the slices the
+    64 KB of buffers hold, and the rounds a tile takes through them."""
+    epi_n = _BOX_ROW_BYTES * 8 // c_width
+    slices = min(_TILE_STORE_BYTES * 8 // (tile_m * epi_n * c_width), tile_n // epi_n)
+    return (tile_m, epi_n), (tile_m // 2, epi_n), slices, tile_n // (epi_n * slices)
+
+
+def ragged_layout(cols: Any, s: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """(shape, stride) of the 4-D ragged view of a (cols, rows) operand with unit-stride columns and
+    rows ``s`` elements apart (the module docstring's ``ragged``)."""
+    return (cols, RAGGED_BOUND, RAGGED_EXTENT, RAGGED_EXTENT), (1, s, RAGGED_WRAP - s, s)
+
+
+def ragged_rows(start: Any, length: Any) -> tuple[Any, tuple[Any, Any]]:
+    """Where a group of ``length`` rows from row ``start`` lies in the ragged view: the offset of its
+    row 0 in the bounded mode, and the coordinates of the two modes that select it."""
+    return RAGGED_BOUND - length, (RAGGED_BOUND, start + length)
+
+
+def ragged_view(t: cute.Tensor) -> cute.Tensor:
+    """``t`` (cols, rows) as its 4-D ragged view over the same base address (:func:`ragged_layout`),
+    so that TMA bounds a group's rows."""
+    shape, stride = ragged_layout(cute.size(t, mode=[0]), t.layout.stride[1])
+    return cute.make_tensor(t.iterator, cute.make_layout(shape, stride=stride))
+
+
 class Sm90GroupedGemm(GroupedGemm):
     """A compiled-once grouped GEMM ``C[rows of g] = A[rows of g] @ op(B[g])`` (or, K-grouped,
     ``C[g] = A[:, rows of g] @ B[:, rows of g]^T``) for one tile shape, with the switches of the
@@ -170,19 +228,29 @@ class Sm90GroupedGemm(GroupedGemm):
         tma_store: bool = False,
         skip_empty_halves: bool = False,
         in_place: bool = False,
+        ragged: bool = False,
+        tile_store: bool = False,
+        band: int = 0,
     ) -> None:
         if tile_m != 128 or tile_n not in (128, 256):
             raise ValueError(f"sm90 tile {tile_m}x{tile_n} is not allowed; allowed: 128x128, 128x256")
         if cluster_m not in CLUSTER_SHAPES:
             raise ValueError(f"cluster_m={cluster_m} is not allowed; allowed: {CLUSTER_SHAPES}")
-        if in_place and (not k_grouped or tma_store or skip_empty_halves or cluster_m > 1):
+        switches = {"in_place": in_place, "ragged": ragged, "tile_store": tile_store, "band": band}
+        if not k_grouped and any(switches.values()):
+            on = ", ".join(name for name, value in switches.items() if value)
+            raise ValueError(f"{on} is allowed for the K-grouped kernel only")
+        if in_place and ragged:
+            raise ValueError("in_place and ragged are two ways of reading rows in place; choose one")
+        if (in_place or ragged) and cluster_m > 1:
             raise ValueError(
-                "in_place is allowed for the K-grouped kernel with no other switch; got "
-                f"k_grouped={k_grouped}, tma_store={tma_store}, skip_empty_halves={skip_empty_halves}, "
-                f"cluster_m={cluster_m}"
+                f"reading rows in place is allowed without clusters only; got cluster_m={cluster_m}"
             )
+        if tile_store and tma_store:
+            raise ValueError("tile_store and tma_store are two epilogues; choose one")
         super().__init__(tile_m, tile_n, k_grouped)
         self.tma_store, self.cluster_m, self.in_place = tma_store, cluster_m, in_place
+        self.ragged, self.tile_store, self.band = ragged, tile_store, band
         self.cluster_size = cluster_m  # CTAs per cluster
         # a cluster's CTA without rows must skip its wgmma, so clusters imply the skip
         self.skip_empty_halves = skip_empty_halves or cluster_m > 1
@@ -192,6 +260,11 @@ class Sm90GroupedGemm(GroupedGemm):
         self.threads = _THREADS_PER_WG + self.consumer_threads
         self.named_barriers()
 
+    @property
+    def reads_in_place(self) -> bool:
+        """Whether the K-grouped operands are read where they lie (no padded copies)."""
+        return self.in_place or self.ragged
+
     def named_barriers(self) -> dict[str, int]:
         """The named barriers this kernel's switches use, by user; a ValueError where two users would
         share an id (they would wait for each other's arrivals)."""
@@ -200,8 +273,11 @@ class Sm90GroupedGemm(GroupedGemm):
             used["staged epilogue"] = Barrier.STAGED_EPILOGUE
         if self.in_place:
             used["zeroing"] = Barrier.ZEROING
-        if len(set(used.values())) < len(used):
-            raise ValueError(f"named barriers {used} share an id; each needs one of its own")
+        if self.tile_store:
+            for wg, barrier_id in enumerate(Barrier.TILE_STORE):
+                used[f"tile store of warpgroup {wg}"] = barrier_id
+        if len(set(used.values())) < len(used) or 0 in used.values():
+            raise ValueError(f"named barriers {used} share an id; each needs one of its own (not 0)")
         return used
 
     def _setup(self, a: cute.Tensor, b: cute.Tensor, c: cute.Tensor) -> None:
@@ -221,7 +297,9 @@ class Sm90GroupedGemm(GroupedGemm):
         tile_k = cute.size(self.tiled_mma.shape_mnk, mode=[2]) * 4
         self.tile_mnk = (self.tile_m, self.tile_n, tile_k)
         # the walk runs over cluster_m consecutive M tiles of one group at a time
-        self.problem = GroupedProblem(self.k_grouped, self.tile_m * self.cluster_m, self.tile_n, tile_k)
+        self.problem = GroupedProblem(
+            self.k_grouped, self.tile_m * self.cluster_m, self.tile_n, tile_k, self.band
+        )
         reserved = 4 * (MAX_GROUPS + 1) + 1024
         if self.tma_store:
             self.epi_tile = epilogue_tile(self.tile_m, self.c_dtype.width)
@@ -229,8 +307,23 @@ class Sm90GroupedGemm(GroupedGemm):
                 self.c_dtype, self.c_layout, self.epi_tile, _EPI_BUFFERS
             )
             reserved += 1024 + _EPI_BUFFERS * _EPI_BUFFER_BYTES  # the C slices, 1024-byte aligned
+        if self.tile_store:
+            if not self.c_layout.is_n_major_c():
+                raise ValueError("tile_store stages a row-major C only")
+            self.epi_tile, self.box_tile, self.box_slices, self.store_rounds = tile_store_shape(
+                self.tile_m, self.tile_n, self.c_dtype.width
+            )
+            # the same bytes as 128-row slices (what the register -> shared copy fills) and as each
+            # warpgroup's 64-row boxes (what TMA stores): box 2 j + w is warpgroup w's half of slice j
+            self.epi_smem = sm90_utils.make_smem_layout_epi(
+                self.c_dtype, self.c_layout, self.epi_tile, self.box_slices
+            )
+            self.box_smem = sm90_utils.make_smem_layout_epi(
+                self.c_dtype, self.c_layout, self.box_tile, self.box_slices * self.num_mma_wg
+            )
+            reserved += 1024 + _TILE_STORE_BYTES
         stage_bytes = (self.tile_m + self.tile_n) * tile_k * self.a_dtype.width // 8
-        self.stages = (_SMEM_BYTES - reserved) // stage_bytes
+        self.stages = (SMEM_LIMIT - reserved) // stage_bytes
         self.a_smem = sm90_utils.make_smem_layout_a(self.a_layout, self.tile_mnk, self.a_dtype, self.stages)
         self.b_smem = sm90_utils.make_smem_layout_b(self.b_layout, self.tile_mnk, self.b_dtype, self.stages)
 
@@ -240,20 +333,40 @@ class Sm90GroupedGemm(GroupedGemm):
         self._setup(a, b, c)
         a_tile = cute.slice_(self.a_smem, (None, None, 0))
         b_tile = cute.slice_(self.b_smem, (None, None, 0))
+        a_rows, b_rows = a, b
+        if cutlass.const_expr(self.ragged):
+            # every group's rows bounded in the loads: dY^T and X^T as ragged views (B's group mode of
+            # one, added by __call__, dropped first)
+            a_rows = ragged_view(a)
+            b_rows = ragged_view(cute.make_tensor(b.iterator, cute.select(b.layout, mode=[0, 1])))
         tma_a, mA = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), a, a_tile, (self.tile_m, self.tile_mnk[2])
+            cpasync.CopyBulkTensorTileG2SOp(), a_rows, a_tile, (self.tile_m, self.tile_mnk[2])
         )
         b_op = cpasync.CopyBulkTensorTileG2SOp()
         if cutlass.const_expr(self.cluster_m > 1):
             b_op = cpasync.CopyBulkTensorTileG2SMulticastOp()
         tma_b, mB = cpasync.make_tiled_tma_atom(
-            b_op, b, b_tile, (self.tile_n, self.tile_mnk[2]), num_multicast=self.cluster_m
+            b_op, b_rows, b_tile, (self.tile_n, self.tile_mnk[2]), num_multicast=self.cluster_m
         )
         tma_c, mC_tma, epi_smem = None, None, None
         if cutlass.const_expr(self.tma_store):
             epi_smem = self.epi_smem
             tma_c, mC_tma = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), c, cute.slice_(epi_smem, (None, None, 0)), self.epi_tile
+            )
+        if cutlass.const_expr(self.tile_store):
+            epi_smem = self.epi_smem
+            # dW (G * N, K) as (N, K, G): TMA clips every box at N and K
+            n_rows, groups = cute.size(a, mode=[0]), cute.size(offs)
+            ld_c = c.layout.stride[0]
+            per_group = cute.make_layout(
+                (n_rows, cute.size(c, mode=[1]), groups), stride=(ld_c, 1, n_rows * ld_c)
+            )
+            tma_c, mC_tma = cpasync.make_tiled_tma_atom(
+                cpasync.CopyBulkTensorTileS2GOp(),
+                cute.make_tensor(c.iterator, per_group),
+                cute.slice_(self.box_smem, (None, None, 0)),
+                self.box_tile,
             )
 
         @cute.struct
@@ -264,11 +377,29 @@ class Sm90GroupedGemm(GroupedGemm):
             sB: cute.struct.Align[cute.struct.MemRange[self.b_dtype, cute.cosize(self.b_smem)], 1024]
 
         self.storage = Storage
+        # what the launch takes: the struct, then the C buffers at the next 1024-byte boundary
+        struct_bytes: int = Storage.__sizeof__()  # type: ignore[call-arg]  # the DSL's struct: a class method
+        self.shared_bytes = -(-struct_bytes // 1024) * 1024
+        if cutlass.const_expr(epi_smem is not None):
+            self.shared_bytes += cute.cosize(epi_smem) * self.c_dtype.width // 8
         grid = ctas
         if cutlass.const_expr(self.cluster_m > 1):
             grid = cutlass.max(ctas // self.cluster_m, 1) * self.cluster_m
+        box_smem = self.box_smem if cutlass.const_expr(self.tile_store) else None
         self.kernel(
-            tma_a, mA, tma_b, mB, c, offs, self.tiled_mma, self.a_smem, self.b_smem, tma_c, mC_tma, epi_smem
+            tma_a,
+            mA,
+            tma_b,
+            mB,
+            c,
+            offs,
+            self.tiled_mma,
+            self.a_smem,
+            self.b_smem,
+            tma_c,
+            mC_tma,
+            epi_smem,
+            box_smem,
         ).launch(
             grid=(grid, 1, 1),
             block=(self.threads, 1, 1),
@@ -290,7 +421,8 @@ class Sm90GroupedGemm(GroupedGemm):
         b_smem: cute.ComposedLayout,
         tma_c: cute.CopyAtom | None,
         mC_tma: cute.Tensor | None,
-        epi_smem: Any,  # a ComposedLayout with tma_store, else None
+        epi_smem: Any,  # a ComposedLayout with tma_store or tile_store, else None
+        box_smem: Any,  # with tile_store, the same bytes as each warpgroup's TMA store boxes
     ) -> None:
         tidx, _, _ = cute.arch.thread_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -299,7 +431,7 @@ class Sm90GroupedGemm(GroupedGemm):
         if warp == 0:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
-            if cutlass.const_expr(self.tma_store):
+            if cutlass.const_expr(self.tma_store or self.tile_store):
                 cpasync.prefetch_descriptor(tma_c)
         # a cluster is cluster_m consecutive CTAs of the 1-D grid; it walks the pair order as one
         rank, walker, walkers = 0, cta, grid
@@ -309,11 +441,14 @@ class Sm90GroupedGemm(GroupedGemm):
 
         smem = memory.SmemAllocator()
         storage = smem.allocate(self.storage)
-        sC = None
-        if cutlass.const_expr(self.tma_store):
+        sC: Any = None
+        sC_boxes = None
+        if cutlass.const_expr(self.tma_store or self.tile_store):
             sC = smem.allocate_tensor(
                 self.c_dtype, epi_smem.outer, byte_alignment=1024, swizzle=epi_smem.inner
             )
+        if cutlass.const_expr(self.tile_store):
+            sC_boxes = cute.make_tensor(sC.iterator, box_smem.outer)
         bytes_per_stage = cute.size_in_bytes(
             self.a_dtype, cute.slice_(a_smem, (None, None, 0))
         ) + cute.size_in_bytes(self.b_dtype, cute.slice_(b_smem, (None, None, 0)))
@@ -341,7 +476,7 @@ class Sm90GroupedGemm(GroupedGemm):
         # B K-slices for every (n tile, k tile, group): (TMA, RestN, RestK, G); with a cluster each
         # CTA loads its 1/cluster_m share and multicasts it. In place, B's slices start at each group.
         tBsB, tBgB = None, None
-        if cutlass.const_expr(not self.in_place):
+        if cutlass.const_expr(not self.reads_in_place):
             gB = cute.local_tile(mB, cute.select(self.tile_mnk, mode=[1, 2]), (None, None, None))
             tBsB, tBgB = cpasync.tma_partition(
                 tma_b,
@@ -363,7 +498,8 @@ class Sm90GroupedGemm(GroupedGemm):
                 self._produce(ring, walk, _Loads(tma_a, mA, sA, tma_b, mB, sB, tBsB, tBgB, b_mask, rank))
         else:
             cute.arch.setmaxregister_increase(232)
-            self._consume(ring, walk, tiled_mma, sA, sB, _Output(mC, sC, tma_c, mC_tma), rank, tidx, wg)
+            out = _Output(mC, sC, tma_c, mC_tma, sC_boxes)
+            self._consume(ring, walk, tiled_mma, sA, sB, out, rank, tidx, wg)
 
     @cute.jit
     def _produce(self, ring, walk: CtaWalk, loads: _Loads) -> None:
@@ -381,17 +517,30 @@ class Sm90GroupedGemm(GroupedGemm):
                 work.k_begin,
                 work.k_end,
             )
-            if cutlass.const_expr(self.in_place):
+            if cutlass.const_expr(self.reads_in_place):
                 # this group's chunks of A = dY^T and B = X^T, from its first row on
-                start = self._group_start(walk.offs, group)
-                tAsA, tAgA = self._a_slices(
-                    loads.tma_a, loads.sA, cute.domain_offset((0, start), loads.mA), a_row // self.tile_m
-                )
-                gB_group = cute.local_tile(
-                    cute.domain_offset((0, start, 0), loads.mB),
-                    cute.select(self.tile_mnk, mode=[1, 2]),
-                    (n_tile, None, 0),
-                )
+                if cutlass.const_expr(self.ragged):
+                    tAsA, tAgA = self._a_slices(
+                        loads.tma_a,
+                        loads.sA,
+                        self._ragged_rows(loads.mA, walk.offs, group),
+                        a_row // self.tile_m,
+                    )
+                    gB_group = cute.local_tile(
+                        self._ragged_rows(loads.mB, walk.offs, group),
+                        cute.select(self.tile_mnk, mode=[1, 2]),
+                        (n_tile, None),
+                    )
+                else:
+                    start = self._group_start(walk.offs, group)
+                    tAsA, tAgA = self._a_slices(
+                        loads.tma_a, loads.sA, cute.domain_offset((0, start), loads.mA), a_row // self.tile_m
+                    )
+                    gB_group = cute.local_tile(
+                        cute.domain_offset((0, start, 0), loads.mB),
+                        cute.select(self.tile_mnk, mode=[1, 2]),
+                        (n_tile, None, 0),
+                    )
                 sB_stages, gB_chunks = cpasync.tma_partition(
                     loads.tma_b,
                     0,
@@ -411,7 +560,7 @@ class Sm90GroupedGemm(GroupedGemm):
                 ring.producer_acquire(state)
                 barrier = ring.producer_get_barrier(state)
                 cute.copy(loads.tma_a, tAgA[(None, k)], tAsA[(None, state.index)], tma_bar_ptr=barrier)
-                if cutlass.const_expr(self.in_place):
+                if cutlass.const_expr(self.reads_in_place):
                     cute.copy(
                         loads.tma_b, gB_chunks[(None, k)], sB_stages[(None, state.index)], tma_bar_ptr=barrier
                     )
@@ -457,6 +606,9 @@ class Sm90GroupedGemm(GroupedGemm):
         epi: Any = None
         if cutlass.const_expr(self.tma_store):
             epi = self._make_epilogue(tiled_mma, out.sC, consumer_tidx)
+        if cutlass.const_expr(self.tile_store):
+            r2s = epilogue_r2s(tiled_mma, self.c_dtype, self.c_layout, self.acc_dtype)
+            epi = (r2s, r2s.get_slice(consumer_tidx).partition_D(out.sC))
         epi_count = cutlass.Int32(0)  # slices stored through shared memory so far (buffer rotation)
         group = cutlass.Int32(0)
         tile = walk.walker
@@ -512,6 +664,8 @@ class Sm90GroupedGemm(GroupedGemm):
                 epi_count = self._store_staged(
                     epi, acc, out, row, n_tile, row_end - row, n_total - n_tile * self.tile_n, epi_count, tidx
                 )
+            elif cutlass.const_expr(self.tile_store):
+                self._store_tile(epi, acc, out, group, work.a_row // self.tile_m, n_tile, tidx, wg)
             else:
                 self._epilogue(acc, frag, thr_c, tCcC, out.mC, row, row_end, n_tile, n_total)
             tile = tile + walk.walkers
@@ -519,6 +673,9 @@ class Sm90GroupedGemm(GroupedGemm):
             store_group = epi.store_group  # (the DSL carries a name, not a field, through the if)
             if tidx == _STORE_THREAD:
                 store_group.producer_tail()
+        if cutlass.const_expr(self.tile_store):
+            if tidx == wg * _THREADS_PER_WG:  # the shared buffers outlive every store reading them
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
 
     @cute.jit
     def _epilogue(self, acc, frag, thr_c, tCcC, mC, row, row_end, n_tile, n_total) -> None:
@@ -551,6 +708,15 @@ class Sm90GroupedGemm(GroupedGemm):
         if group > 0:
             start = offs[group - 1]
         return start
+
+    @cute.jit
+    def _ragged_rows(self, m: cute.Tensor, offs: cute.Tensor, group: cutlass.Int32) -> cute.Tensor:
+        """The TMA coordinates of an operand's rows of ``group`` in its 4-D ragged view
+        (:func:`ragged_view`), as (cols, rows from the group's first): past the group's end TMA reads
+        zeros."""
+        start = self._group_start(offs, group)
+        first, (bound, end) = ragged_rows(start, cutlass.max(offs[group] - start, cutlass.Int32(0)))
+        return cute.domain_offset((0, first), m[(None, None, bound, end)])
 
     @cute.jit
     def _mma_k_tile(self, tiled_mma, acc, tCrA, tCrB, ring, read, k, zero) -> None:
@@ -653,3 +819,47 @@ class Sm90GroupedGemm(GroupedGemm):
                             cute.copy(s2g, tSG_sC[(None, i, j, buffer)], tSG_gC[(None, i, j)])
             barrier.arrive_and_wait()
         return epi_count + slices
+
+    @cute.jit
+    def _store_tile(self, epi, acc, out: _Output, group, m_tile, n_tile, tidx, wg) -> None:
+        """``tile_store``: consumer warpgroup ``wg`` stores its 64 rows of a K-grouped tile. Its first
+        thread waits until its previous stores have read the buffers (the wait the whole next main
+        loop has covered), the warpgroup writes its accumulator there, and that thread issues one TMA
+        store per box and commits them as one bulk group, which drains while the next tile runs. An
+        FP32 tile takes two such rounds through the 64 KB of buffers."""
+        r2s, tRS_sC = epi
+        half = wg - 1
+        store_thread = wg * _THREADS_PER_WG
+        barrier_id = Barrier.TILE_STORE[0] + half
+        tRS_acc = r2s.retile(acc)
+        slice_shape = cute.shape(tRS_sC[(None, None, None, 0)])
+        frag = cute.make_rmem_tensor(slice_shape, self.acc_dtype)
+        frag_out = cute.make_rmem_tensor(slice_shape, self.c_dtype)
+        per_slice = cute.size(frag)
+        slices = self.tile_n // self.epi_tile[1]  # 128-row slices of the tile, as many boxes per half
+        # this warpgroup's boxes of dW's (N, K, G) view: (box rows, box columns, column box)
+        gC = cute.local_tile(out.mC_tma[(None, None, group)], self.box_tile, (m_tile * 2 + half, None))
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            out.tma_c,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(out.sC_boxes, 0, 2),
+            cute.group_modes(gC, 0, 2),
+        )
+        for r in cutlass.range_constexpr(self.store_rounds):
+            if tidx == store_thread:
+                cute.arch.cp_async_bulk_wait_group(0, read=True)
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=_THREADS_PER_WG)
+            for j in cutlass.range_constexpr(self.box_slices):
+                for v in cutlass.range_constexpr(per_slice):
+                    frag[v] = tRS_acc[slice_value(r * self.box_slices + j, v, per_slice)]
+                frag_out.store(frag.load().to(self.c_dtype))
+                cute.copy(r2s, frag_out, tRS_sC[(None, None, None, j)])
+            # make the shared writes visible to the TMA unit, then let the store thread issue
+            cute.arch.fence_proxy("async.shared", space="cta")
+            cute.arch.barrier(barrier_id=barrier_id, number_of_threads=_THREADS_PER_WG)
+            if tidx == store_thread:
+                for j in cutlass.range_constexpr(self.box_slices):
+                    column_box = n_tile * slices + r * self.box_slices + j
+                    cute.copy(out.tma_c, bSG_sC[(None, 2 * j + half)], bSG_gC[(None, column_box)])
+                cute.arch.cp_async_bulk_commit_group()

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from cutlass_kernels import swiglu_kernel
-from cutlass_kernels.results import append
+from cutlass_kernels.results import each
 
 Impl = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], object]
 TorchForm = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -218,25 +218,15 @@ def _each(
     measure: Callable[[int, int], dict[str, Any]],
     device: torch.device,
 ) -> int:
-    """``measure`` each (rows, F), one record each appended to ``results`` as it exists (a shape that
-    raises is recorded as failed and the others still run); 0 if every record passed, else 1."""
-    failures = 0
-    for rows, f in shapes:
-        base = {"stage": stage, "name": "swiglu_backward"}
-        try:
-            record = base | measure(rows, f)
-        except Exception as e:  # recorded; the other shapes still run
-            record = base | {
-                "rows": rows,
-                "f": f,
-                "status": "fail",
-                "error": f"{type(e).__name__}: {e}"[:600],
-            }
-        failures += record["status"] != "pass"
-        append(results, record)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-    return 1 if failures else 0
+    """``measure`` each (rows, F), one record each appended to ``results`` as it exists
+    (:func:`cutlass_kernels.results.each`); 0 if every record passed, else 1."""
+    return each(
+        results,
+        {"stage": stage, "name": "swiglu_backward"},
+        [{"rows": rows, "f": f} for rows, f in shapes],
+        measure,
+        torch.cuda.empty_cache if device.type == "cuda" else lambda: None,
+    )
 
 
 # -------------------------------------------------------------------------------------- timing
@@ -319,13 +309,14 @@ def time_shape(
     timed ``iters`` times (:func:`times_ms`), as :func:`bandwidth_record` plus how each was timed."""
     times = _time_forms(subject, rows, f, iters)
     moved = swiglu_kernel.bytes_moved(rows, f)
-    times["copy"] = _copy_probe(moved, subject.device, iters)
+    times["copy"] = copy_probe(moved, subject.device, iters)
     times["add"] = _add_probe(moved, subject.device, iters)
     record = bandwidth_record(rows, f, {name: ms for name, (ms, _) in times.items()}, goal)
     return record | {"timer": {name: how for name, (_, how) in times.items()}}
 
 
-def _copy_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+def copy_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+    """Times of a device copy of ``moved`` bytes (half read, half written): the bandwidth probe."""
     src = torch.empty(moved // 2, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     return times_ms(lambda: dst.copy_(src), device, iters)

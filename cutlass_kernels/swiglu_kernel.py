@@ -35,6 +35,7 @@ first under torch's fake tensors, so a memory estimate sees the outputs and no l
 from __future__ import annotations
 
 import math
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,12 @@ from typing import Any
 import cutlass
 import cutlass.cute as cute
 import torch
+from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels import compiles, planning
-from cutlass_kernels.cute_base import ALIGN_BYTES, sm_count, to_cute
+from cutlass_kernels import kernel_cache, planning
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
 from cutlass_kernels.vocabulary import ARCHES
 
 VEC = ALIGN_BYTES // 2  # BF16 elements per 128-bit access
@@ -146,7 +148,12 @@ def _widen(t: cute.Tensor) -> cute.Tensor:
 
 @cute.jit
 def _swiglu_backward_host(
-    da: cute.Tensor, h: cute.Tensor, dh: cute.Tensor, a: cute.Tensor, row_ctas: cutlass.Int32, stream
+    da: cute.Tensor,
+    h: cute.Tensor,
+    dh: cute.Tensor,
+    a: cute.Tensor,
+    row_ctas: cutlass.Int32,
+    stream: cuda.CUstream,  # annotated: an exported kernel's C signature is built from the annotations
 ) -> None:
     col_tiles = cute.ceil_div(da.shape[1] // VEC, COL_THREADS)
     _swiglu_backward_kernel(da, h, dh, a).launch(
@@ -181,45 +188,51 @@ def kernel_name(arch: str) -> str:
     return f"{NAME}_{arch}"
 
 
-def compile_kernel(arch: str | None = None, dump_dir: Path | None = None) -> Any:
+def compile_kernel(arch: str | None = None, dump_dir: Path | None = None, options: str = "") -> Any:
     """The kernel compiled from fake tensors (no GPU needed), cached per ``arch``: one of
     ``ARCHES``, or None for the arch the DSL targets in this process (``CUTE_DSL_ARCH``, else the
-    GPU's own, e.g. sm_103a on a GB300), which is what runs. With ``dump_dir`` (an arch named) it
-    also writes ``<kernel_name(arch)>.ptx`` and ``.cubin`` there (and recompiles)."""
+    GPU's own, e.g. sm_103a on a GB300), which is what runs, loaded from the kernel cache where that
+    holds it (:mod:`cutlass_kernels.kernel_cache`). With ``dump_dir`` (an arch named) it also writes
+    ``<kernel_name(arch)>.ptx`` and ``.cubin`` there (and recompiles); ``options``: the DSL's compile
+    options beside those (a build for export names its host target)."""
     if arch is not None and arch not in ARCHES:
         raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    if arch in _COMPILED and dump_dir is None:
+    if arch in _COMPILED and dump_dir is None and not options:
         return _COMPILED[arch]
-    from cutlass.runtime import make_fake_stream
-
-    options = "" if arch is None else f"--gpu-arch {arch}"
-    if dump_dir is not None:
-        if arch is None:
-            raise ValueError("name the arch whose PTX and cubin to write")
-        scratch = dump_dir / f".{kernel_name(arch)}"
-        scratch.mkdir(parents=True, exist_ok=True)
-        options += f" --keep-ptx --keep-cubin --dump-dir={scratch}"
-    operands, stream = _fake_operands(), make_fake_stream()
-    compiled = compiles.timed(
-        cute.compile, _swiglu_backward_host, *operands, cutlass.Int32(1), stream, options=options
-    )
-    if dump_dir is not None:
-        for ext in ("ptx", "cubin"):
-            (produced,) = scratch.glob(f"*.{ext}")
-            produced.replace(dump_dir / f"{kernel_name(str(arch))}.{ext}")
-        for leftover in scratch.iterdir():
-            leftover.unlink()
-        scratch.rmdir()
+    if arch is None and dump_dir is None and not options:
+        runs_on = running_arch()
+        compiled = kernel_cache.cached_or_compiled(
+            kernel_name(runs_on or "native"), runs_on, lambda: _compile(None, None, "")
+        )
+    else:
+        compiled = _compile(arch, dump_dir, options)
     _COMPILED[arch] = compiled
     return compiled
 
 
-def compile_all(arch: str, out_dir: Path) -> list[Path]:
+def running_arch() -> str | None:
+    """The arch of ``ARCHES`` whose kernels this process runs: ``CUTE_DSL_ARCH`` where set, else the
+    current GPU's (sm_90a on compute capability 9.0, sm_100a on 10.0); None for any other."""
+    named = os.environ.get("CUTE_DSL_ARCH")
+    if named:
+        return named if named in ARCHES else None
+    if not torch.cuda.is_available():
+        return None
+    return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get(torch.cuda.get_device_capability())
+
+
+def _compile(arch: str | None, dump_dir: Path | None, options: str) -> Any:
+    name = kernel_name(str(arch))
+    return compile_host(
+        _swiglu_backward_host, [*_fake_operands(), cutlass.Int32(1)], name, arch, dump_dir, options
+    )
+
+
+def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
     """Compile the kernel for ``arch`` and write its PTX and cubin into ``out_dir`` (the
-    ``python -m cutlass_kernels compile`` form of :func:`compile_kernel`)."""
+    ``python -m cutlass_kernels compile`` form of :func:`compile_kernel`); the kernel by name."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    compile_kernel(arch, out_dir)
-    return [out_dir / f"{kernel_name(arch)}.{ext}" for ext in ("ptx", "cubin")]
+    return {kernel_name(arch): compile_kernel(arch, out_dir, options)}
 
 
 # ---------------------------------------------------------------------------------------- wrapper

@@ -68,12 +68,15 @@ class GroupedProblem:
     tile_m: int
     tile_n: int
     chunk: int  # rows per reduction step of the K-grouped form (the kernel's K tile)
+    band: int = 0  # K-grouped: M tiles per band of the order (:func:`decode_k_grouped`); 0: no bands
 
     def __post_init__(self) -> None:
         if self.k_grouped and self.chunk != WGRAD_CHUNK:
             raise ValueError(
                 f"K-grouped kernels reduce over {WGRAD_CHUNK}-row chunks, this one over {self.chunk}"
             )
+        if self.band < 0 or (self.band and not self.k_grouped):
+            raise ValueError(f"band={self.band} is not allowed; allowed: 0, or > 0 for K-grouped walks")
 
     @property
     def prefix_unit(self) -> int:
@@ -115,12 +118,25 @@ def decode(local: Any, group_m_tiles: Any) -> tuple[Any, Any]:
     return local % group_m_tiles, local // group_m_tiles
 
 
-def decode_k_grouped(tile: Any, tiles_m: Any, tiles_n: Any) -> tuple[Any, Any, Any]:
+def decode_k_grouped(
+    tile: Any, tiles_m: Any, tiles_n: Any, band: int = 0, ops: Arithmetic = HOST
+) -> tuple[Any, Any, Any]:
     """(group, M tile, N tile) of linear ``tile`` when every group owns a whole ``tiles_m x tiles_n``
-    output grid (wgrad): group-major, M tiles fastest."""
+    output grid (wgrad): group-major, M tiles fastest. With ``band`` (a trace-time int), a group's
+    grid is walked in bands of ``band`` M tiles (the last one narrower), each band N tile by N tile,
+    its M tiles fastest: the tiles running at once then read a few A and B slabs each
+    (``band`` x ``ceil(CTAs / band)``) instead of every A slab of the group, and the slabs stay in L2."""
     per_group = tiles_m * tiles_n
     group = tile // per_group
-    m_local, n_tile = decode(tile - group * per_group, tiles_m)
+    local = tile - group * per_group
+    if band:
+        full = band * tiles_n  # tiles of a whole band
+        first = (local // full) * band  # the band's first M tile
+        width = ops.min(band, tiles_m - first)
+        rest = local - (first // band) * full
+        m_local, n_tile = first + rest % width, rest // width
+    else:
+        m_local, n_tile = decode(local, tiles_m)
     return group, m_local, n_tile
 
 
@@ -169,7 +185,7 @@ def tile_work(
     """What linear ``tile`` computes. ``group`` is the previous tile's (M-grouped walks go forward
     from it: tiles only increase)."""
     if ops.const_expr(problem.k_grouped):
-        group, m_local, n_tile = decode_k_grouped(tile, shape.tiles_m, shape.tiles_n)
+        group, m_local, n_tile = decode_k_grouped(tile, shape.tiles_m, shape.tiles_n, problem.band, ops)
         a_row = m_local * problem.tile_m
         work = TileWork(
             group,

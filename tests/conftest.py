@@ -58,6 +58,7 @@ _SHARING = {
     "tests/test_compare_real.py": "ci_sweep",
     "tests/test_run_sweep.py": "ci_sweep",
     "tests/test_implementations.py": "ci_sweep",
+    "tests/test_kernels_cache.py": "compiled_kernels",
     "tests/test_kernels_compile.py": "compiled_kernels",
     "tests/test_kernels_variants.py": "compiled_kernels",
     "tests/test_kernels_variants_sm90.py": "compiled_kernels",
@@ -106,14 +107,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
 def compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """``compiled_kernels(arch)``: the folder where ``python -m cutlass_kernels compile`` (a fresh
     process: the DSL reads its target arch when first imported) wrote every kernel of ``arch``, its
-    PTX and cubin; compiled on first use, then shared by every test of the session."""
+    PTX and cubin; beside it, ``cache``: the same compiles exported into a kernel cache
+    (:mod:`cutlass_kernels.kernel_cache`). Compiled on first use, then shared by every test of the
+    session."""
     folders: dict[str, Path] = {}
 
     def compile_arch(arch: str) -> Path:
         if arch not in folders:
-            out = tmp_path_factory.mktemp(f"kernels-{arch}")
+            root = tmp_path_factory.mktemp(f"kernels-{arch}")
+            out, cache = root / "compiled", root / "cache"
+            command = ["compile", "--arch", arch, "--out", str(out), "--cache", str(cache)]
             done = subprocess.run(
-                [sys.executable, "-m", "cutlass_kernels", "compile", "--arch", arch, "--out", str(out)],
+                [sys.executable, "-m", "cutlass_kernels", *command],
                 capture_output=True,
                 text=True,
                 timeout=1200,

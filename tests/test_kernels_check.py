@@ -230,10 +230,12 @@ def test_sass_counts_spills_inside_the_mma_loop_apart_from_the_others():
             "        /*0040*/                   UTCHMMA gdesc[UR4], gdesc[UR6], tmem[UR8] ;",
             "        /*0050*/                   LDL.LU R6, [R1] ;",
             "        /*0060*/                   FADD R1, R2, R3 ;",
+            "        /*0070*/                   UTMASTG.3D [UR4], [UR8] ;",
         ]
     )
-    assert check.sass_counts(sass) == {"mma": 2, "local": 3, "local_in_mma_loop": 1}
-    assert check.sass_counts("FADD R1, R2, R3 ;") == {"mma": 0, "local": 0, "local_in_mma_loop": 0}
+    assert check.sass_counts(sass) == {"mma": 2, "local": 3, "local_in_mma_loop": 1, "tma_store": 1}
+    none = {"mma": 0, "local": 0, "local_in_mma_loop": 0, "tma_store": 0}
+    assert check.sass_counts("FADD R1, R2, R3 ;") == none
 
 
 @pytest.mark.skipif(

@@ -5,6 +5,8 @@ all."""
 from __future__ import annotations
 
 import importlib.util
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +23,12 @@ OUTS = ("bfloat16", "float32")
 BF16_KERNELS = [f"grouped_{op}_bfloat16-{out}_128x256" for op in ("fprop", "dgrad", "wgrad") for out in OUTS]
 MX_KERNELS = [f"grouped_fprop_mx_float8_e4m3fn-{out}_128x128" for out in OUTS]
 VARIANT_KERNELS = {
-    "sm_90a": [f"grouped_wgrad_bfloat16-{out}_128x256_inplace" for out in OUTS]
+    "sm_90a": [
+        f"grouped_wgrad_bfloat16-{out}_128x256_{v}"
+        for v in ("inplace", "ragged_tile", "inplace_tile")
+        for out in OUTS
+    ]
+    + [f"grouped_{op}_bfloat16-{out}_128x256_tma_tail64" for op in ("fprop", "dgrad") for out in OUTS]
     + [
         f"grouped_{op}_bfloat16-{out}_128x256_{v}"
         for v in ("tma_epilogue", "tail64", "cluster2x1", "tma_cluster2x1")
@@ -42,6 +49,9 @@ VARIANT_KERNELS = {
 KERNELS = {"sm_90a": BF16_KERNELS, "sm_100a": BF16_KERNELS + MX_KERNELS}
 KERNELS = {arch: names + VARIANT_KERNELS[arch] for arch, names in KERNELS.items()}
 SWIGLU_KERNEL = "swiglu_backward_bfloat16"
+MX_QUANT_KERNELS = [
+    f"mx_quantize_{mode}_{form}_bfloat16" for form in ("codes", "values") for mode in ("exact", "fast")
+]
 
 
 @pytest.mark.slow
@@ -55,9 +65,15 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels
         if "_mx_" in name:
             assert "kind::mxf8f6f4.block_scale.block32" in ptx
         assert (out / f"{name}_{arch}.cubin").stat().st_size > 0
-    # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py)
+    # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py) and the MX
+    # quantization kernels (below)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{name}_{arch}.{ext}" for name in [*KERNELS[arch], SWIGLU_KERNEL] for ext in ("ptx", "cubin")
+        [
+            f"{name}_{arch}.{ext}"
+            for name in [*KERNELS[arch], SWIGLU_KERNEL, *MX_QUANT_KERNELS]
+            for ext in ("ptx", "cubin")
+        ]
+        + ["kernels.json"]
     )
 
 
@@ -143,3 +159,49 @@ def test_bf16_dequantization_of_the_sm90_mx_path_is_exact():
     x = torch.randn(64, 256, generator=gen) * torch.logspace(-30, 30, 64).unsqueeze(1)  # scales 2^-108..2^92
     t = quantize_mx(x)
     assert torch.equal(dequantize_bf16(t).double(), t.dequantize(torch.float64))
+
+
+# the MX quantization kernel's instructions per thread and block of 32: four 128-bit loads, the block
+# maximum in integer arithmetic, a float32 multiply per element (no flush to zero: a subnormal input
+# times 2^127 is a normal E4M3), the hardware E4M3 conversion, and the stores of its form
+_MX_QUANT_PTX = {
+    "codes": {"cvt.rn.satfinite.e4m3x2.f32": 16, "st.global.v4.b32": 2, "st.global.b8": 1},
+    "values": {
+        "cvt.rn.satfinite.e4m3x2.f32": 16,
+        "cvt.rn.f16x2.e4m3x2": 16,
+        "cvt.rn.bf16x2.f32": 16,
+        "st.global.v4.b32": 4,
+    },
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(MMA))
+def test_the_mx_quantization_kernels_move_16_bytes_at_a_time_and_convert_in_hardware(
+    arch: str, compiled_kernels, tmp_path: Path
+):
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    out = compiled_kernels(arch)
+    for name in MX_QUANT_KERNELS:
+        ptx = (out / f"{name}_{arch}.ptx").read_text()
+        form = "values" if "_values_" in name else "codes"
+        assert f".target {arch}" in ptx
+        # float32 multiplies, one an element (two: scaled down, then up for values); sm_100a pairs them
+        singles, pairs = (len(re.findall(rf"\bmul(?:\.rn)?\.f32{w}\b", ptx)) for w in ("", "x2"))
+        assert ptx.count("ld.global.v4.b32") == 4 and singles + 2 * pairs == 32 * (1 + (form == "values"))
+        for instruction, count in _MX_QUANT_PTX[form].items():
+            assert ptx.count(instruction) == count, (name, instruction)
+        assert ".ftz" not in ptx and "ld.local" not in ptx and "st.local" not in ptx, name
+        assert "ld.global.f32" not in ptx and "st.global.f32" not in ptx, name  # no float32 in memory
+        ptx_file = tmp_path / f"{name}.ptx"
+        ptx_file.write_text(ptx)
+        info = subprocess.run(
+            ["ptxas", f"-arch={arch}", "-v", str(ptx_file), "-o", str(tmp_path / "x.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert info.returncode == 0, info.stderr[-2000:]
+        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in info.stderr, name
+        assert int(re.search(r"Used (\d+) registers", info.stderr).group(1)) <= 64, info.stderr

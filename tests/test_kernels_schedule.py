@@ -133,3 +133,48 @@ def test_the_kernels_trace_these_very_functions_and_leave_them_plain():
         assert getattr(copy, "_original_code", copy.__code__) is plain.__code__
         assert copy.__globals__ is vars(tile_schedule)
         assert not hasattr(plain, "_preprocessed")  # the host's stays plain Python
+
+
+def _banded(tiles_m: int, tiles_n: int, band: int) -> list[tuple[int, int]]:
+    """A group's (M tile, N tile) in the banded order, written out naively: band by band, each band N
+    tile by N tile, its M tiles fastest."""
+    return [
+        (m, n)
+        for first in range(0, tiles_m, band)
+        for n in range(tiles_n)
+        for m in range(first, min(first + band, tiles_m))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tiles_m", "tiles_n", "band"), [(48, 28, 16), (56, 12, 16), (5, 3, 2), (7, 4, 16), (1, 1, 3), (9, 2, 4)]
+)
+def test_the_banded_k_grouped_order_walks_each_group_band_by_band(tiles_m: int, tiles_n: int, band: int):
+    groups = 3
+    decoded = [
+        tile_schedule.decode_k_grouped(t, tiles_m, tiles_n, band) for t in range(groups * tiles_m * tiles_n)
+    ]
+    for g in range(groups):
+        assert [(m, n) for group, m, n in decoded if group == g] == _banded(tiles_m, tiles_n, band)
+    assert decoded[: tiles_m * tiles_n] == [(0, m, n) for m, n in _banded(tiles_m, tiles_n, band)]
+    # the walk the kernels run takes every tile once in that order
+    problem = tile_schedule.GroupedProblem(True, 128, 256, tile_schedule.WGRAD_CHUNK, band)
+    shape = tile_schedule.WalkShape(tiles_m, tiles_n, 0, tiles_m * 128)
+    walked = [(w.group, w.m_tile, w.n_tile) for w in tile_schedule.walk(problem, [64, 64, 200], shape, 0, 1)]
+    assert walked == decoded
+
+
+def test_bands_shrink_what_the_ctas_running_at_once_read():
+    # the 132 tiles of a wave of H200 CTAs at the up projection's dW (N = 6144, K = 7168): rows of
+    # dY^T (128 per M tile) and X^T (256 per N tile) they read
+    def footprint(band: int) -> int:
+        wave = [tile_schedule.decode_k_grouped(t, 48, 28, band) for t in range(132)]
+        return 128 * len({m for _, m, _ in wave}) + 256 * len({n for _, _, n in wave})
+
+    assert footprint(0) == 128 * 48 + 256 * 3
+    assert footprint(16) == 128 * 16 + 256 * 9 < 0.7 * footprint(0)
+
+
+def test_bands_are_for_k_grouped_walks():
+    with pytest.raises(ValueError, match="band=4 is not allowed"):
+        tile_schedule.GroupedProblem(False, 128, 256, 64, 4)

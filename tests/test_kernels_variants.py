@@ -43,12 +43,33 @@ def _timed(variant: str, lo: float, median: float, hi: float, op: str = "fprop")
     """A timing record of the device run, for UP's shape."""
     shape = {"groups": UP.groups, "rows": UP.rows, "n": UP.n, "k": UP.k}
     ms = {"min": lo, "median": median, "max": hi}
-    return {"stage": "timing", "status": "pass", "op": op, "variant": variant, **shape, "graph_ms": ms}
+    k = f"{op}/bfloat16/{variant}"
+    return {
+        "stage": "timing",
+        "status": "pass",
+        "op": op,
+        "variant": variant,
+        "key": k,
+        **shape,
+        "graph_ms": ms,
+    }
+
+
+def _verdicts(variant: str, correct: str = "pass", op: str = "fprop") -> list[dict]:
+    """The smoke and correctness verdicts of a variant's kernel, as the device run records them."""
+    k = f"{op}/bfloat16/{variant}"
+    return [
+        {"stage": stage, "key": k, "verdict": True, "status": status}
+        for stage, status in (("smoke", "pass"), ("correctness", correct))
+    ]
+
+
+PASSED = [*_verdicts("default"), *_verdicts("wide"), *_verdicts("tall")]
 
 
 def test_the_table_names_a_variant_only_where_all_its_replays_beat_the_defaults():
     def table(*records: dict) -> list[str]:
-        return [c.variant for c in measured(records, "sm_90a", "2026-12-04", "H200")]
+        return [c.variant for c in measured([*PASSED, *records], "sm_90a", "2026-12-04", "H200")]
 
     default = _timed("default", 2.0, 2.1, 2.2)
     assert table(default, _timed("wide", 1.5, 1.6, 1.9)) == ["wide"]
@@ -57,9 +78,19 @@ def test_the_table_names_a_variant_only_where_all_its_replays_beat_the_defaults(
     assert table(_timed("wide", 1.0, 1.1, 1.2)) == []  # nothing to beat: no default timed
     two = [default, _timed("wide", 1.5, 1.6, 1.9), _timed("tall", 1.4, 1.5, 1.7)]
     assert table(*two) == ["tall"]  # the lowest median
-    (entry,) = measured(two, "sm_90a", "2026-12-04", "H200")
+    (entry,) = measured([*PASSED, *two], "sm_90a", "2026-12-04", "H200")
     assert (entry.op, entry.groups, entry.n, entry.k, entry.rows_bucket) == ("fprop", 48, 6144, 7168, 16384)
     assert eval(source([entry]).split("=", 1)[1]) == (entry,)  # the table's Python reads back
+
+
+def test_a_variant_that_failed_a_check_is_never_chosen_however_fast():
+    fast = [_timed("default", 2.0, 2.1, 2.2), _timed("wide", 1.0, 1.1, 1.2)]
+    failed = [*_verdicts("default"), *_verdicts("wide", correct="fail")]
+    unchecked = [*_verdicts("default")]  # a timing record with no verdicts before it (a rerun's remnant)
+    for verdicts in (failed, unchecked):
+        assert measured([*verdicts, *fast], "sm_90a", "2026-12-04", "H200") == []
+    # and the default keeps its shapes when its own checks are missing: nothing is chosen at all
+    assert measured([*_verdicts("wide"), *fast], "sm_90a", "2026-12-04", "H200") == []
 
 
 def test_the_committed_table_names_registered_variants_of_each_op():
@@ -386,8 +417,15 @@ def test_in_place_wgrad_needs_row_major_operands_and_says_so():
 _TMA_STORE = ("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group", "cp.async.bulk.wait_group.read")
 _TMA_STORE += ("st.global.v4.b32",)
 _CLUSTER = ("multicast::cluster", "mbarrier.arrive.shared::cluster.b64", "barrier.cluster.wait")
+# the whole-tile epilogue of wgrad: 3-D TMA stores of dW (N, K, G) from each warpgroup, named
+# barriers of their own
+_TILE_STORE = ("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group", "cp.async.bulk.wait_group.read")
 _SM90_EPILOGUE_CLUSTER_CLAIMS = {
     "tma_epilogue": ("wgmma.mma_async", *_TMA_STORE),
+    "tma_tail64": ("wgmma.mma_async", *_TMA_STORE),
+    # ragged 4-D TMA loads bounded at each group's end
+    "ragged_tile": ("wgmma.mma_async", "cp.async.bulk.tensor.4d.shared::cta.global", *_TILE_STORE),
+    "inplace_tile": ("wgmma.mma_async", "st.shared.b16", "fence.proxy.async.shared::cta", *_TILE_STORE),
     "tail64": ("wgmma.mma_async",),
     "cluster2x1": ("wgmma.mma_async", *_CLUSTER),
     "tma_cluster2x1": ("wgmma.mma_async", *_TMA_STORE, *_CLUSTER),
@@ -454,14 +492,23 @@ def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(
 
 
 @needs_dsl
-def test_every_sm90_variant_gives_each_named_barrier_one_user(registry):
+def test_every_sm90_variant_gives_each_named_barrier_one_user(registry, monkeypatch: pytest.MonkeyPatch):
     for v in registry._VARIANTS["sm_90a"]:
         for op in v.ops:
             kernel = v.kernel(registry.spec_for("sm_90a", op, torch.bfloat16, torch.bfloat16, v.name))
             ids = list(kernel.named_barriers().values())
             assert len(set(ids)) == len(ids) and 0 not in ids  # 0 is sync_threads'
-    in_place = registry.Sm90GroupedGemm(k_grouped=True, in_place=True)
-    assert in_place.named_barriers() == {"zeroing": 1}
-    in_place.tma_store = True  # what __init__ refuses: the staged epilogue would share barrier 1
+    zeroing_and_tile = registry.Sm90GroupedGemm(k_grouped=True, in_place=True, tile_store=True)
+    assert zeroing_and_tile.named_barriers() == {
+        "zeroing": 2,
+        "tile store of warpgroup 0": 3,
+        "tile store of warpgroup 1": 4,
+    }
+    zeroing_and_slices = registry.Sm90GroupedGemm(k_grouped=True, in_place=True, tma_store=True)
+    assert zeroing_and_slices.named_barriers() == {"staged epilogue": 1, "zeroing": 2}
+    # two users of one id would wait for each other's arrivals: refused
+    from cutlass_kernels import sm90_gemm
+
+    monkeypatch.setattr(sm90_gemm.Barrier, "ZEROING", 1)
     with pytest.raises(ValueError, match="share an id"):
-        in_place.named_barriers()
+        zeroing_and_slices.named_barriers()

@@ -4,6 +4,7 @@ no register spills."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -98,6 +99,76 @@ def test_active_halves_are_exactly_the_64_row_tiles(seed: int):
         if tile_schedule.half_has_rows(end - row, half, HALF_M)
     ]
     assert sorted(halves) == sorted(_naive_tiles(sizes, HALF_M, n_tiles))
+
+
+# ---- the wgrad kernels' arithmetic on the host: the ragged TMA view, the staged tile, the switches ----
+
+
+@pytest.fixture
+def sm90():
+    pytest.importorskip("cutlass")
+    from cutlass_kernels import sm90_gemm
+
+    return sm90_gemm
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_ragged_view_addresses_each_groups_rows_and_bounds_them_at_its_end(seed: int, sm90):
+    """TMA as the PTX ISA describes it: a box element is read where every coordinate lies in
+    [0, extent), else zero-filled; its address is the base plus the coordinates times the byte
+    strides, in 64-bit arithmetic. Every row of every group is found where it lies, and rows past a
+    group's end (up to a whole 64-row chunk) read as zeros."""
+    rng = random.Random(seed)
+    elem = 2  # BF16
+    cols, pitch = rng.choice([(16, 16), (24, 64), (7168, 7168), (3072, 3080)])  # pitch: 16-byte rows
+    shape, stride = sm90.ragged_layout(cols, pitch)
+    # what a TMA descriptor takes: byte strides multiples of 16 below 2^40, extents below 2^32
+    assert stride[0] == 1 and all(s * elem % 16 == 0 and 0 < s * elem < 2**40 for s in stride[1:])
+    assert all(0 < e < 2**32 for e in shape)
+    start = 0
+    for size in _random_sizes(rng):
+        first, select = sm90.ragged_rows(start, size)
+        for r in range(size + tile_schedule.WGRAD_CHUNK):
+            for col in (0, cols - 1):
+                coord = (col, first + r, *select)
+                assert all(-(2**31) <= c < 2**31 for c in coord)  # TMA coordinates are int32
+                inside = all(0 <= c < e for c, e in zip(coord, shape, strict=True))
+                assert inside == (r < size)
+                if inside:
+                    address = sum(c * s for c, s in zip(coord, stride, strict=True)) * elem % 2**64
+                    assert address == ((start + r) * pitch + col) * elem
+        start += size
+
+
+def test_tile_store_stages_a_bf16_tile_whole_and_an_fp32_tile_in_two_rounds(sm90):
+    assert sm90.tile_store_shape(128, 256, 16) == ((128, 64), (64, 64), 4, 1)
+    assert sm90.tile_store_shape(128, 256, 32) == ((128, 32), (64, 32), 4, 2)
+    for width in (16, 32):
+        for tile_n in (128, 256):
+            slice_tile, box, slices, rounds = sm90.tile_store_shape(128, tile_n, width)
+            assert slice_tile[1] * width == 1024 == box[1] * width  # a box row: one 128-byte swizzle row
+            assert box == (64, slice_tile[1])  # one consumer warpgroup's rows of a slice
+            assert slices * rounds * slice_tile[1] == tile_n  # every column once
+            assert slices * 128 * slice_tile[1] * width // 8 <= 65536
+
+
+def test_the_sm90_switches_refuse_what_they_cannot_do_and_combine_the_rest(sm90):
+    kernel = sm90.Sm90GroupedGemm
+    for switch in ("ragged", "tile_store", "in_place"):
+        with pytest.raises(ValueError, match=f"{switch} is allowed for the K-grouped kernel only"):
+            kernel(**{switch: True})
+    with pytest.raises(ValueError, match="band is allowed for the K-grouped kernel only"):
+        kernel(band=16)
+    with pytest.raises(ValueError, match="choose one"):
+        kernel(k_grouped=True, in_place=True, ragged=True)
+    with pytest.raises(ValueError, match="choose one"):
+        kernel(k_grouped=True, tile_store=True, tma_store=True)
+    with pytest.raises(ValueError, match="cluster_m=2"):
+        kernel(k_grouped=True, ragged=True, cluster_m=2)
+    for rows in ({"in_place": True}, {"ragged": True}, {}):
+        for epilogue in ({"tma_store": True}, {"tile_store": True}, {}):
+            ids = list(kernel(k_grouped=True, band=16, **rows, **epilogue).named_barriers().values())
+            assert len(set(ids)) == len(ids) and 0 not in ids
 
 
 # ---- compiled PTX (fresh process per variant: the DSL reads its target arch when first imported) ----
@@ -301,3 +372,72 @@ def test_cluster_variants_launch_on_2x1_clusters_and_the_others_plainly(
     assert launch_ir.count("cluster_launch = true") == clustered
     assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
     assert launch_ir.count("cluster_launch = false") == (not clustered)
+
+
+_TILE_STORE = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
+_RAGGED_LOAD = "cp.async.bulk.tensor.4d.shared::cta.global.tile"
+_TILE_STORE_VARIANTS = ("ragged_tile", "inplace_tile")
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", _TILE_STORE_VARIANTS)
+def test_the_wgrad_tile_store_kernels_stage_whole_tiles_and_store_them_by_tma(
+    variant: str, compiled_kernels, tmp_path: Path
+):
+    out_dir = compiled_kernels("sm_90a")
+    facts = json.loads((out_dir / "kernels.json").read_text())
+    for c_dtype, rounds in (("bfloat16", 1), ("float32", 2)):
+        name = f"grouped_wgrad_bfloat16-{c_dtype}_128x256_{variant}_sm_90a"
+        ptx = (out_dir / f"{name}.ptx").read_text()
+        _assert_common(ptx)
+        # a round: one 3-D TMA store of dW (N, K, G) per 64 x 128-byte box of the warpgroup's rows, the
+        # four committed as one bulk group; its buffers waited for before they are written again, and
+        # once more before the CTA exits
+        assert ptx.count(_TILE_STORE) == 4 * rounds, c_dtype
+        assert ptx.count("cp.async.bulk.commit_group") == rounds, c_dtype
+        assert ptx.count("cp.async.bulk.wait_group.read") == rounds + 1, c_dtype
+        assert re.search(r"bar\.sync\s+%r\d+, 128;", ptx), c_dtype  # the warpgroup's own barrier
+        assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (c_dtype == "bfloat16")
+        # ragged: 4-D loads bounded at the group's end, nothing zeroed; in place: 2-D loads, zeroing
+        assert (_RAGGED_LOAD in ptx) == (variant == "ragged_tile"), c_dtype
+        assert ("st.shared.b16" in ptx) == (variant == "inplace_tile"), c_dtype
+        assert "ld.local" not in ptx and "st.local" not in ptx
+        _assert_no_spills(ptx, tmp_path)
+        # three 48 KB stages of the ring beside the 64 KB of C buffers, within an sm90 CTA's 227 KB
+        assert facts[name]["stages"] == 3 and facts[name]["shared_bytes"] <= 232448, facts[name]
+
+
+@needs_dsl
+@pytest.mark.slow
+def test_sm90_sass_has_tensor_core_mmas_no_local_memory_and_tma_stores_where_claimed(compiled_kernels):
+    from cutlass_kernels import check
+
+    tool = check.disassembler()
+    if tool is None:
+        pytest.skip("neither cuobjdump nor nvdisasm is installed")
+    out_dir = compiled_kernels("sm_90a")
+    # every variant's BF16-out kernels, and the FP32-out ones of the whole-tile epilogue
+    cubins = [
+        c
+        for c in sorted(out_dir.glob("grouped_*.cubin"))
+        if "-bfloat16_" in c.name or any(v in c.name for v in _TILE_STORE_VARIANTS)
+    ]
+    with_tma_stores = ("tma_epilogue", "tma_tail64", "tma_cluster2x1", *_TILE_STORE_VARIANTS)
+
+    def sass(cubin: Path) -> str:
+        done = subprocess.run([*tool, str(cubin)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        texts = dict(zip(cubins, pool.map(sass, cubins), strict=True))
+    assert len(texts) >= 20
+    for cubin, text in texts.items():
+        counts = check.sass_counts(text)
+        assert counts["mma"] > 0 and counts["local"] == 0, (cubin.name, counts)
+        assert (counts["tma_store"] > 0) == any(v in cubin.name for v in with_tma_stores), cubin.name
+        if any(v in cubin.name for v in _TILE_STORE_VARIANTS):
+            rounds = 2 if "-float32_" in cubin.name else 1
+            assert counts["tma_store"] == 4 * rounds, (cubin.name, counts)
+            assert ("UTMALDG.4D" in text) == ("ragged" in cubin.name), cubin.name
