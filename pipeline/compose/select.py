@@ -19,6 +19,7 @@ from hydra.core.override_parser.types import Glob, Override
 from omegaconf import DictConfig
 
 from pipeline import CONFIG_DIR
+from pipeline.base.folders import shown
 from pipeline.compose.jobs import compose_jobs
 from pipeline.compose.store import CHOICES, CONFIG_NAME, register
 from pipeline.matrix import Suite, suite_of
@@ -66,7 +67,7 @@ def named(overrides: list[Override], suite: Suite, parser: OverridesParser) -> l
         for name in chosen:
             if name not in names:
                 raise ValueError(
-                    f"{group} {name!r} is not in suite {suite.name}; allowed {group}: {', '.join(names)}"
+                    f"{group} {shown(str(name))} is not in suite {suite.name}; allowed {group}: {', '.join(names)}"
                 )
         out.append(override)
     return out

@@ -47,6 +47,7 @@ from typing import Any
 import yaml
 
 from pipeline import CONFIG_DIR
+from pipeline.base.folders import cut, shown
 from pipeline.base.implementations import implementation, implementations
 from pipeline.base.vocabulary import KINDS, MX_BLOCK
 from pipeline.matrix.cells import PROFILES, REFERENCE, Execution, Variant, Workload
@@ -381,5 +382,5 @@ def _plain(node: object) -> Any:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
+    """``value`` for a one-line message: quoted, cut where long (:func:`pipeline.base.folders.shown`)."""
+    return shown(value) if isinstance(value, str) else cut(repr(value))
