@@ -32,7 +32,7 @@ CASES = [
     ("run", [*ONE, "scale=ci", "dataset_dir=/proc/x"], "cannot be written here"),
     ("run", [*ONE], "scale=full but this host has no GPU"),
     ("run", [*ONE, "scale=ci", "hydra.launcher.timeout_min=-5"], "timeout_min must be > 0"),
-    ("run", [*ONE, "scale=ci", "workload=nope"], "workload 'nope' is not in suite report; allowed workload: "),
+    ("run", [*ONE, "scale=ci", "workload=nope"], "workload 'nope' is not in suite report; allowed workload:"),
     ("run", [*ONE, "scale=nope"], "Could not find 'scale/nope'"),
     ("run", [*ONE, "scale=ci", "--foo"], "unrecognized arguments: --foo"),
     ("run", [*ONE, "scale=ci", "scale.tokens=32", "seed=1", "dataset_dir={d}"], "scale.tokens=32"),
