@@ -44,7 +44,7 @@ def named(overrides: list[Override], suite: Suite, parser: OverridesParser) -> l
         last[override.get_key_element()] = override
     out = []
     for key, override in last.items():
-        if override.key_or_group == "suite" and override.is_sweep_override():
+        if override.key_or_group.split(".")[0] == "suite" and override.is_sweep_override():
             raise ValueError(
                 f"{override.input_line}: a sweep runs one suite; sweep each into a dataset_dir of its own"
             )
@@ -103,8 +103,14 @@ def select(
 
 
 def _suite(arguments: list[str]) -> list[str]:
-    """The arguments that choose the suite (one, not a sweep: :func:`named` refuses a sweep)."""
-    return [a for a in arguments if a.startswith("suite=") and "," not in a and "(" not in a]
+    """The arguments that choose or change the suite (``suite=seed-003``, ``suite.shape.ep=8``), but a
+    sweep (which :func:`named` refuses): the master config holds the suite the jobs are named in."""
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [
+        o.input_line
+        for o in parsed
+        if o.input_line and o.key_or_group.split(".")[0] == "suite" and not o.is_sweep_override()
+    ]
 
 
 def compose_each(
