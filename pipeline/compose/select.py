@@ -66,8 +66,9 @@ def named(overrides: list[Override], suite: Suite, parser: OverridesParser) -> l
         chosen = list(override.sweep_string_iterator()) if override.is_sweep_override() else [value]
         for name in chosen:
             if name not in names:
+                allowed = ", ".join(names)
                 raise ValueError(
-                    f"{group} {shown(str(name))} is not in suite {suite.name}; allowed {group}: {', '.join(names)}"
+                    f"{group} {shown(str(name))} is not in suite {suite.name}; allowed {group}: {allowed}"
                 )
         out.append(override)
     return out

@@ -57,7 +57,8 @@ class Comparable:
             raise ValueError(
                 f"unknown comparable setting(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}"
             )
-        self.values.setdefault("suite", REPORT.definition())  # recorded before suites: the report's
+        if "suite" not in self.values:  # recorded before suites: the report's
+            object.__setattr__(self, "values", {"suite": REPORT.definition(), **self.values})
 
     @classmethod
     def of_config(cls, config: Mapping[str, Any]) -> Comparable:

@@ -97,7 +97,7 @@ class Suite:
     def of(node: Mapping[str, Any]) -> Suite:
         """The suite a config's ``suite`` node (or a recorded definition) describes; a one-line
         ValueError names what is wrong."""
-        return _parsed(json.dumps(_plain(node), sort_keys=True))
+        return _parsed(json.dumps(node if isinstance(node, dict) else _plain(node), sort_keys=True))
 
     @property
     def executions(self) -> tuple[Execution, ...]:
@@ -127,7 +127,11 @@ class Suite:
         return Execution(workload, variant)
 
     def definition(self) -> dict[str, Any]:
-        """The canonical form: what a dataset records, and reads back with :meth:`of`."""
+        """The canonical form: what a dataset records, and reads back with :meth:`of` (one object per
+        suite, shared: read it, never change it)."""
+        return _definition(self)
+
+    def _canonical(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "publishes": list(self.publishes),
@@ -174,6 +178,11 @@ def is_suite(value: object) -> bool:
 @lru_cache(maxsize=32)
 def _executions(suite: Suite) -> tuple[Execution, ...]:
     return tuple(Execution(w, v) for w, v in itertools.product(suite.workloads, suite.variants))
+
+
+@lru_cache(maxsize=32)
+def _definition(suite: Suite) -> dict[str, Any]:
+    return suite._canonical()
 
 
 @lru_cache(maxsize=32)

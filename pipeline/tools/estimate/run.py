@@ -6,9 +6,10 @@ the prepared quantized weights, the policy's buffers, inputs and routing), ``gat
 gate's slice, :func:`pipeline.bench.sanity.check_layer`, and where its suite checks the case, the
 timed input against the naive formulation, :func:`pipeline.bench.naive.case_error`), ``warm-up`` (one
 iteration) and ``iteration``, the timed one (``Work.steps().iteration``: one forward; forward +
-backward; ten forwards, then the backwards in reverse order). Routing is host-side planning: the plans and rank 0's dispatch plan
-(what every source sends it, which a fake process group cannot exchange) are computed on the host
-before the warm-up, as a real execution's warm-up builds them before timing.
+backward; ten forwards, then the backwards in reverse order). Routing is host-side planning: the
+plans and rank 0's dispatch plan (what every source sends it, which a fake process group cannot
+exchange) are computed on the host before the warm-up, as a real execution's warm-up builds them
+before timing.
 
 Needs fake CUDA (:mod:`pipeline.tools.estimate.fake_cuda`): run it in a worker
 (:mod:`pipeline.tools.estimate.worker`).
