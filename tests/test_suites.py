@@ -188,3 +188,9 @@ def test_the_suite_is_a_comparable_setting_shown_by_name_and_digest():
     edited = Suite.of({**seed_003.definition(), "check": "slice"})
     assert text(edited.definition()) != text(seed_003.definition())  # one name, two digests
     assert Comparable.of_config({"suite": {"name": "x"}}).differing(before)[0] == "suite"  # unreadable
+
+
+def test_a_recorded_suite_that_cannot_be_read_is_refused_naming_why():
+    recorded = {**Suite.of(MIXTRAL).definition(), "variants": [{"implementation": "fast-moe"}]}
+    with pytest.raises(ValueError, match=r"^the recorded suite cannot be read: suite mixtral: variants\[0\]"):
+        Comparable({"suite": recorded}).suite
