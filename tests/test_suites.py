@@ -193,4 +193,4 @@ def test_the_suite_is_a_comparable_setting_shown_by_name_and_digest():
 def test_a_recorded_suite_that_cannot_be_read_is_refused_naming_why():
     recorded = {**Suite.of(MIXTRAL).definition(), "variants": [{"implementation": "fast-moe"}]}
     with pytest.raises(ValueError, match=r"^the recorded suite cannot be read: suite mixtral: variants\[0\]"):
-        Comparable({"suite": recorded}).suite
+        _ = Comparable({"suite": recorded}).suite
