@@ -27,9 +27,10 @@ The file's keys (``docs/suites.md`` shows examples):
 
 Every problem is a ValueError of one line naming the field (``suite mixtral: workloads[0].ep``) and
 what is allowed, before anything is launched. A suite's **definition** (:meth:`Suite.definition`) is
-its canonical form: every workload and variant written out, so that two files that say the same say
-it identically; a dataset records it with its comparable settings, and every command reads the
-suite from there.
+its canonical form: every workload and variant written out (but ``all``, which stays the registry's
+variants: an implementation registered later joins the suite's matrix, as it joins the report's), so
+that two files that say the same say it identically; a dataset records it with its comparable
+settings, and every command reads the suite from there.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class Suite:
     workloads: tuple[Workload, ...]
     variants: tuple[Variant, ...]
     assumptions: tuple[SuiteAssumption, ...] = ()
+    every_variant: bool = False  # ``variants: all``: the registry's, whatever this process registers
 
     @staticmethod
     def of(node: Mapping[str, Any]) -> Suite:
@@ -137,7 +139,7 @@ class Suite:
             "publishes": list(self.publishes),
             "check": self.check,
             "workloads": [asdict(w) for w in self.workloads],
-            "variants": [asdict(v) for v in self.variants],
+            "variants": ALL if self.every_variant else [asdict(v) for v in self.variants],
             "assumptions": [
                 {"what": a.what, "choice": a.choice, "workloads": list(a.workloads)} for a in self.assumptions
             ],
@@ -216,7 +218,8 @@ def _parsed(text: str) -> Suite:
     workloads = _workloads(where, shape, node.get("workloads"))
     variants = _variants(where, node.get("variants"))
     assumptions = _assumptions(where, node.get("assumptions", []), workloads)
-    return Suite(name, tuple(dict.fromkeys(publishes)), check, workloads, variants, assumptions)
+    every = node.get("variants") == ALL
+    return Suite(name, tuple(dict.fromkeys(publishes)), check, workloads, variants, assumptions, every)
 
 
 def _workloads(where: str, shape: dict[str, Any], entries: object) -> tuple[Workload, ...]:
