@@ -40,7 +40,15 @@ from pipeline.survey import MISSING, ExecutionStatus, dataset_survey
 CHOICES = (FAILED, MISSING)
 # Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its
 # launcher, and the suite the dataset recorded (``compose_each``).
-_SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=", "suite=", "hydra.searchpath=")
+_SET_HERE = (
+    "dataset_dir=",
+    "workload=",
+    "variant=",
+    "hydra/launcher=",
+    "suite=",
+    "suite.",
+    "hydra.searchpath=",
+)
 _HYDRA_KEY = "hydra.launcher."
 
 

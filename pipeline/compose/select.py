@@ -121,8 +121,8 @@ def compose_each(
     with ``hydra_overrides`` (``hydra/launcher=slurm``); a resubmission composes in-process this way,
     with the ``suite`` its dataset recorded (a suite of one's own need not be on the search path)."""
     register()
-    if suite is not None:
-        job_overrides = [[o for o in overrides if not o.startswith("suite=")] for overrides in job_overrides]
+    if suite is not None:  # what chose or changed the suite: the recorded definition says it all
+        job_overrides = [[o for o in overrides if not _of_suite(o)] for overrides in job_overrides]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         master = compose(CONFIG_NAME, overrides=hydra_overrides, return_hydra_config=True)
         configs = compose_jobs(GlobalHydra.instance().config_loader(), master, job_overrides)
@@ -130,3 +130,8 @@ def compose_each(
         for cfg in configs:
             cfg.suite = dict(suite)
     return configs
+
+
+def _of_suite(override: str) -> bool:
+    """Whether ``override`` chooses or changes the suite (``suite=NAME``, ``suite.shape.ep=8``)."""
+    return override.partition("=")[0].lstrip("+~").split(".")[0].split("@")[0] == "suite"
