@@ -50,8 +50,11 @@ COLUMNS = (
 
 
 def case_rows(rows: Sequence[Row], shards: Mapping[str, Shard], suite: Suite) -> list[Row]:
-    """One case row per execution row (in their order), from its shard and its suite's workload."""
-    return [_case(row, shards[str(row["execution_id"])], suite) for row in rows]
+    """One case row per execution row, in the suite's order (seed 003's: by tokens), from its shard and
+    its suite's workload."""
+    order = {e.execution_id: i for i, e in enumerate(suite.executions)}
+    ordered = sorted(rows, key=lambda row: order[str(row["execution_id"])])
+    return [_case(row, shards[str(row["execution_id"])], suite) for row in ordered]
 
 
 def _case(row: Row, shard: Shard, suite: Suite) -> Row:
