@@ -43,7 +43,7 @@ def test_every_command_has_help(command):
 def test_matrix_help_is_not_a_hydra_error():
     done = cli("-m", "pipeline.list", "--help")
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.startswith("usage: python -m pipeline.list [OVERRIDE ...]")
+    assert done.stdout.startswith("usage: python -m pipeline.list [--config-dir DIR] [OVERRIDE ...]")
 
 
 def failed_dataset(tmp_path) -> Dataset:

@@ -75,7 +75,7 @@ def case(arguments: list[str], says: str, **marks: object) -> object:
 LONG_VALUES = [
     case(["pipeline.run", *ONE, "dataset_dir={long}"], "pipeline.run: dataset_dir {head}"),
     case(["pipeline.run", "--multirun", *ONE, "dataset_dir={long}"], "pipeline.run: dataset_dir {head}"),
-    case([*RUN, f"variant={LONG}"], "pipeline.run: Could not find 'variant/aaaa"),
+    case([*RUN, f"variant={LONG}"], "variant 'aaaa"),
     case(
         [
             "pipeline.run",
@@ -85,7 +85,7 @@ LONG_VALUES = [
             "dataset_dir={d}",
             f"workload=inference-ep8-f1536,{LONG}",
         ],
-        "pipeline.run: Could not find 'workload/aaaa",
+        "pipeline.run: workload 'aaaa",
     ),
     case([*RUN, "hydra.run.dir={long}"], "pipeline.run: hydra.run.dir {head}"),
     case([*MULTIRUN, "hydra.sweep.dir={long}"], "pipeline.run: hydra.sweep.dir {head}"),
@@ -95,7 +95,7 @@ LONG_VALUES = [
     ),
     case([*RUN, f"hydra.job.name={LONG}"], "pipeline.run: hydra.job.name 'aaaa"),
     case([*RUN, "--config-name", LONG], "pipeline.run: --config-name 'aaaa"),
-    case(["pipeline.list", f"variant={LONG}"], "error: Could not find 'variant/aaaa"),
+    case(["pipeline.list", f"variant={LONG}"], "error: variant 'aaaa"),
     case(["pipeline.list", *ONE, "dataset_dir={long}"], "error: dataset_dir {head}"),
     case(["pipeline.status", "{long}"], "python -m pipeline.status: error: argument dataset_dir: {head}"),
     case(["pipeline.resubmit", "{long}"], "python -m pipeline.resubmit: error: argument dataset_dir: {head}"),

@@ -109,7 +109,7 @@ def test_rank0_plan_on_the_host_is_the_plan_the_group_exchanges() -> None:
         (["cluster=h200", "cluster.gpus.peaks.hbm_tb_s.value=0"], "error: cluster=h200: "
                                   "gpus.peaks.hbm_tb_s.value=0; allowed: a positive TB/s"),
         (["--fast"], "error: unknown option '--fast'; allowed: --json, --swiglu-form, --workers, --dataset, "
-                     "--help"),
+                     "--config-dir, --help"),
         (["--dataset", "outputs/x", "cluster=h200"], "error: --dataset estimates what the dataset publishes, "
                      "on its preset with the GPU's own SwiGLU form: cluster=h200 is not allowed with it"),
         (["--dataset", "/no/such/dataset"], "error: dataset directory '/no/such/dataset' does not exist"),

@@ -17,7 +17,7 @@ from pipeline.data.codec import encode
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA_VERSION
-from pipeline.matrix import EXECUTION_BY_ID, Workload
+from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.report.deviations import deviations
 
@@ -74,7 +74,8 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(ci_sweep):
         meta = json.loads(table.schema.metadata[METADATA_KEY])
         rows = table.to_pylist()
         execution_id = path.parent.name.removeprefix("execution=")
-        workload = Workload(**meta["config"]["workload"])
+        workload = EXECUTION_BY_ID[execution_id].workload
+        assert meta["config"]["workload"] == workload.name and meta["config"]["suite"]["name"] == "report"
         phases = (
             ["forward", "backward", "combined"] if workload.kind == "packing" else ["forward", "combined"]
         )
@@ -105,7 +106,7 @@ def test_ci_sweep_writes_one_complete_shard_per_execution(ci_sweep):
         balanced = shape["nominal_tokens"] * shape["top_k"]
         evidence = meta["saved_state"]
         assert [s["routed_rows"] for s in evidence] == [round(f * balanced) for f in workload.layer_loads]
-        mok = meta["config"]["variant"]["implementation"] == "mok"
+        mok = EXECUTION_BY_ID[execution_id].variant.implementation == "mok"
         # budgets in units of the nominal T x K: MoK rounds 2.5 up to a power of two of rows (256 / 96)
         assert [s["factor"] for s in evidence] == pytest.approx([256 / 96 if mok else 2.5] * len(evidence))
         if workload.kind == "packing":
@@ -168,11 +169,11 @@ def _published_json_says_what_ran(shards: list[Path]) -> None:
     [
         (
             ["workload=inference-ep8-f1536,inference-ep4-f1536", "variant=mok-bf16"],
-            "Could not find 'workload/inference-ep4-f1536'; allowed workload: ",
+            "workload 'inference-ep4-f1536' is not in suite report; allowed workload: ",
         ),
         (
             ["workload=inference-ep8-f1536", "variant=mok-bf16,mok-int4"],
-            "Could not find 'variant/mok-int4'; allowed variant: ",
+            "variant 'mok-int4' is not in suite report; allowed variant: ",
         ),
         pytest.param(
             ["workload=inference-ep8-f1536,training-ep64-f3072", "variant=mok-bf16", "scale.num_experts=96"],
@@ -243,7 +244,7 @@ def test_each_job_leaves_hydras_output_and_its_callbacks_fire(tmp_path):
         assert yaml.safe_load((job / ".hydra" / "overrides.yaml").read_text())[:3] == overrides
         config = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
         assert config["dataset_dir"] == str(tmp_path / "data") and "hydra" not in config
-        assert config["variant"]["implementation"] == variant.removesuffix("-bf16")
+        assert (config["variant"], config["suite"]["name"]) == (variant, "report")
         # the attempt's folder, which links to the folder of the job its group ran in
         attempt = tmp_path / "data" / "logs" / f"inference-ep8-f1536-{execution_id}" / "attempt-1"
         logs = (job / "logs").resolve()

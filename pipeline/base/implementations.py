@@ -125,7 +125,7 @@ class Implementation:
         return tuple(pipeline for p, pipeline in self.variants if p == precision)
 
     def variant_name(self, precision: str, pipeline: str) -> str:
-        """Config-group name of one of its variants, e.g. ``mok-bf16`` or ``dist-moe-fp8-dispatch``."""
+        """The name of one of its variants, e.g. ``mok-bf16`` or ``dist-moe-fp8-dispatch``."""
         return f"{self.name}-{precision if self.variant_names == 'precision' else pipeline}"
 
     @property

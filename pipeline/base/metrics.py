@@ -81,15 +81,18 @@ def phases(
     return out
 
 
-def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int) -> float:
-    """Useful GEMM FLOPs per GPU per iteration: 6*T*(K+1)*D*F forward (K routed + one shared expert,
-    three GEMMs of 2 FLOPs per multiply-add), x3 for training, x30 for packing. No padding, no recompute."""
+def useful_flops(kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, num_shared: int = 1) -> float:
+    """Useful GEMM FLOPs per GPU per iteration: 6*T*(K+S)*D*F forward (K routed and S shared experts
+    a token, the report's one shared expert by default; three GEMMs of 2 FLOPs per multiply-add), x3
+    for training, x30 for packing. No padding, no recompute."""
     if kind not in WORK_MULTIPLE:
         raise ValueError(f"unknown kind {kind!r}; allowed: {', '.join(KINDS)}")
     for name, value in (("tokens", tokens), ("d_model", d_model), ("d_ff", d_ff), ("top_k", top_k)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return 6.0 * tokens * (top_k + 1) * d_model * d_ff * WORK_MULTIPLE[kind]
+    if int(num_shared) != num_shared or num_shared < 0:
+        raise ValueError(f"num_shared must be an integer >= 0, got {num_shared!r}")
+    return 6.0 * tokens * (top_k + num_shared) * d_model * d_ff * WORK_MULTIPLE[kind]
 
 
 def tera_per_second(amount: float, iteration_ms: float) -> float:
@@ -100,10 +103,10 @@ def tera_per_second(amount: float, iteration_ms: float) -> float:
 
 
 def useful_tflops_per_gpu(
-    kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, iteration_ms: float
+    kind: str, tokens: int, d_model: int, d_ff: int, top_k: int, iteration_ms: float, num_shared: int = 1
 ) -> float:
     """Useful TFLOP/s per GPU: useful work of one GPU over the slowest GPU's iteration time."""
-    return tera_per_second(useful_flops(kind, tokens, d_model, d_ff, top_k), iteration_ms)
+    return tera_per_second(useful_flops(kind, tokens, d_model, d_ff, top_k, num_shared), iteration_ms)
 
 
 def _per_iteration_ms(window_ms: np.ndarray, iterations: np.ndarray) -> np.ndarray:

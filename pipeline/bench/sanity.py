@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from cutlass_kernels.mxfp8 import fake_quantize
+from pipeline.bench.naive import case_error
 from pipeline.data.meta import Sanity
 from pipeline.moe import LayerStack, MoELayer
 
@@ -46,14 +47,23 @@ def tolerance(dtype: torch.dtype, precision: str, activations: int) -> float:
     return 0.04 if precision == "mxfp8" else 2.0**-6
 
 
-def gate(stack: LayerStack, backward: bool, seed: int) -> Sanity:
+def gate(
+    stack: LayerStack,
+    backward: bool,
+    seed: int,
+    case: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> Sanity:
     """Check the first layer of ``stack`` on every rank (collective); the verdict, worst over ranks.
-    Raises :class:`SanityError` on every rank when any rank fails."""
+    With ``case`` (this rank's input of that layer: tokens, expert ids, weights), its forward of them
+    too, against the naive formulation (:func:`pipeline.bench.naive.case_error`, error ``case``, held
+    to the slice's tolerance). Raises :class:`SanityError` on every rank when any rank fails."""
     layer = stack.layers[0]
     assert isinstance(layer, MoELayer)
     device = layer.w1.device
     start = time.perf_counter()
     errors = check_layer(layer, backward, seed)
+    if case is not None:
+        errors["case"] = case_error(layer, *case, seed)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()

@@ -15,9 +15,10 @@ from pipeline.matrix.scale import Shape, TimingPlan
 @dataclass(frozen=True)
 class JobSpec:
     """One planned execution attempt: its matrix cell, the shape its ranks run, the scale's timing
-    request, the seed of weights, inputs and routing, the device word (``auto``, ``cpu`` or ``cuda``:
-    resolved on the job's node), the dataset it writes into, the launch backend and cluster preset
-    that run it (which the shard's provenance records), and the config and overrides it came from."""
+        request, the seed of weights, inputs and routing, the device word (``auto``, ``cpu`` or ``cuda``:
+        resolved on the job's node), the dataset it writes into, the launch backend and cluster preset
+        that run it (which the shard's provenance records), the config and overrides it came from, and the
+    correctness gate its suite asks for (:data:`pipeline.matrix.suite.CHECKS`)."""
 
     execution: Execution
     shape: Shape
@@ -31,6 +32,7 @@ class JobSpec:
     config: dict[str, Any]  # the resolved Hydra config, recorded in the shard as composed
     overrides: list[str]  # the command-line overrides that select it (the ledger records them)
     deadline_s: float = 900.0  # still running after this long, it is hung (its group sets it from the plan)
+    check: str = "slice"  # the gate: its slice, or its slice and the timed input (its suite's ``check``)
 
     @property
     def execution_id(self) -> str:

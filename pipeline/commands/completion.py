@@ -1,6 +1,7 @@
 """Shell completion of ``moe-bench``: the commands (``pipeline.cli.COMMANDS``), each command's options
 (read from its own ``--help``, so a new command needs nothing here) and, for ``run`` and ``list``,
-the Hydra overrides (Hydra's own completion of this project's config: ``workload=inf<TAB>``).
+the Hydra overrides (Hydra's own completion of this project's config, and the names of the chosen
+suite's workloads and variants: ``workload=inf<TAB>``).
 
 ``moe-bench --completion bash`` prints the function to ``eval``; on every TAB it calls
 ``moe-bench --complete LINE WORD`` (the line up to the cursor and the word bash completes, which
@@ -80,13 +81,27 @@ def options(command: str, entry: Entry) -> set[str]:
 
 
 def overrides(line: str) -> list[str]:
-    """Hydra's completions of the last override of ``line`` in this project's config."""
+    """Hydra's completions of the last override of ``line`` in this project's config; a workload's or a
+    variant's name from the suite the line chooses (``suite=NAME`` of ``conf/suite``, else the report's)."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.plugins.completion_plugin import DefaultCompletionPlugin
 
     from pipeline.compose import CONFIG_DIR, CONFIG_NAME, register
+    from pipeline.compose.store import CHOICES
+    from pipeline.matrix import REPORT
+    from pipeline.matrix.suite import load
 
+    words = line.split()
+    key, _, start = (words[-1] if words and not line.endswith((" ", "\t")) else "").partition("=")
+    if key in CHOICES:
+        chosen = [w.partition("=")[2] for w in words[:-1] if w.startswith("suite=")]
+        try:
+            suite = load(chosen[-1]) if chosen else REPORT
+        except ValueError:  # a suite of one's own folder, or none: nothing to offer
+            return []
+        names = suite.workload_names() if key == "workload" else suite.variant_names()
+        return sorted(f"{key}={n}" for n in names if n.startswith(start))
     register()
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
         plugin = DefaultCompletionPlugin(GlobalHydra.instance().config_loader())

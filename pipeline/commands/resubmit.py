@@ -34,12 +34,21 @@ from pipeline.launch.jobs import FAILED
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.settings import LaunchSettings
 from pipeline.launch.sweep import claimed, run
-from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.matrix import REPORT, Suite
 from pipeline.survey import MISSING, ExecutionStatus, dataset_survey
 
 CHOICES = (FAILED, MISSING)
-# Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its launcher.
-_SET_HERE = ("dataset_dir=", "workload=", "variant=", "hydra/launcher=")
+# Set by resubmission itself: the dataset at hand, the execution's own workload and variant, its
+# launcher, and the suite the dataset recorded (``compose_each``).
+_SET_HERE = (
+    "dataset_dir=",
+    "workload=",
+    "variant=",
+    "hydra/launcher=",
+    "suite=",
+    "suite.",
+    "hydra.searchpath=",
+)
 _HYDRA_KEY = "hydra.launcher."
 
 
@@ -54,7 +63,7 @@ class Batch:
     planned: tuple[JobSpec, ...] = ()
 
 
-def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[LaunchSettings, list[str]]:
+def job_overrides(dataset: Path, status: ExecutionStatus, suite: Suite) -> tuple[LaunchSettings, list[str]]:
     """The launch settings and overrides of the execution's newest submission (or of the sweep that
     meant it, when it never went out), with its own workload and variant (from its id) and the
     dataset at hand (it may have moved since)."""
@@ -64,14 +73,14 @@ def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[LaunchSetting
         raise ValueError(
             f"{status.execution_id}: no 'submitted' or 'intended' record in the ledger to rerun it from"
         )
-    if status.execution_id not in EXECUTION_BY_ID:
-        raise ValueError(f"{status.execution_id!r} is not an execution of the matrix")
+    execution = suite.execution(status.execution_id)
+    if execution is None:
+        raise ValueError(f"{status.execution_id!r} is not an execution of the matrix (suite {suite.name})")
     if record is not None:
         settings, recorded = LaunchSettings.from_json(record.settings), list(record.overrides)
     else:
         assert intent is not None and intention is not None
         settings, recorded = LaunchSettings.from_json(intent.settings), list(intention.overrides)
-    execution = EXECUTION_BY_ID[status.execution_id]
     others = [o for o in recorded if not o.startswith(_SET_HERE)]
     own = [f"workload={execution.workload.name}", f"variant={execution.variant.name}"]
     return settings, [*own, *others, f"dataset_dir={Dataset(dataset).root}"]
@@ -80,14 +89,16 @@ def job_overrides(dataset: Path, status: ExecutionStatus) -> tuple[LaunchSetting
 def batches(dataset: Path, chosen: list[ExecutionStatus], changes: dict[str, object]) -> list[Batch]:
     """Plan the resubmission of ``chosen`` (nothing is submitted): each with the settings its newest
     submission recorded, as its backend resubmits them, then ``changes``."""
+    fixed = dataset_settings(Dataset(dataset)) if chosen else None
+    suite = REPORT if fixed is None else fixed.suite  # the dataset's, wherever its file went
     by_backend: dict[str, list[tuple[ExecutionStatus, LaunchSettings, list[str]]]] = {}
     for status in chosen:
-        recorded, overrides = job_overrides(dataset, status)
+        recorded, overrides = job_overrides(dataset, status, suite)
         by_backend.setdefault(recorded.backend, []).append((status, recorded, overrides))
     groups: dict[str, Batch] = {}  # by the settings' JSON (a settings object holds a mapping)
     for name, members in by_backend.items():
         runner = backend(name)
-        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"])
+        configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"], suite.definition())
         for (status, recorded, overrides), cfg in zip(members, configs, strict=True):
             settings = runner.for_resubmission(recorded).changed(changes)
             batch = groups.setdefault(json.dumps(settings.to_json(), sort_keys=True), Batch(settings, [], []))

@@ -109,4 +109,4 @@ def _check(args: argparse.Namespace) -> None:
                 check_path(name)
             except ValueError as err:
                 raise ValueError(f"{option} {err}") from None
-    check_overrides(args.overrides)
+    check_overrides(args.overrides, [args.config_dir] if args.config_dir else [])

@@ -1,5 +1,6 @@
-"""The Hydra adapter, in one place: the matrix as config groups, the resolvers, the fast composition
-of a sweep's jobs and the selection a multirun would launch. Stages below it see plain dicts only."""
+"""The Hydra adapter, in one place: the suites as a config group and a sweep's names expanded over
+the chosen one, the resolvers, the fast composition of a sweep's jobs and the selection a multirun
+would launch. Stages below it see plain dicts only."""
 
 from pipeline import CONFIG_DIR
 from pipeline.compose.jobs import compose_jobs, job_config

@@ -3,6 +3,8 @@ would launch (execution id, then its overrides) and count them, without launchin
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -15,24 +17,50 @@ from pipeline.compose.select import select
 from pipeline.launch.plan import check_distinct, validate
 from pipeline.matrix import counts
 
-USAGE = """usage: python -m pipeline.list [OVERRIDE ...]
+USAGE = """usage: python -m pipeline.list [--config-dir DIR] [OVERRIDE ...]
 
 List the executions a multirun with these Hydra overrides would launch (execution id, then the
-overrides that reproduce it) and count them; nothing is launched. Examples:
-  python -m pipeline.list                                   the whole matrix (110 executions)
+overrides that reproduce it) and count them; nothing is launched. --config-dir DIR searches DIR for
+configs too, as pipeline.run's does: a suite of one's own in DIR/suite/NAME.yaml. Examples:
+  python -m pipeline.list                                   the report's matrix (110 executions)
+  python -m pipeline.list suite=seed-003                    seed 003's 16 cases
+  python -m pipeline.list --config-dir DIR suite=NAME       a suite of one's own, DIR/suite/NAME.yaml
   python -m pipeline.list workload=inference-ep8-f1536 'variant=glob(mok-*)' scale=ci"""
+
+
+def config_dirs(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """(the overrides, the folders of ``--config-dir DIR`` / ``--config-dir=DIR``); a ValueError for
+    any other option or a missing folder."""
+    overrides, folders = [], []
+    rest = iter(arguments)
+    for arg in rest:
+        if arg == "--config-dir" or arg.startswith("--config-dir="):
+            folder = arg.partition("=")[2] if "=" in arg else next(rest, None)
+            if not folder:
+                raise ValueError("--config-dir needs a folder")
+            if not Path(check_path(folder)).is_dir():
+                raise ValueError(f"--config-dir {folder!r} is not a folder")
+            folders.append(folder)
+        elif arg.startswith("-"):
+            raise ValueError(
+                f"unknown option {arg}; allowed: -h, --help, --config-dir DIR (the rest are overrides)"
+            )
+        else:
+            overrides.append(arg)
+    return overrides, folders
 
 
 def main(arguments: list[str]) -> int:
     if {"-h", "--help"} & set(arguments):
         print(USAGE)
         return OK
-    options = [a for a in arguments if a.startswith("-")]
-    if options:
-        return refuse("error", f"unknown option {options[0]}; allowed: -h, --help (the rest are overrides)")
     try:
-        check_overrides(arguments)
-        jobs = select(arguments)
+        arguments, folders = config_dirs(arguments)
+    except ValueError as err:
+        return refuse("error", err)
+    try:
+        check_overrides(arguments, folders)
+        jobs = select(arguments, folders)
         # the launcher's own checks: what it would refuse is not listed as launchable
         configs = [job_config(cfg) for _, cfg in jobs]
         executions = [validate(c)[0] for c in configs]

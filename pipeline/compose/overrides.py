@@ -9,6 +9,7 @@ then read: a key is added only at an extension point, where what reads it checks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
@@ -21,6 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline import CONFIG_DIR
 from pipeline.base.folders import cut, shown
+from pipeline.compose.select import search_path
 from pipeline.compose.store import CONFIG_NAME, register
 
 # Where ``+`` may add a key, and what checks it there.
@@ -32,16 +34,19 @@ EXTENSIONS = {
 _ABSENT = object()
 
 
-def check(arguments: Sequence[str]) -> None:
+def check(arguments: Sequence[str], config_dirs: Sequence[str | Path] = ()) -> None:
     """A ValueError, in one line, for the first override that chooses no option of its group or adds
-    a key outside :data:`EXTENSIONS`; overrides Hydra cannot parse are left to Hydra, which says why."""
+    a key outside :data:`EXTENSIONS`; overrides Hydra cannot parse are left to Hydra, which says why.
+    ``config_dirs`` (``--config-dir``) and a ``hydra.searchpath`` among the arguments hold options too."""
     try:
         overrides = OverridesParser.create().parse_overrides(list(arguments))
     except (HydraException, OmegaConfBaseException):
         return
     register()
+    searched = [*search_path(config_dirs), *(a for a in arguments if a.startswith("hydra.searchpath="))]
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
-        repository = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
+        loader = GlobalHydra.instance().config_loader()
+        _, repository = loader._parse_overrides_and_create_caching_repo(CONFIG_NAME, searched)  # type: ignore[attr-defined]
         config: DictConfig | None = None
         for override in overrides:
             name = override.key_or_group
@@ -51,7 +56,7 @@ def check(arguments: Sequence[str]) -> None:
                 _check_choices(override, sorted(repository.get_group_options(name, ObjectType.CONFIG)))
             elif (override.is_add() or override.is_force_add()) and not name.startswith(tuple(EXTENSIONS)):
                 if config is None:
-                    config = _defaults(overrides)
+                    config = _defaults(overrides, searched)
                 if OmegaConf.select(config, name, default=_ABSENT) is _ABSENT:
                     raise ValueError(
                         f"{cut(override.input_line or name)}: the config has no key {cut(name)} to add; "
@@ -73,7 +78,7 @@ def _check_choices(override: Override, options: list[str]) -> None:
             )
 
 
-def _defaults(overrides: list[Override]) -> DictConfig:
+def _defaults(overrides: list[Override], searched: list[str]) -> DictConfig:
     """The config the plain overrides compose (no sweep, nothing added or deleted), to see which keys
     it has; the defaults alone where those do not compose (Hydra then says why)."""
     plain = [
@@ -82,6 +87,6 @@ def _defaults(overrides: list[Override]) -> DictConfig:
         if o.input_line and not (o.is_sweep_override() or o.is_add() or o.is_force_add() or o.is_delete())
     ]
     try:
-        return compose(CONFIG_NAME, overrides=plain, return_hydra_config=True)
+        return compose(CONFIG_NAME, overrides=[*searched, *plain], return_hydra_config=True)
     except (HydraException, OmegaConfBaseException):
-        return compose(CONFIG_NAME, return_hydra_config=True)
+        return compose(CONFIG_NAME, overrides=searched, return_hydra_config=True)

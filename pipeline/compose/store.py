@@ -1,16 +1,17 @@
-"""Hydra's view of the matrix: the ``workload`` and ``variant`` config groups and the resolvers.
+"""Hydra's view of the matrix: the resolvers, the typed launcher configs, and the keys that name an
+execution.
 
-The two groups are generated from the matrix tables (:mod:`pipeline.matrix`) into Hydra's ConfigStore
-rather than mirrored in 27 YAML files: the tables are the only place a name or a field is written, so
-the configs cannot drift from the matrix. ``conf/`` keeps what people edit by hand: the top-level
-config, the scales, the cluster presets. The launcher configs are typed dataclasses
-(:mod:`pipeline.launch.settings`).
+A suite is a config group of YAML files (``conf/suite``, or a folder of one's own given with
+``--config-dir``), and an execution is named by two plain keys of the config, ``workload`` and
+``variant``: names of the chosen suite's workloads and variants (:mod:`pipeline.matrix.suite`), which
+a sweep expands over the suite (:mod:`pipeline.compose.select`). ``conf/`` keeps what people edit by
+hand: the top-level config, the suites, the scales, the cluster presets. The launcher configs are
+typed dataclasses (:mod:`pipeline.launch.settings`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -18,19 +19,16 @@ from omegaconf import OmegaConf
 from pipeline import outputs_base
 from pipeline.data.dataset import Dataset
 from pipeline.launch.settings import CONFS
-from pipeline.matrix import VARIANTS, WORKLOADS, Variant, Workload
 
 CONFIG_NAME = "config"
-GROUPS: dict[str, tuple[Workload, ...] | tuple[Variant, ...]] = {"workload": WORKLOADS, "variant": VARIANTS}
+# The config's keys that name an execution in its suite: a sweep expands them over the suite's names.
+CHOICES = ("workload", "variant")
 
 
 def register() -> None:
-    """Put the matrix into Hydra's ConfigStore and register the resolvers (idempotent): call before
-    Hydra composes anything."""
+    """Put the launcher configs into Hydra's ConfigStore and register the resolvers (idempotent): call
+    before Hydra composes anything."""
     store = ConfigStore.instance()
-    for group, items in GROUPS.items():
-        for item in items:
-            store.store(group=group, name=item.name, node=asdict(item))
     # typed launcher configs, as hydra-submitit-launcher registers its own: hydra/launcher=local|slurm
     for name, conf in CONFS.items():
         store.store(group="hydra/launcher", name=name, node=conf, provider="moe_bench")

@@ -1,10 +1,15 @@
 """The comparable settings of a dataset: what all of its executions share, so that their times pair.
 
-They are the scale and every one of its keys, the ranks cap, the seed and the cluster preset, named
-as the command line sets them (``scale.tokens``, ``seed``). The first sweep into a dataset fixes them
-(its intent in the ledger, :mod:`pipeline.data.ledger`): the plan refuses a sweep or a resubmission
-set otherwise, the scan of the shards skips a shard that recorded other values, ``report.html`` shows
-each of them and the comparison of two datasets lists those that differ. They are read from a
+They are the suite, the scale and every one of its keys, the ranks cap, the seed and the cluster
+preset, named as the command line sets them (``suite``, ``scale.tokens``, ``seed``). The suite's value
+is its definition (:meth:`pipeline.matrix.suite.Suite.definition`: every workload and variant written
+out), shown as its name and digest (``seed-003@1a2b3c4d``), so that a dataset keeps the suite it was
+swept with wherever its file went, and every command reads the suite from the dataset
+(:meth:`Comparable.suite`); a config or record of before suites holds the report's. The first sweep
+into a dataset fixes them (its intent in the ledger, :mod:`pipeline.data.ledger`): the plan refuses a
+sweep or a resubmission set otherwise, the scan of the shards skips a shard that recorded other
+values, ``report.html`` shows each of them and the comparison of two datasets lists those that
+differ. They are read from a
 composed config, which the plan holds and every shard records as it ran, so both read them one way.
 
 The device word (``auto``, ``cpu``, ``cuda``) is not one of them: it is a request that the job's node
@@ -16,6 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pipeline.matrix import REPORT, Suite
+from pipeline.matrix.suite import is_suite
 
 LOCAL_CLUSTER = "local"  # the cluster preset of the local launcher, which takes none
 SCALE_KEYS = (
@@ -32,7 +40,7 @@ SCALE_KEYS = (
     "min_window_ms",
     "min_timed_ms",
 )
-KEYS = ("scale", *(f"scale.{k}" for k in SCALE_KEYS), "max_ranks", "seed", "cluster")
+KEYS = ("suite", "scale", *(f"scale.{k}" for k in SCALE_KEYS), "max_ranks", "seed", "cluster")
 _ABSENT = object()
 
 
@@ -49,13 +57,16 @@ class Comparable:
             raise ValueError(
                 f"unknown comparable setting(s) {', '.join(unknown)}; allowed: {', '.join(KEYS)}"
             )
+        if "suite" not in self.values:  # recorded before suites: the report's
+            object.__setattr__(self, "values", {"suite": REPORT.definition(), **self.values})
 
     @classmethod
     def of_config(cls, config: Mapping[str, Any]) -> Comparable:
         """The comparable settings of a composed config (a job's, or one a shard recorded)."""
         scale = config.get("scale")
         scale = scale if isinstance(scale, Mapping) else {}
-        values: dict[str, Any] = {"scale": scale.get("name", _ABSENT)}
+        values: dict[str, Any] = {"suite": _definition(config.get("suite", REPORT.definition()))}
+        values["scale"] = scale.get("name", _ABSENT)
         values.update({f"scale.{k}": scale.get(k, _ABSENT) for k in SCALE_KEYS})
         values["max_ranks"] = config.get("max_ranks", _ABSENT)
         values["seed"] = config.get("seed", _ABSENT)
@@ -67,6 +78,14 @@ class Comparable:
     def value(self, key: str) -> Any:
         """The value of ``key``, None where not recorded."""
         return self.values.get(key)
+
+    @property
+    def suite(self) -> Suite:
+        """The suite these settings hold; a ValueError where its recorded definition is none."""
+        try:
+            return Suite.of(self.values["suite"])
+        except ValueError as err:
+            raise ValueError(f"the recorded suite cannot be read: {err}") from None
 
     def differing(self, fixed: Comparable) -> list[str]:
         """The keys, in ``KEYS`` order, whose values here are not those of ``fixed``."""
@@ -85,9 +104,15 @@ class Comparable:
 
 
 def text(value: Any) -> str:
-    """A setting's value as the command line writes it (``null`` for None)."""
+    """A setting's value as the command line writes it (``null`` for None; a suite by its name and
+    digest)."""
     if value is None:
         return "null"
+    if is_suite(value):
+        try:
+            return Suite.of(value).label
+        except ValueError:
+            return "an unreadable suite"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -102,3 +127,12 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, int | float) and isinstance(b, int | float):
         return float(a) == float(b)
     return a == b
+
+
+def _definition(node: object) -> object:
+    """A suite node's definition, or the node as it is where it is none (it then differs from every
+    dataset's: an unreadable suite is never one of them)."""
+    try:
+        return Suite.of(node).definition() if isinstance(node, Mapping) else node
+    except ValueError:
+        return node

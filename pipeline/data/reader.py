@@ -6,8 +6,9 @@ for ever). It is accepted only if it parses, has the columns and types of ``SCHE
 carries ``execution`` metadata that constructs an :class:`~pipeline.data.meta.ExecutionMeta` (of a
 readable schema version: an earlier one is read into today's fields, what it did not record unknown,
 :func:`~pipeline.data.meta.upgraded`) matching its file name and rows, names one execution of the
-matrix in every row with every field that execution's id determines as the id says (implementation,
-pipeline, precision, workload, kind, profile, EP, nominal d_ff, the per-layer loads), is complete
+matrix (its dataset's suite) in every row with every field that execution's id determines as the id
+says (implementation, pipeline, precision, workload, kind, profile, EP, nominal d_ff, the per-layer
+loads), is complete
 (exactly one row per rank x phase x window that its metadata declares; required phases: those of the kind,
 :func:`pipeline.base.vocabulary.kind_phases`) and has window times within the bounds a window can take
 (:data:`pipeline.base.bounds.ITERATION_MS_MIN`, :data:`pipeline.base.bounds.WINDOW_MS_MAX`).
@@ -39,7 +40,7 @@ from pipeline.data.schema import (
     Identity,
     ShardIdentity,
 )
-from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.matrix import REPORT, Suite
 
 _TIMING_COLUMNS = ["phase", "rank", "window", "window_ms"]
 _INDEX = {name: i for i, name in enumerate(SCHEMA.names)}
@@ -83,13 +84,14 @@ class Shard:
         return self.identity.attempt
 
 
-def read_shard(path: Path | str) -> Shard:
-    """Read and validate one shard; raise ``ShardError`` naming the path and the reason. Any file is
-    answered so, whatever it holds (empty, another table, columns of other types)."""
+def read_shard(path: Path | str, suite: Suite = REPORT) -> Shard:
+    """Read and validate one shard, an execution of ``suite`` (its dataset's); raise ``ShardError``
+    naming the path and the reason. Any file is answered so, whatever it holds (empty, another table,
+    columns of other types)."""
     path = Path(path)
     try:
         _check_regular(path)
-        return _read(path)
+        return _read(path, suite)
     except ShardError:
         raise
     except (OSError, pa.ArrowException, KeyError, IndexError, TypeError, ValueError) as exc:
@@ -110,7 +112,7 @@ def _check_regular(path: Path) -> None:
         raise ShardError(path, f"{what}, not a regular file: not opened")
 
 
-def _read(path: Path) -> Shard:
+def _read(path: Path, suite: Suite) -> Shard:
     # The columns are checked against the schema before any is read, so that a file of another table
     # is refused for what it is (not by the first column a read asks for).
     with pa.OSFile(str(path)) as source, pq.ParquetFile(source) as file:
@@ -124,7 +126,7 @@ def _read(path: Path) -> Shard:
     if nulls:
         raise ShardError(path, f"null values in column(s) {nulls}")
     _check_names(path, meta, identity)
-    _check_identity(path, meta, identity)
+    _check_identity(path, meta, identity, suite)
     phase = _phase_index(path, pc.dictionary_encode(table.column("phase").chunk(0)))
     rank = table.column("rank").to_numpy().astype(np.int64)
     window = table.column("window").to_numpy().astype(np.int64)
@@ -223,13 +225,16 @@ def _check_names(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> No
         raise ShardError(path, f"unknown kind {identity.kind!r}; allowed: {', '.join(KINDS)}")
 
 
-def _check_identity(path: Path, meta: ExecutionMeta, identity: ShardIdentity) -> None:
-    """Every field the execution id determines is what the matrix's execution of that id says: a
+def _check_identity(path: Path, meta: ExecutionMeta, identity: ShardIdentity, suite: Suite) -> None:
+    """Every field the execution id determines is what the suite's execution of that id says: a
     shard's other fields are only its own word, and a shard that names one execution while its fields
     say another would be published as that other one (a pair lost, or one made up)."""
-    execution = EXECUTION_BY_ID.get(identity.execution_id)
+    execution = suite.execution(identity.execution_id)
     if execution is None:
-        raise ShardError(path, f"execution id {identity.execution_id!r} is not an execution of the matrix")
+        raise ShardError(
+            path,
+            f"execution id {identity.execution_id!r} is not an execution of the matrix (suite {suite.name})",
+        )
     said = Identity.of(execution, identity.ranks, identity.iterations, identity.attempt)
     wrong = [
         f"{f.name}={getattr(identity, f.name)!r} (the id says {getattr(said, f.name)!r})"

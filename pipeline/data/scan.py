@@ -34,7 +34,7 @@ from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset, parse_attempt
 from pipeline.data.reader import Shard, ShardError, read_shard
-from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.matrix import EXECUTION_BY_ID, REPORT, Suite
 
 _T = TypeVar("_T")
 _WAKE_S = 0.2  # how often the waiting thread wakes, so that a signal's handler runs promptly
@@ -55,6 +55,7 @@ class ShardScan:
     newest: dict[str, Shard]  # execution_id -> newest valid attempt
     read: list[str]  # every valid shard, relative to the dataset, sorted
     skipped: list[Skipped]  # sorted by path
+    suite: Suite = REPORT  # the dataset's (its first intent's; the report's before intents)
 
     def rejection(self, execution_id: str) -> Skipped | None:
         """The unusable file of the newest attempt of an execution, if any: why it has no valid shard."""
@@ -95,10 +96,11 @@ def scan_shards(dataset: Dataset, workers: int = 8) -> ShardScan:
         raise ValueError(f"workers must be >= 1, got {workers}")
     records = ledger.read(dataset)
     fixed = ledger.fixed_settings(records)
+    suite = REPORT if fixed is None else fixed.suite
     newest: dict[str, Shard] = {}
     read: list[str] = []
     skipped: list[Skipped] = []
-    for path, outcome in _examine_all(dataset, Meant.of(records), workers):
+    for path, outcome in _examine_all(dataset, Meant.of(records), workers, suite):
         relative = dataset.relative(path)
         if isinstance(outcome, str):
             skipped.append(Skipped(relative, outcome))
@@ -111,7 +113,7 @@ def scan_shards(dataset: Dataset, workers: int = 8) -> ShardScan:
         best = newest.get(outcome.execution_id)
         if best is None or outcome.attempt > best.attempt:
             newest[outcome.execution_id] = outcome
-    return ShardScan(newest=newest, read=read, skipped=skipped)
+    return ShardScan(newest=newest, read=read, skipped=skipped, suite=suite)
 
 
 def dataset_settings(dataset: Dataset, workers: int = 8) -> Comparable | None:
@@ -121,14 +123,17 @@ def dataset_settings(dataset: Dataset, workers: int = 8) -> Comparable | None:
     fixed = ledger.fixed_settings(records)
     if fixed is not None:
         return fixed
-    outcomes = _examine_all(dataset, Meant.of(records), workers)
+    outcomes = _examine_all(dataset, Meant.of(records), workers, REPORT)
     shards = [o for _, o in outcomes if isinstance(o, Shard)]
     first = min(shards, key=lambda s: (s.meta.started_at, str(s.path)), default=None)
     return None if first is None else Comparable.of_config(first.meta.config)
 
 
-def _examine_all(dataset: Dataset, meant: Meant, workers: int) -> list[tuple[Path, Shard | str]]:
-    """Every shard file of the dataset with its shard or the reason it is unusable, in path order."""
+def _examine_all(
+    dataset: Dataset, meant: Meant, workers: int, suite: Suite
+) -> list[tuple[Path, Shard | str]]:
+    """Every shard file of the dataset, an execution of ``suite``, with its shard or the reason it is
+    unusable, in path order."""
     files = dataset.shard_files()
 
     def examine(path: Path) -> Shard | str:
@@ -138,7 +143,7 @@ def _examine_all(dataset: Dataset, meant: Meant, workers: int) -> list[tuple[Pat
         if not dataset.inside(path):
             return "a link that leads outside the dataset: what a dataset names stays inside it"
         try:
-            return read_shard(path)
+            return read_shard(path, suite)
         except ShardError as exc:
             return exc.reason
 

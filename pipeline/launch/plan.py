@@ -23,7 +23,7 @@ from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings, scan_shards
 from pipeline.launch.jobs import Job, JobState
 from pipeline.launch.settings import LaunchSettings
-from pipeline.matrix import Execution
+from pipeline.matrix import Execution, suite_of
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
 
 if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
@@ -122,6 +122,7 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings)
             cluster=settings.cluster,
             config={**c, "dataset_dir": str(datasets[c["dataset_dir"]].root)},
             overrides=o,
+            check=suite_of(c).check,
         )
         for e, s, t, c, o in checked
     ]

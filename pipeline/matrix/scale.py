@@ -19,6 +19,13 @@ tokens, the fewest whose W*T'*K rows cover them; T' = T when W = ep. Packing com
 The layers size their activation budgets for the nominal T (``MoEConfig.budget_tokens``) whatever
 T'_l a forward carries, so the default factors (MoK 2.5, Dist-MoE 2.5 and scratch 8, in units of
 T x K) keep their full-scale row counts, and the saved-state factors they report are in the same units.
+
+Suites. A scale's keys are written for the report's shape (:data:`pipeline.matrix.REFERENCE`), and a
+workload of that shape runs them as written (a value they cannot hold exactly is refused). A suite's
+workload of another shape is scaled by the same ratios (T x tokens / 2,048, D x d_model / 7,168, E x
+num_experts / 384, K x top_k / 6, the shared experts x num_shared, F / d_ff_divisor), each rounded
+to the nearest value it can take: tokens, K and the shared experts to an integer (at least 1, 1 and
+0), E to a multiple of the EP degree, D and F to a multiple of the MXFP8 block (at least one block).
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any
 
 from pipeline.base.bounds import check_bounds
 from pipeline.base.vocabulary import DTYPES, MX_BLOCK
-from pipeline.matrix import Execution, Workload, execution_of
+from pipeline.matrix import REFERENCE, Execution, Workload, execution_of
 
 # Lower bounds of the timing keys (a scale's and a timing plan's alike).
 TIMING_BOUNDS: dict[str, float] = {
@@ -210,10 +217,66 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
     """Resolve and check the shape; every problem is a ValueError naming the value and what is allowed."""
     if scale.dtype not in DTYPES:
         raise ValueError(f"scale {scale.name}: dtype {scale.dtype!r}; allowed: {', '.join(DTYPES)}")
-    counts = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k", "num_shared")
-    check_bounds(scale, {**dict.fromkeys(counts, 1), **TIMING_BOUNDS}, f"scale {scale.name}: ")
+    counts = ("tokens", "d_model", "d_ff_divisor", "num_experts", "top_k")
+    check_bounds(
+        scale, {**dict.fromkeys(counts, 1), "num_shared": 0, **TIMING_BOUNDS}, f"scale {scale.name}: "
+    )
     if scale.max_ranks is not None and scale.max_ranks < 1:
         raise ValueError(f"max_ranks must be >= 1 (or null for ep ranks), got {scale.max_ranks}")
+    dims = _dimensions(workload, scale) if workload.shape != REFERENCE else _as_written(workload, scale)
+    tokens, d_model, d_ff, num_experts, top_k, num_shared = dims
+    ep = workload.ep
+    if num_experts % ep:
+        raise ValueError(
+            f"scale {scale.name} cannot hold EP{ep}: num_experts {num_experts} is not a multiple of {ep}"
+        )
+    local = num_experts // ep
+    ranks = ep if scale.max_ranks is None else min(ep, scale.max_ranks)
+    if local * ranks < top_k:
+        raise ValueError(
+            f"scale {scale.name} cannot hold EP{ep} on {ranks} rank(s): {local * ranks} experts < top_k "
+            f"{top_k}; allowed: max_ranks >= {math.ceil(top_k / local)} or more experts"
+        )
+    for f in workload.layer_loads:
+        if not 0 < f <= ep:
+            raise ValueError(f"load factor {f} of {workload.name} must lie in (0, {ep}]")
+    layer_tokens: list[int] = []
+    tracked_rows: list[int] = []
+    for f in workload.layer_loads:
+        t = tokens_per_rank(tokens, f, ep, ranks)
+        rows = t * top_k if ranks == 1 else round(f * tokens * top_k)
+        # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
+        most = ranks * t * min(top_k, local)
+        least = ranks * t * max(0, top_k - (ranks - 1) * min(top_k, local))
+        if not least <= rows <= most:
+            raise ValueError(
+                f"scale {scale.name} cannot realize load {f} of {workload.name} on {ranks} rank(s): rank 0 "
+                f"would need {rows} rows of {ranks * t * top_k}; allowed: {least}..{most}"
+            )
+        layer_tokens.append(t)
+        tracked_rows.append(rows)
+    return Shape(
+        nominal_tokens=tokens,
+        layer_tokens=tuple(layer_tokens),
+        tracked_rows=tuple(tracked_rows),
+        d_model=d_model,
+        d_ff=d_ff,
+        num_experts=num_experts,
+        layer_experts=local * ranks,
+        top_k=top_k,
+        num_shared=num_shared,
+        ep=ep,
+        ranks=ranks,
+        layer_loads=workload.layer_loads,
+        dtype=scale.dtype,
+    )
+
+
+Dimensions = tuple[int, int, int, int, int, int]  # tokens, d_model, d_ff, num_experts, top_k, num_shared
+
+
+def _as_written(workload: Workload, scale: Scale) -> Dimensions:
+    """A workload of the report's shape at ``scale`` as its keys say; what they cannot hold is refused."""
     if workload.d_ff % scale.d_ff_divisor:
         raise ValueError(
             f"scale {scale.name}: d_ff_divisor {scale.d_ff_divisor} does not divide d_ff {workload.d_ff}"
@@ -224,49 +287,30 @@ def shape_for(workload: Workload, scale: Scale) -> Shape:
             raise ValueError(
                 f"scale {scale.name}: {key} {value} must be a multiple of {MX_BLOCK} (MXFP8 blocks)"
             )
+    return scale.tokens, scale.d_model, d_ff, scale.num_experts, scale.top_k, scale.num_shared
+
+
+def _dimensions(workload: Workload, scale: Scale) -> Dimensions:
+    """A workload of another shape at ``scale``: its dimensions by the scale's ratios to the report's
+    shape, each rounded to the nearest value it can take (the module docstring)."""
+
+    def ratio(key: str) -> Fraction:
+        return Fraction(getattr(workload, key)) * getattr(scale, key) / REFERENCE[key]
+
+    def blocks(value: Fraction) -> int:
+        return MX_BLOCK * max(1, _nearest(value / MX_BLOCK))
+
     ep = workload.ep
-    if scale.num_experts % ep:
-        raise ValueError(
-            f"scale {scale.name} cannot hold EP{ep}: num_experts {scale.num_experts} "
-            f"is not a multiple of {ep}"
-        )
-    local = scale.num_experts // ep
-    ranks = ep if scale.max_ranks is None else min(ep, scale.max_ranks)
-    if local * ranks < scale.top_k:
-        raise ValueError(
-            f"scale {scale.name} cannot hold EP{ep} on {ranks} rank(s): {local * ranks} experts < top_k "
-            f"{scale.top_k}; allowed: max_ranks >= {math.ceil(scale.top_k / local)} or more experts"
-        )
-    for f in workload.layer_loads:
-        if not 0 < f <= ep:
-            raise ValueError(f"load factor {f} of {workload.name} must lie in (0, {ep}]")
-    layer_tokens: list[int] = []
-    tracked_rows: list[int] = []
-    for f in workload.layer_loads:
-        t = tokens_per_rank(scale.tokens, f, ep, ranks)
-        rows = t * scale.top_k if ranks == 1 else round(f * scale.tokens * scale.top_k)
-        # Each token sends between K - (W-1)*min(K, local) and min(K, local) of its K rows to rank 0.
-        most = ranks * t * min(scale.top_k, local)
-        least = ranks * t * max(0, scale.top_k - (ranks - 1) * min(scale.top_k, local))
-        if not least <= rows <= most:
-            raise ValueError(
-                f"scale {scale.name} cannot realize load {f} of {workload.name} on {ranks} rank(s): rank 0 "
-                f"would need {rows} rows of {ranks * t * scale.top_k}; allowed: {least}..{most}"
-            )
-        layer_tokens.append(t)
-        tracked_rows.append(rows)
-    return Shape(
-        nominal_tokens=scale.tokens,
-        layer_tokens=tuple(layer_tokens),
-        tracked_rows=tuple(tracked_rows),
-        d_model=scale.d_model,
-        d_ff=d_ff,
-        num_experts=scale.num_experts,
-        layer_experts=local * ranks,
-        top_k=scale.top_k,
-        num_shared=scale.num_shared,
-        ep=ep,
-        ranks=ranks,
-        layer_loads=workload.layer_loads,
-        dtype=scale.dtype,
+    return (
+        max(1, _nearest(ratio("tokens"))),
+        blocks(ratio("d_model")),
+        blocks(Fraction(workload.d_ff, scale.d_ff_divisor)),
+        ep * max(1, _nearest(ratio("num_experts") / ep)),
+        max(1, _nearest(ratio("top_k"))),
+        _nearest(ratio("num_shared")),
     )
+
+
+def _nearest(value: Fraction) -> int:
+    """The integer nearest ``value``, halves up."""
+    return math.floor(value + Fraction(1, 2))

@@ -64,6 +64,23 @@ class ExpertWeights:
         experts = range(rank * local, (rank + 1) * local)
         return cls._draw(cfg, experts, seed, device, layer, first=experts.start)
 
+    @staticmethod
+    def drawn(
+        cfg: MoEConfig, experts: range, seed: int = 0, device: torch.device | str = "cpu", layer: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(w1, w2) of experts ``experts`` (consecutive ids; the shared ones follow the E routed ones)
+        alone, the same values as theirs in :meth:`random`: what a check of tokens routed to another
+        rank's experts multiplies them with."""
+        d, f = cfg.d_model, cfg.d_ff
+        device = torch.device(device)
+        w1 = torch.empty(len(experts), 2 * f, d, dtype=cfg.dtype, device=device)
+        w2 = torch.empty(len(experts), d, f, dtype=cfg.dtype, device=device)
+        for i, expert in enumerate(experts):
+            gen = torch.Generator(device=device).manual_seed(expert_seed(seed, layer, expert))
+            w1[i].copy_(torch.randn(2 * f, d, generator=gen, device=device, dtype=cfg.dtype))
+            w2[i].copy_(torch.randn(d, f, generator=gen, device=device, dtype=cfg.dtype))
+        return w1.mul_(d**-0.5), w2.mul_(f**-0.5)
+
     @classmethod
     def _draw(
         cls,
@@ -75,18 +92,7 @@ class ExpertWeights:
         first: int | None,
     ) -> ExpertWeights:
         """Routed experts ``experts`` (consecutive ids) and the shared ones, drawn on ``device``."""
-        d, f, e, s = cfg.d_model, cfg.d_ff, cfg.num_experts, cfg.num_shared
-        device = torch.device(device)
-
-        def fill(first_id: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-            w1 = torch.empty(count, 2 * f, d, dtype=cfg.dtype, device=device)
-            w2 = torch.empty(count, d, f, dtype=cfg.dtype, device=device)
-            for i in range(count):
-                gen = torch.Generator(device=device).manual_seed(expert_seed(seed, layer, first_id + i))
-                w1[i].copy_(torch.randn(2 * f, d, generator=gen, device=device, dtype=cfg.dtype))
-                w2[i].copy_(torch.randn(d, f, generator=gen, device=device, dtype=cfg.dtype))
-            return w1.mul_(d**-0.5), w2.mul_(f**-0.5)
-
-        w1, w2 = fill(experts.start, len(experts))
-        shared_w1, shared_w2 = fill(e, s)
+        w1, w2 = cls.drawn(cfg, experts, seed, device, layer)
+        e, s = cfg.num_experts, cfg.num_shared
+        shared_w1, shared_w2 = cls.drawn(cfg, range(e, e + s), seed, device, layer)
         return cls(w1, w2, shared_w1, shared_w2, first)

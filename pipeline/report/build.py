@@ -18,9 +18,9 @@ from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
 from pipeline.data.schema import SCHEMA_VERSION
-from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS, counts
-from pipeline.matrix.assumptions import ASSUMPTIONS
-from pipeline.report import executions, pairs
+from pipeline.matrix import counts
+from pipeline.matrix.assumptions import assumptions
+from pipeline.report import cases, executions, pairs
 from pipeline.report.deviations import deviations
 from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Missing, PackingEvidence
 from pipeline.report.figures import figure_files, is_figure_name
@@ -74,11 +74,13 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = sorted(
         (Skipped(s.path, dataset_relative(s.reason, folder)) for s in skipped), key=lambda s: s.path
     )
-    pair_rows = pairs.pair_rows(rows)
+    suite = scan.suite  # what the dataset's first intent recorded (the report's before suites)
+    pair_rows = pairs.pair_rows(rows) if "pairs" in suite.publishes else []
     ledger = launched(folder)
     present = {str(r["execution_id"]) for r in rows}
     missing = sorted(set(ledger.execution_ids) - present)  # launched, no valid shard
-    expected = counts([EXECUTION_BY_ID[i] for i in ledger.execution_ids if i in EXECUTION_BY_ID])
+    by_id = suite.by_id
+    expected = counts([by_id[i] for i in ledger.execution_ids if i in by_id])
     document = Document(
         meta=Meta(
             schema_version=SCHEMA_VERSION,
@@ -86,31 +88,34 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             launched=LaunchedCounts(
                 *expected,
                 source=ledger.source,
-                not_in_matrix=tuple(i for i in ledger.execution_ids if i not in EXECUTION_BY_ID),
+                not_in_matrix=tuple(i for i in ledger.execution_ids if i not in by_id),
             ),
-            matrix=Counts(*counts(EXECUTIONS)),
+            matrix=Counts(*counts(suite.executions)),
             missing=Missing(
-                matrix=tuple(sorted({e.execution_id for e in EXECUTIONS} - present)),
+                matrix=tuple(sorted(set(by_id) - present)),
                 launched_without_shard=tuple(missing),
             ),
             shards_read=tuple(scan.read),
             shards_skipped=tuple(skipped),
-            assumptions=ASSUMPTIONS,
+            assumptions=assumptions(suite),
             deviations=tuple(deviations(scan.newest[str(r["execution_id"])] for r in rows)),
         ),
         executions=tuple(rows),
         pairs=tuple(pair_rows),
         saved_state=tuple(states),
     )
-    files = {
-        CSV_NAME: csv_text(rows, executions.COLUMNS).encode(),
-        PAIRS_NAME: csv_text(pair_rows, pairs.COLUMNS).encode(),
-        JSON_NAME: json_text(document.to_json()).encode(),
-    }
+    files = {CSV_NAME: csv_text(rows, executions.COLUMNS).encode()}
+    if "pairs" in suite.publishes:
+        files[PAIRS_NAME] = csv_text(pair_rows, pairs.COLUMNS).encode()
+    case_rows = cases.case_rows(rows, scan.newest, suite) if "cases" in suite.publishes else []
+    if "cases" in suite.publishes:
+        files[cases.CASES_NAME] = csv_text(case_rows, cases.COLUMNS).encode()
+    files[JSON_NAME] = json_text(document.to_json()).encode()
     if figures:
-        pngs = figure_files(rows, pair_rows, states)
+        pngs = figure_files(rows, pair_rows, states) if "pairs" in suite.publishes else {}
         files |= pngs
-        files[REPORT_NAME] = report_html(document, scan.newest, pngs).encode()
+        own = [cases.section(case_rows)] if "cases" in suite.publishes else []
+        files[REPORT_NAME] = report_html(document, scan.newest, pngs, suite, own).encode()
     written = publish(out, files, owned=published_name)
     published = [scan.newest[str(r["execution_id"])] for r in rows]
     return Aggregate(
@@ -120,7 +125,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
 
 def published_name(name: str) -> bool:
     """Whether ``name`` is one of the files a publication writes (what a new one replaces or removes)."""
-    return name in (CSV_NAME, PAIRS_NAME, JSON_NAME, REPORT_NAME) or is_figure_name(name)
+    return name in (CSV_NAME, PAIRS_NAME, cases.CASES_NAME, JSON_NAME, REPORT_NAME) or is_figure_name(name)
 
 
 def dataset_relative(text: str, folder: Dataset) -> str:

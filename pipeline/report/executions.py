@@ -123,7 +123,7 @@ def execution_row(shard: Shard, reduced: dict[str, SlowestRank] | None = None) -
     flops = (ident.kind, tokens, meta.shape.d_model, meta.shape.d_ff, meta.shape.top_k)
     hbm_bytes = cost.iteration_bytes(layer, dispatch)
     rates: Row = {
-        "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms),
+        "usefulTFLOPsPerGPU": useful_tflops_per_gpu(*flops, ms, meta.shape.num_shared),
         "hbmModelTBs": tera_per_second(hbm_bytes, ms),
         "nvlinkTxGBs": _scaled(meta.nvlink.tx_bytes_per_s, 1e9),
         "nvlinkRxGBs": _scaled(meta.nvlink.rx_bytes_per_s, 1e9),

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from pipeline.base.gpu_presets import PEAKS, gpu_preset, preset_for_device
 from pipeline.data.reader import Shard
-from pipeline.matrix import VARIANTS, WORKLOADS, Execution
+from pipeline.matrix import REPORT, Execution, Suite
 from pipeline.report import html
 from pipeline.report.document import Document, Meta, PackingEvidence
 from pipeline.report.executions import SOL_COLUMNS
@@ -24,8 +24,15 @@ REPORT_NAME = "report.html"
 TITLE = "MoK vs Dist-MoE: expert-parallel MoE layer benchmark"
 
 
-def report_html(document: Document, shards: Mapping[str, Shard], pngs: Mapping[str, bytes]) -> str:
-    """The page's text; ``pngs`` maps figure file names to their bytes."""
+def report_html(
+    document: Document,
+    shards: Mapping[str, Shard],
+    pngs: Mapping[str, bytes],
+    suite: Suite = REPORT,
+    sections: Sequence[str] = (),
+) -> str:
+    """The page's text; ``pngs`` maps figure file names to their bytes; ``suite`` is the dataset's,
+    whose pairs (where it publishes them) and ``sections`` of its own the page shows."""
     published = [shards[str(r["execution_id"])] for r in document.executions]
     saved = {name: data for name, data in pngs.items() if "saved-state" in name}
     times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order
@@ -35,20 +42,26 @@ def report_html(document: Document, shards: Mapping[str, Shard], pngs: Mapping[s
             _what_ran(document.meta, published),
             _deviations(document.meta),
             _assumptions(document.meta),
-            _completeness(document.meta, document.executions),
-            html.section(
-                "Iteration time per EP degree",
-                html.paragraph(
-                    "MoK against the selected (fastest) Dist-MoE pipeline of each matched workload; "
-                    "the number above each pair is MoK time / Dist-MoE time (above 1: Dist-MoE faster)."
-                ),
-                *(html.image(data, f"figure {name}") for name, data in times.items()),
-            ),
-            _pairs(document.pairs),
+            _completeness(document.meta, document.executions, suite),
+            *(_paired(times, document.pairs) if "pairs" in suite.publishes else []),
+            *sections,
             _executions(document.executions),
             _saved_state(document.saved_state, saved),
         ],
     )
+
+
+def _paired(times: Mapping[str, bytes], pairs: Sequence[Row]) -> list[str]:
+    """The time figures per EP degree and the pairs: the sections of a suite that publishes pairs."""
+    figures = html.section(
+        "Iteration time per EP degree",
+        html.paragraph(
+            "MoK against the selected (fastest) Dist-MoE pipeline of each matched workload; "
+            "the number above each pair is MoK time / Dist-MoE time (above 1: Dist-MoE faster)."
+        ),
+        *(html.image(data, f"figure {name}") for name, data in times.items()),
+    )
+    return [figures, _pairs(pairs)]
 
 
 def _what_ran(meta: Meta, shards: list[Shard]) -> str:
@@ -118,14 +131,14 @@ def _assumptions(meta: Meta) -> str:
     )
 
 
-def _completeness(meta: Meta, rows: Sequence[Row]) -> str:
+def _completeness(meta: Meta, rows: Sequence[Row], suite: Suite) -> str:
     done = {r["execution_id"] for r in rows}
     missing = set(meta.missing.launched_without_shard)
     launched = meta.launched
     grid: list[list[html.Cell]] = []
-    for workload in WORKLOADS:
+    for workload in suite.workloads:
         cells: list[html.Cell] = [workload.name]
-        for variant in VARIANTS:
+        for variant in suite.variants:
             execution_id = Execution(workload, variant).execution_id
             if execution_id in done:
                 cells.append(("done", "done"))
@@ -142,7 +155,7 @@ def _completeness(meta: Meta, rows: Sequence[Row]) -> str:
             f"{len(meta.missing.matrix)} of its {meta.matrix.executions} executions; "
             f"{len(meta.shards_read)} shard file(s) read, {len(skipped)} skipped."
         ),
-        html.table(["workload", *(v.name for v in VARIANTS)], grid),
+        html.table(["workload", *(v.name for v in suite.variants)], grid),
     ]
     if skipped:
         parts.append(html.table(["skipped shard", "reason"], skipped))

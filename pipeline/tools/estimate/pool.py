@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline import REPO_ROOT
-from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.tools.estimate import fake_cuda
 from pipeline.tools.estimate.jobs import Job
 
@@ -34,7 +33,7 @@ def run_jobs(
     fake_cuda.prepare()
     groups: dict[str, list[int]] = {}
     for i, job in enumerate(jobs):
-        groups.setdefault(EXECUTION_BY_ID[job.execution].workload.name, []).append(i)
+        groups.setdefault(job.resolved().workload.name, []).append(i)
     order = sorted(groups.values(), key=lambda g: -len(g) * _cost(jobs[g[0]]))
     pending: queue.Queue[list[int]] = queue.Queue()
     for group in order:
@@ -69,7 +68,7 @@ def run_jobs(
 
 
 def _cost(job: Job) -> int:
-    workload = EXECUTION_BY_ID[job.execution].workload
+    workload = job.resolved().workload
     return _COST[workload.kind] * workload.ep
 
 

@@ -3,11 +3,13 @@ process group of the nominal EP size, through the code an execution runs.
 
 In order, as :mod:`pipeline.bench.execute` runs them: ``build`` (``build_work``: this rank's weights,
 the prepared quantized weights, the policy's buffers, inputs and routing), ``gate`` (the correctness
-gate's slice, :func:`pipeline.bench.sanity.check_layer`), ``warm-up`` (one iteration) and
-``iteration``, the timed one (``Work.steps().iteration``: one forward; forward + backward; ten forwards, then
-the backwards in reverse order). Routing is host-side planning: the plans and rank 0's dispatch plan
-(what every source sends it, which a fake process group cannot exchange) are computed on the host
-before the warm-up, as a real execution's warm-up builds them before timing.
+gate's slice, :func:`pipeline.bench.sanity.check_layer`, and where its suite checks the case, the
+timed input against the naive formulation, :func:`pipeline.bench.naive.case_error`), ``warm-up`` (one
+iteration) and ``iteration``, the timed one (``Work.steps().iteration``: one forward; forward +
+backward; ten forwards, then the backwards in reverse order). Routing is host-side planning: the
+plans and rank 0's dispatch plan (what every source sends it, which a fake process group cannot
+exchange) are computed on the host before the warm-up, as a real execution's warm-up builds them
+before timing.
 
 Needs fake CUDA (:mod:`pipeline.tools.estimate.fake_cuda`): run it in a worker
 (:mod:`pipeline.tools.estimate.worker`).
@@ -21,6 +23,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from functools import lru_cache
 from typing import Any
 
@@ -30,8 +33,9 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from pipeline.base.vocabulary import has_backward
 from pipeline.bench import sanity
+from pipeline.bench.naive import case_error
 from pipeline.bench.work import Work, build_work, routing_plans
-from pipeline.matrix import EXECUTION_BY_ID, Execution
+from pipeline.matrix import Execution, Variant, Workload
 from pipeline.matrix.scale import Shape, scale_from_config, shape_for
 from pipeline.moe import MoELayer, RoutingPlan
 from pipeline.moe.dispatch import DispatchPlan
@@ -74,7 +78,9 @@ def estimate(job: Job) -> dict[str, Any]:
     start = time.perf_counter()
     preset = job.preset
     arch = preset.arch if planned_launches() is not None else None
-    result = dict(_measured(job.execution, json.dumps(job.scale, sort_keys=True), job.seed, job.swiglu, arch))
+    cell = json.dumps(asdict(job.resolved()), sort_keys=True)
+    scale = json.dumps(job.scale, sort_keys=True)
+    result = dict(_measured(cell, scale, job.seed, job.swiglu, arch, job.check))
     peak = result.pop("peak_bytes")
     timed = result.pop("timed_peak_bytes")
     return {
@@ -93,14 +99,19 @@ def estimate(job: Job) -> dict[str, Any]:
 
 @lru_cache(maxsize=16)
 def _measured(
-    execution_id: str, scale: str, seed: int, swiglu: str | None, arch: str | None
+    cell: str, scale: str, seed: int, swiglu: str | None, arch: str | None, check: str
 ) -> dict[str, Any]:
-    execution = EXECUTION_BY_ID[execution_id]
+    fields = json.loads(cell)
+    execution = Execution(Workload(**fields["workload"]), Variant(**fields["variant"]))
     shape = shape_for(execution.workload, scale_from_config(json.loads(scale), None))
     dispatch_plans = [rank0_plan(p) for p in routing_plans(shape, seed)]
     forced = forced_form(swiglu) if swiglu else contextlib.nullcontext()
     with _world(shape.ranks), forced, kernels(arch) as (which, launches):
-        return {"kernels": which, "ep": shape.ep, **_run(execution, shape, seed, dispatch_plans, launches)}
+        return {
+            "kernels": which,
+            "ep": shape.ep,
+            **_run(execution, shape, seed, dispatch_plans, launches, check),
+        }
 
 
 @lru_cache(maxsize=64)
@@ -123,7 +134,7 @@ def _world(ranks: int) -> Iterator[None]:
 
 
 def _run(
-    execution: Execution, shape: Shape, seed: int, plans: list[DispatchPlan], launches: list
+    execution: Execution, shape: Shape, seed: int, plans: list[DispatchPlan], launches: list, check: str
 ) -> dict[str, Any]:
     tracker = Tracker()
     training = has_backward(execution.workload.kind)
@@ -141,6 +152,10 @@ def _run(
         _watch(tracker, work)
         enter("gate")
         sanity.check_layer(work.stack.layers[0], training, seed)
+        if check == "case":  # the timed input against the naive formulation (pipeline.bench.naive)
+            layer = work.stack.layers[0]
+            layer.use_plan(work.routes[0][0], plans[0].to(DEVICE))
+            case_error(layer, work.xs[0], *work.routes[0], seed)
         for layer, (idx, _), plan in zip(work.stack.layers, work.routes, plans, strict=True):
             moved = plan.to(DEVICE)
             tracker.name(_plan_tensors(moved), "inputs")

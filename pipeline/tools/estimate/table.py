@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pipeline.data import estimates as kept_table
+from pipeline.matrix import REPORT, Execution, Suite
 from pipeline.tools.estimate.jobs import Job
 from pipeline.tools.estimate.presets import Preset
 
@@ -22,9 +23,11 @@ def estimates(
     keys: Iterable[tuple[str, str]],
     workers: int | None = None,
     done: Callable[[dict[str, Any]], None] | None = None,
+    suite: Suite = REPORT,
 ) -> dict[tuple[str, str], dict | None]:
-    """The estimate of every (execution id, preset name) in ``keys``, from the kept table, computing
-    (and keeping) the missing ones; ``done`` is called with each computed result as it arrives."""
+    """The estimate of every (execution id of ``suite``, preset name) in ``keys``, from the kept table,
+    computing (and keeping) the missing ones; ``done`` is called with each computed result as it
+    arrives."""
     wanted = sorted(set(keys))
     found = kept_table.kept(wanted)
     missing = [k for k in wanted if found[k] is None]
@@ -32,7 +35,7 @@ def estimates(
         from pipeline.tools.estimate.pool import run_jobs  # spawns workers; only when something is missing
 
         presets = {name: Preset.named(name) for _, name in missing}
-        jobs = [Job(e, presets[p]) for e, p in missing]
+        jobs = [Job.of_execution(_execution(suite, e), presets[p], check=suite.check) for e, p in missing]
         results = run_jobs(jobs, workers, done)
         keep(jobs, results)
         found |= dict(zip(missing, results, strict=True))
@@ -45,7 +48,14 @@ def keep(jobs: list[Job], results: list[dict[str, Any]]) -> None:
     published = {
         kept_table.key(job.execution, job.preset.name): result
         for job, result in zip(jobs, results, strict=True)
-        if job == Job(job.execution, job.preset) and "error" not in result
+        if job.published() and "error" not in result
     }
     if published:
         kept_table.merge(published)
+
+
+def _execution(suite: Suite, execution_id: str) -> Execution:
+    execution = suite.execution(execution_id)
+    if execution is None:
+        raise ValueError(f"execution {execution_id!r} is not in suite {suite.name}")
+    return execution
