@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer, routing_plan
+from pipeline.moe.weights import expert_weights
 from tests.distributed import refusal, run_ranks
 
 CFG = MoEConfig(d_model=64, d_ff=32, num_experts=8, top_k=2, num_shared=1, dtype=torch.float32)
@@ -55,6 +56,12 @@ def test_every_expert_draws_alone() -> None:
     assert not torch.equal(ExpertWeights.random(CFG, seed=8, layer=2).w1, full.w1)
     assert abs(float(full.w1.std()) - CFG.d_model**-0.5) < 0.01  # fan-in scaling
     assert abs(float(full.w2.std()) - CFG.d_ff**-0.5) < 0.02
+    # one expert drawn alone, as the correctness gate draws another rank's: its owner's very values
+    for e in (0, 5, 7):
+        w1, w2 = expert_weights(CFG, e, seed=7, layer=2)
+        assert torch.equal(w1, full.w1[e]) and torch.equal(w2, full.w2[e])
+    bf16 = MoEConfig(d_model=64, d_ff=32, num_experts=8, top_k=2, dtype=torch.bfloat16)
+    assert torch.equal(expert_weights(bf16, 3, seed=1)[1], ExpertWeights.random(bf16, seed=1).w2[3])
 
 
 def _wrong_rank(rank: int, world: int) -> str:

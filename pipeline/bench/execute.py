@@ -82,8 +82,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     started_at = ledger.now()
     with phases("build"):
         work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed, shared)
-    with phases("gate"):
-        planted(execution_id, ctx.rank)  # a fault a test plants (pipeline.bench.plants); else nothing
+    with phases("gate"), planted(execution_id, ctx.rank):  # a fault a test plants (bench.plants)
         verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)
     clock = Clock(ctx.device)
     with phases("capture"):

@@ -26,6 +26,22 @@ def expert_seed(seed: int, layer: int, expert: int) -> int:
     return (seed * _LAYER_STRIDE + layer) * _LAYER_STRIDE + expert
 
 
+def expert_weights(
+    cfg: MoEConfig, expert: int, seed: int = 0, device: torch.device | str = "cpu", layer: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Routed expert ``expert``'s (w1 [2F, D], w2 [D, F]) of layer ``layer``: the values its owner holds,
+    drawn anywhere (a rank checking rows it sent to another rank's expert draws that expert)."""
+    w1, w2 = _draw_one(cfg, expert_seed(seed, layer, expert), torch.device(device))
+    return w1.mul_(cfg.d_model**-0.5), w2.mul_(cfg.d_ff**-0.5)
+
+
+def _draw_one(cfg: MoEConfig, seed: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """One expert's unscaled draw, w1 then w2, from its own generator."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    w1 = torch.randn(2 * cfg.d_ff, cfg.d_model, generator=gen, device=device, dtype=cfg.dtype)
+    return w1, torch.randn(cfg.d_model, cfg.d_ff, generator=gen, device=device, dtype=cfg.dtype)
+
+
 @dataclass
 class ExpertWeights:
     """w1 [n, 2F, D] (gate rows, then up rows), w2 [n, D, F], shared_w1 [S, 2F, D], shared_w2 [S, D, F].
@@ -82,9 +98,9 @@ class ExpertWeights:
             w1 = torch.empty(count, 2 * f, d, dtype=cfg.dtype, device=device)
             w2 = torch.empty(count, d, f, dtype=cfg.dtype, device=device)
             for i in range(count):
-                gen = torch.Generator(device=device).manual_seed(expert_seed(seed, layer, first_id + i))
-                w1[i].copy_(torch.randn(2 * f, d, generator=gen, device=device, dtype=cfg.dtype))
-                w2[i].copy_(torch.randn(d, f, generator=gen, device=device, dtype=cfg.dtype))
+                one1, one2 = _draw_one(cfg, expert_seed(seed, layer, first_id + i), device)
+                w1[i].copy_(one1)
+                w2[i].copy_(one2)
             return w1.mul_(d**-0.5), w2.mul_(f**-0.5)
 
         w1, w2 = fill(experts.start, len(experts))
