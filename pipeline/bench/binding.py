@@ -120,8 +120,9 @@ def identify(ordinal: int) -> tuple[str, str | None, str | None]:
     """(name, UUID, PCI bus id) of CUDA device ``ordinal`` of this process, as the driver reports them."""
     props = torch.cuda.get_device_properties(ordinal)
     uuid = getattr(props, "uuid", None)
-    bus = getattr(props, "pci_bus_id", None)
-    where = None if bus is None else pci_bus_id(props.pci_domain_id, bus, props.pci_device_id)
+    pci = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    ids = [v for v in pci if isinstance(v, int)]
+    where = pci_bus_id(*ids) if len(ids) == 3 else None  # an older torch does not say
     return props.name, None if uuid is None else canonical_uuid(str(uuid)), where
 
 
