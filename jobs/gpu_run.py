@@ -120,9 +120,9 @@ VARIANTS = "mok-bf16,dist-moe-fp8-dispatch"
 DRY_WORKLOADS, DRY_VARIANTS = "inference-ep8-f1536", "mok-bf16"
 # the ranks step: EP8 at scale=full as eight processes on the one GPU (gloo), MoK's and Dist-MoE's
 # BF16 layers, whose gates' peaks (python -m pipeline.estimate: 7.2 and 4.9 GiB a rank) fit an H100
-# eight times over with the processes' contexts; the dry run: four CPU ranks at scale=ci
+# eight times over with the processes' contexts; the dry run: two CPU ranks at scale=ci (the plumbing)
 RANKS = ["--executions", "inference-ep8-f3072-bf16-mok-native,inference-ep8-f1536-bf16-dist-moe-bf16"]
-DRY_RANKS = [*RANKS, "--ranks", "4", "--scale", "ci", "--device", "cpu"]
+DRY_RANKS = [*RANKS, "--ranks", "2", "--scale", "ci", "--device", "cpu"]
 PUBLISHED = "iterationMS forwardMS backwardMS usefulTFLOPsPerGPU peakAllocatedGiB nvlinkTxGBs device".split()
 PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed"]
 PHASES = ("process", "init", "connect", "build", "gate", "capture", "calibrate", "windows", "record")
@@ -896,7 +896,7 @@ def _loopback(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
 
 
 def _ranks(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
-    """``python -m pipeline.bench.shared_gpu``: an EP group's ranks on the one GPU (four CPU ranks at
+    """``python -m pipeline.bench.shared_gpu``: an EP group's ranks on the one GPU (two CPU ranks at
     scale=ci in the dry run), every execution through its correctness gate with rows crossing ranks; a
     record per execution."""
     argv = run.python("-m", "pipeline.bench.shared_gpu", *(DRY_RANKS if run.dry_run else RANKS))
