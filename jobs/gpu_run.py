@@ -3,8 +3,11 @@ check a lent GPU runs, so that no minute goes to a kernel already known to be ba
 
 The order gives the most truth per second: env (with the plan: the arch's kernels and op x variants),
 the default kernels' smoke and correctness and the SwiGLU backward kernel's correctness (together the
-gate of the tests and pipeline stages), the tests, the defaults' and the SwiGLU kernel's timing, the
-pipeline, then each other variant's smoke, correctness and timing in turn, and the SASS check. Every
+gate of the stages that run layers), the tests, the multi-rank rehearsals (loopback: NCCL's
+all-to-alls inside captured graphs on one rank; ranks: an EP group's processes sharing the GPU, their
+rows crossing ranks, through every execution's correctness gate), the defaults' and the SwiGLU
+kernel's timing, the pipeline, then each other variant's smoke, correctness and timing in turn, and
+the SASS check. Every
 step named in :data:`RESERVE_S` keeps its time from the start: a step may use only what the run has
 left beyond the reserves of the steps after it, so a slow early step cannot starve a later one, and
 what a step does not use goes to the next. Every check is a child process of its own, isolated
@@ -61,11 +64,13 @@ from pipeline.data.atomic import atomic_write  # noqa: E402
 
 TOTAL_S = 550  # the whole run: one call of the device tool (600 s at most) inside a 15-minute window
 OUTER_S = 15  # jobs/gpu-run.sh kills the run this long after its total (docs/gpu.md: the call's limit)
-STAGES = ("env", "smoke", "correctness", "timing", "tests", "pipeline")
+STAGES = ("env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline")
 # each stage's limit; "<stage>-kernel": each child of a kernel stage (one kernel, or one op x variant)
 LIMITS_S = {
     "env": 30,
     "tests": 75,
+    "loopback": 40,  # one process: a one-rank NCCL group, two layers captured and timed
+    "ranks": 90,  # eight processes on one GPU: imports, weights at full scale, two executions' gates
     "pipeline": 280,  # more than its reserve: what the steps before it leave goes to its executions
     "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
     "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
@@ -81,10 +86,12 @@ RESERVE_S = {
     "smoke default": 45,
     "correctness default": 50,
     "correctness swiglu": 30,
-    "tests": 70,
-    "timing default": 70,
+    "tests": 60,
+    "loopback": 20,
+    "ranks": 50,
+    "timing default": 60,
     "timing swiglu": 25,
-    "pipeline": 200,
+    "pipeline": 150,
     "sass": 15,
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
@@ -111,6 +118,11 @@ WORKLOADS = "inference-ep8-f3072,training-ep32-f3072,packing-ep32-f3072-profile-
 VARIANTS = "mok-bf16,dist-moe-fp8-dispatch"
 # the dry run's: one execution, the plumbing's test (the pipeline's own tests run the rest on the CPU)
 DRY_WORKLOADS, DRY_VARIANTS = "inference-ep8-f1536", "mok-bf16"
+# the ranks step: EP8 at scale=full as eight processes on the one GPU (gloo), MoK's and Dist-MoE's
+# BF16 layers, whose gates' peaks (python -m pipeline.estimate: 7.2 and 4.9 GiB a rank) fit an H100
+# eight times over with the processes' contexts; the dry run: two CPU ranks at scale=ci (the plumbing)
+RANKS = ["--executions", "inference-ep8-f3072-bf16-mok-native,inference-ep8-f1536-bf16-dist-moe-bf16"]
+DRY_RANKS = [*RANKS, "--ranks", "2", "--scale", "ci", "--device", "cpu"]
 PUBLISHED = "iterationMS forwardMS backwardMS usefulTFLOPsPerGPU peakAllocatedGiB nvlinkTxGBs device".split()
 PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed"]
 PHASES = ("process", "init", "connect", "build", "gate", "capture", "calibrate", "windows", "record")
@@ -378,14 +390,16 @@ def steps(
     """The run's steps in order of truth per second: env; the smoke and correctness of the default
     kernels, of the ``chosen`` variants (those the per-shape table names, which the layers run too)
     and of the SwiGLU backward kernel (``swiglu``, correctness only), which decide the gate; tests;
-    the defaults' and the SwiGLU kernel's timing; pipeline; then the other variants' kernel stages in
-    turn, and the chosen ones' timing (``variants`` as given); the SASS check (of the cubins smoke
-    kept). A planted stage comes right after the first step of the stage it follows."""
+    loopback and ranks; the defaults' and the SwiGLU kernel's timing; pipeline; then the other
+    variants' kernel stages in turn, and the chosen ones' timing (``variants`` as given); the SASS
+    check (of the cubins smoke kept). A planted stage comes right after the first step of the stage it
+    follows."""
     first = [v for v in (DEFAULT, *chosen, SWIGLU) if v in variants]
     timed = [v for v in (DEFAULT, SWIGLU) if v in variants]
     order = [Step("env")] if "env" in stages else []
     order += [Step(s, v) for v in first for s in _kernel_stages(v) if s in stages and s != "timing"]
     order += [Step("tests")] if "tests" in stages else []
+    order += [Step(s) for s in ("loopback", "ranks") if s in stages]
     order += [Step("timing", v) for v in timed if "timing" in stages]
     order += [Step("pipeline")] if "pipeline" in stages else []
     for v in (v for v in variants if v not in timed):
@@ -488,8 +502,8 @@ def _run_all(
             ok &= _stage(run, step, _planted(run, step.stage), deadline)
         else:
             ok &= _stage(run, step, _gated(run, step.stage), deadline)
-    if any(s in stages for s in KERNEL_STAGES) and not {"tests", "pipeline"} & set(stages):
-        _gate(run)  # recorded: what tests and pipeline would run on
+    if any(s in stages for s in KERNEL_STAGES) and not set(GATED) & set(stages):
+        _gate(run)  # recorded: what the stages that run layers would run on
     if rerun := _rerun_args(run):
         run.record("run", name="rerun", status="info", args=rerun)
     run.record("run", status="pass" if ok else "fail", ended=_now())
@@ -762,8 +776,8 @@ def _sass(run: Run, deadline: float) -> None:
 
 
 def _gate(run: Run) -> dict[str, str]:
-    """The environment of the tests and pipeline stages: the run's, with ``auto`` pinned to the torch
-    backend unless the default kernels passed (:func:`cutlass_kernels.gating.gate`)."""
+    """The environment of the stages that run layers (:data:`GATED`): the run's, with ``auto`` pinned
+    to the torch backend unless the default kernels passed (:func:`cutlass_kernels.gating.gate`)."""
     keys = (*gating.GATE_KEYS, *gating.chosen_keys(run.chosen))
     shut = gating.gate(run.arch, gating.verdicts(read(run.results)), keys)
     backend = "torch" if shut else "cute kernels"
@@ -778,7 +792,7 @@ def _gate(run: Run) -> dict[str, str]:
 
 
 def _gated(run: Run, stage: str) -> Callable[[float], tuple[int | None, str]]:
-    """The tests or pipeline stage's body, run on the kernels the gate lets through."""
+    """The body of a stage that runs layers (:data:`GATED`), on the kernels the gate lets through."""
 
     def body(limit: float) -> tuple[int | None, str]:
         env = _gate(run)
@@ -790,7 +804,7 @@ def _gated(run: Run, stage: str) -> Callable[[float], tuple[int | None, str]]:
                 "planted stall",
             )
         else:
-            rc, more = (_tests if stage == "tests" else _pipeline)(run, limit, env)
+            rc, more = GATED[stage](run, limit, env)
         return rc, "; ".join(n for n in (note, more) if n)
 
     return body
@@ -873,6 +887,35 @@ def _tests(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str
     return (0 if done.rc == 5 else done.rc), "pytest exit 5: nothing collected" if done.rc == 5 else ""
 
 
+def _loopback(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """``python -m pipeline.bench.loopback``: a one-rank NCCL group whose layers still call the
+    exchange's collectives, captured in CUDA graphs and timed as executions are (gloo and eager in the
+    dry run); a record per case."""
+    argv = run.python("-m", "pipeline.bench.loopback", "--device", "cpu" if run.dry_run else "cuda")
+    return _json_lines(run, "loopback", "case", run.child(argv, limit, env), limit)
+
+
+def _ranks(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """``python -m pipeline.bench.shared_gpu``: an EP group's ranks on the one GPU (two CPU ranks at
+    scale=ci in the dry run), every execution through its correctness gate with rows crossing ranks; a
+    record per execution."""
+    argv = run.python("-m", "pipeline.bench.shared_gpu", *(DRY_RANKS if run.dry_run else RANKS))
+    argv += ["--timeout", f"{max(limit - 5 * run.scale, 1):.0f}"]
+    return _json_lines(run, "ranks", "execution_id", run.child(argv, limit, env), limit)
+
+
+def _json_lines(run: Run, stage: str, key: str, done: Isolated, limit: float) -> tuple[int | None, str]:
+    """A record of ``stage`` for each JSON line a child printed (named by its ``key``), passed or
+    failed as it says; the child's status, and how many passed."""
+    lines = [json.loads(line) for line in done.output.splitlines() if line.startswith("{")]
+    for line in lines:
+        name, passed = line.pop(key), line.pop("passed")
+        run.record(stage, name=name, status="pass" if passed else "fail", **line)
+    passed = sum(bool(r.get("status") == "pass") for r in read(run.results)[-len(lines) :]) if lines else 0
+    note = f"{passed} of {len(lines)} passed" if lines else done.why(limit)
+    return done.rc, note
+
+
 def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
     """A multirun of the selection, then aggregation of whatever shards it left, then its rows; each
     part under what the stage has left but the later parts' reserves, so the stage ends in its limit."""
@@ -949,6 +992,15 @@ def _keep_dataset(run: Run, dataset: Path) -> None:
     os.replace(run.out / "dataset.tar.gz.tmp", run.out / "dataset.tar.gz")
 
 
+# the stages that run layers, on the kernels the gate lets through, and their bodies
+GATED: dict[str, Callable[[Run, float, dict[str, str]], tuple[int | None, str]]] = {
+    "tests": _tests,
+    "loopback": _loopback,
+    "ranks": _ranks,
+    "pipeline": _pipeline,
+}
+
+
 def _planted(run: Run, name: str) -> Callable[[float], tuple[int | None, str]]:
     """A stage that records a result, then fails (exit 3) or hangs with a grandchild in a process group
     of its own: the plumbing must keep the record and kill both."""
@@ -1015,7 +1067,7 @@ def write_summary(out: Path) -> None:
     gate = next((r for r in reversed(records) if r.get("stage") == "gate"), None)
     if gate:
         why = f" ({gate['reason']})" if gate.get("reason") else ""
-        lines += [f"Tests and pipeline ran on: {gate['backend']}{why}", ""]
+        lines += [f"The stages that run layers ran on: {gate['backend']}{why}", ""]
     lines += [
         "| stage | variant | status | seconds | limit s | pass | fail | skip |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -1063,6 +1115,7 @@ def write_summary(out: Path) -> None:
         lines += ["", "## Pipeline executions", ""]
         keys = ("name", "iterationMS", "sanityMaxError", "sanityTolerance", "sanityPassed")
         lines += _table(["execution", *keys[1:]], [[r.get(k) for k in keys] for r in rows])
+    lines += _rehearsals(records)
     phases = [r for r in records if r.get("stage") == "pipeline" and r.get("name") == "phases"]
     if phases:
         lines += ["", "## Where each pipeline execution's time went (s, rank 0)", ""]
@@ -1073,6 +1126,36 @@ def write_summary(out: Path) -> None:
     if rerun and starts and rerun[-1]["run"] == starts[-1]["run"]:
         lines += ["", f"To finish: `jobs/gpu-run.sh OUT_DIR {' '.join(rerun[-1]['args'])}`"]
     atomic_write(out / "summary.md", "\n".join(lines) + "\n")
+
+
+def _rehearsals(records: list[dict[str, Any]]) -> list[str]:
+    """The summary's tables of the loopback and ranks steps."""
+    lines = []
+    loop = [r for r in records if r.get("stage") == "loopback" and "replay_error" in r]
+    if loop:
+        head = "case|collective|captured|all-to-alls in the graphs|replay error|tolerance|status".split("|")
+        cells = [
+            [
+                r["name"], " ".join(filter(None, (r["collective"], r.get("version")))), r["graphs"],
+                r["collectives_captured"].get("alltoall_base_", 0), f"{max(r['replay_error'].values()):.3g}",
+                f"{r['tolerance']:.3g}", r["status"],
+            ]
+            for r in loop
+        ]  # fmt: skip
+        lines += ["", "## Loopback: one rank's exchange inside the captured graphs", "", *_table(head, cells)]
+    shared = [r for r in records if r.get("stage") == "ranks" and "slice_rows" in r]
+    if shared:
+        head = "execution|ranks|GPUs|rows across ranks|gate error / tolerance|GiB a rank|status".split("|")
+        cells = [
+            [
+                r["name"], r["ranks"], len(r["gpus"]) or "cpu", f"{r['crossed_rows']} of {r['slice_rows']}",
+                f"{r.get('max_error', float('nan')):.3g} / {r.get('tolerance', float('nan')):.3g}",
+                r["peak_gib_per_rank"] and f"{r['peak_gib_per_rank']:.2f}", r["status"],
+            ]
+            for r in shared
+        ]  # fmt: skip
+        lines += ["", "## Ranks sharing one GPU (correctness only)", "", *_table(head, cells)]
+    return lines
 
 
 def _table(head: Sequence[str], rows: list[list[Any]]) -> list[str]:

@@ -1,11 +1,13 @@
 """The GPU presets' one source, ``conf/cluster/<name>.yaml``: the real files load with the datasheet
 figures and a source for each, a bad file is refused in one line naming the value and what is allowed,
 and adding a preset is adding one YAML file (the model, the estimate, the kept table's preset choice
-and the published %SOL columns all see it)."""
+and the published %SOL columns all see it). Its links place an EP group's ranks on nodes and NVLink
+domains, and the rows that leave a domain take the inter-node link in the prediction."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,42 @@ def test_the_presets_are_the_datasheets_figures_each_with_its_source():
     assert (got["h200"].arch, got["h200"].memory_gb, got["gb300"].arch, got["gb300"].memory_gb) == (
         "sm_90a", 141.0, "sm_100a", 288.0,
     )  # fmt: skip
+    links = {name: {k: p.value for k, p in got[name].links.items()} for name in ("h200", "gb300")}
+    assert links == {
+        "h200": {"gpus_per_node": 8, "nvlink_domain": 8, "inter_node_gb_s": 50},
+        "gb300": {"gpus_per_node": 4, "nvlink_domain": 72, "inter_node_gb_s": 100},
+    }
+    assert "400 Gb/s InfiniBand" in got["h200"].links["inter_node_gb_s"].source
+    assert "one NVLink domain" in got["gb300"].links["nvlink_domain"].source
+    assert all(got[n].ranks_per_node == links[n]["gpus_per_node"] for n in links)  # one rank per GPU
+
+
+@pytest.mark.parametrize(
+    ("preset", "ep", "placed"),
+    [
+        ("h200", 8, (1, 8, 1, 8)),
+        ("h200", 16, (2, 8, 2, 8)),
+        ("h200", 32, (4, 8, 4, 8)),
+        ("h200", 64, (8, 8, 8, 8)),
+        ("gb300", 8, (2, 4, 1, 8)),
+        ("gb300", 64, (16, 4, 1, 64)),
+    ],
+)
+def test_an_ep_group_spans_nodes_and_nvlink_domains(preset: str, ep: int, placed: tuple[int, ...]):
+    """(nodes, ranks per node, NVLink domains, ranks in one domain): EP32 and EP64 leave the H200's
+    one-node domain for 4 and 8 nodes; a GB300 NVL72 holds EP64 in one domain."""
+    span = presets.gpu_preset(preset).span(ep)
+    assert (span.nodes, span.ranks_per_node, span.domains, span.domain_ranks) == placed
+
+
+def test_a_domain_inside_a_node_and_fewer_ranks_per_node_are_placed_in_order():
+    """Four ranks per node on an 8-GPU node of NVLink pairs: EP16 sits on 4 nodes in 8 pairs."""
+    preset = presets.gpu_preset("h200")
+    pairs = replace(preset, links={**preset.links, "nvlink_domain": presets.Peak(2, "pairs")})
+    span = pairs.span(16, ranks_per_node=4)
+    assert (span.nodes, span.ranks_per_node, span.domains, span.domain_ranks) == (4, 4, 8, 2)
+    assert span.describe() == "4 nodes x 4 GPUs, 8 NVLink domains of 2 GPUs, 50 GB/s per GPU between them"
+    assert preset.span(1).describe() == "1 node x 1 GPUs, one NVLink domain of 8 GPUs"
 
 
 @pytest.mark.parametrize(
@@ -82,9 +120,9 @@ def _edit(folder: Path, name: str, change: dict[str, Any]) -> None:
     ("change", "message"),
     [
         ({"gpus": True}, "cluster=h200: gpus=True; allowed: false (no GPU) or the GPU's mapping of model, "
-                         "device_words, other_variants, peaks"),
+                         "device_words, other_variants, peaks, links"),
         ({"gpus.clock": 2}, "cluster=h200: unknown key(s) gpus.clock; allowed: model, device_words, "
-                            "other_variants, peaks"),
+                            "other_variants, peaks, links"),
         ({"arch": "sm_80"}, "cluster=h200: arch='sm_80'; allowed: sm_90a, sm_100a"),
         ({"gpu_memory_gb": None}, "cluster=h200: gpu_memory_gb=None; allowed: a positive number of GB"),
         ({"gpus.model": ""}, "cluster=h200: gpus.model=''; allowed: the GPU's name, a non-empty text"),
@@ -104,6 +142,19 @@ def _edit(folder: Path, name: str, change: dict[str, Any]) -> None:
         ({"gpus.peaks.hbm_tb_s.source": " "}, "cluster=h200: gpus.peaks.hbm_tb_s.source=' '; allowed: a "
                                               "non-empty text naming where the figure comes from"),
         ({"name": "h2000"}, "h200.yaml: name='h2000'; allowed: 'h200' (its file's name)"),
+        ({"gpus.links.inter_node_gb_s": None},
+         "cluster=h200: gpus.links has ['gpus_per_node', 'nvlink_domain']; allowed: exactly gpus_per_node, "
+         "nvlink_domain, inter_node_gb_s, each a mapping of value and source"),
+        ({"gpus.links.gpus_per_node.value": 8.5},
+         "cluster=h200: gpus.links.gpus_per_node.value=8.5; allowed: a positive whole number of GPUs"),
+        ({"gpus.links.nvlink_domain.value": 12},
+         "cluster=h200: gpus.links.nvlink_domain.value=12; allowed: a multiple or a divisor of gpus_per_node "
+         "(8): whole nodes in a domain, or whole domains in a node"),
+        ({"ranks_per_node": 16},
+         "cluster=h200: ranks_per_node=16; allowed: at most gpus.links.gpus_per_node (8), one rank per GPU"),
+        ({"gpus.links.inter_node_gb_s.source": ""},
+         "cluster=h200: gpus.links.inter_node_gb_s.source=''; allowed: a non-empty text naming where the "
+         "figure comes from"),
     ],
 )  # fmt: skip
 def test_a_bad_preset_is_refused_in_one_line_naming_the_value(tmp_path: Path, change: dict, message: str):
@@ -147,6 +198,11 @@ B200 = {
             "fp8_tflops": {"value": 4500, "source": "a datasheet"},
             "hbm_tb_s": {"value": 7.7, "source": "a datasheet"},
             "nvlink_gb_s": {"value": 900, "source": "a datasheet"},
+        },
+        "links": {
+            "gpus_per_node": {"value": 8, "source": "a datasheet"},
+            "nvlink_domain": {"value": 8, "source": "a datasheet"},
+            "inter_node_gb_s": {"value": 50, "source": "a datasheet"},
         },
     },
     "partition": None,

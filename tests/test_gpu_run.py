@@ -120,6 +120,8 @@ ORDER = [
     "correctness default",
     "correctness swiglu",
     "tests",
+    "loopback",
+    "ranks",
     "timing default",
     "timing swiglu",
     "pipeline",
@@ -321,8 +323,8 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
     # the gate, decided before timing: shut by the hanging default, the first of the gate's kernels
     # it names (so the faults in fprop's and dgrad's FP32 kernels and in the MX op left their BF16
     # defaults passing)
-    gates = [r for r in found if r["stage"] == "gate"]  # one for each of the tests and pipeline stages
-    assert len(gates) == 2 and gates[0]["reason"] == gates[1]["reason"]
+    gates = [r for r in found if r["stage"] == "gate"]  # one for each stage that runs layers
+    assert len(gates) == 4 and len({g["reason"] for g in gates}) == 1
     gate = gates[0]
     assert gate["backend"] == "torch"
     assert gate["reason"].startswith("wgrad/bfloat16/default failed smoke: timed out")
@@ -343,7 +345,7 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
         stage_name, _, variant = name.partition(" ")
         assert f"| {stage_name} | {variant} |" in summary
     assert "| planted-hang |  | timeout |" in summary and "planted-fail stage: planted fail" in summary
-    assert "Tests and pipeline ran on: torch (wgrad/bfloat16/default failed smoke" in summary
+    assert "The stages that run layers ran on: torch (wgrad/bfloat16/default failed smoke" in summary
     assert "- smoke grouped_fprop_bfloat16-float32_128x256_sm_90a fprop/float32/default: timed out" in summary
     assert "- correctness verdict swiglu/bfloat16/default: 4 of 5 case(s) failed" in summary
     assert "## Timing" in summary and "## Pipeline executions" in summary
@@ -381,10 +383,10 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     every = {s: verdicts(found, s) for s in ("smoke", "correctness", "timing")}
     assert set(every["smoke"].values()) == set(every["correctness"].values()) == {"pass"}
     assert len(every["smoke"]) == 6 and len(every["correctness"]) == 9 and len(every["timing"]) == 5
-    gates = [r for r in found if r["stage"] == "gate"]  # one for each of the tests and pipeline stages
+    gates = [r for r in found if r["stage"] == "gate"]  # one for each stage that runs layers
     assert [(r["status"], r["backend"], r.get("reason")) for r in gates] == [
         ("pass", "cute kernels", None)
-    ] * 2
+    ] * 4
     assert (
         "on the CuTe kernels" in stage["tests"]["note"] and "on the CuTe kernels" in stage["pipeline"]["note"]
     )
@@ -392,10 +394,27 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     assert_each_step_had_its_reserve(found)
     phases = [r for r in found if r["stage"] == "pipeline" and r.get("name") == "phases"]
     assert len(phases) == 1 and phases[0]["windows"] > 0  # where the execution's time went
+    # the multi-rank rehearsals: one rank's gloo loopback calls the exchange's all-to-alls (eagerly:
+    # no CUDA graph on a CPU) and computes what one rank alone does; two CPU ranks route rows across
+    # ranks through two executions' gates
+    loopback = [r for r in found if r["stage"] == "loopback" and "replay_error" in r]
+    assert [r["name"] for r in loopback] == ["mok bf16 native", "dist-moe mxfp8 fp8-dispatch"]
+    for r in loopback:
+        assert r["status"] == "pass" and r["collective"] == "gloo" and r["graphs"] is False, r
+        assert r["collectives_eager"]["alltoall_base_"] >= 4 and r["loopback_error"] == 0.0, r
+    ranks = [r for r in found if r["stage"] == "ranks" and "slice_rows" in r]
+    assert [r["name"] for r in ranks] == [
+        "inference-ep8-f3072-bf16-mok-native",
+        "inference-ep8-f1536-bf16-dist-moe-bf16",
+    ]
+    for r in ranks:
+        assert r["status"] == "pass" and r["ranks"] == 2 and r["devices"] == ["cpu"], r
+        assert 0 < r["crossed_rows"] < r["slice_rows"] and r["max_error"] <= r["tolerance"], r
     for label in ORDER:
         assert f"] {label}: pass in " in done.stdout, label
     summary = (out / "summary.md").read_text()
-    assert "Tests and pipeline ran on: cute kernels" in summary and "To finish" not in summary
+    assert "The stages that run layers ran on: cute kernels" in summary and "To finish" not in summary
+    assert "## Loopback" in summary and "## Ranks sharing one GPU" in summary
     assert done.stdout.rstrip().endswith(summary.rstrip())
 
 

@@ -1,6 +1,7 @@
 """One job runs a group of executions (``hydra.launcher.group=shape``, the default): how a sweep is
-packed into groups, and on real local jobs that a failure costs one execution while status shows the
-group's members waiting as pending in its job, that a hang costs the rest of its group (missing, for
+packed into groups, and on real local jobs that a failure (an error, or a wrong exchange of rows
+between ranks that the gate finds) costs one execution while status shows the group's members waiting
+as pending in its job, that a hang costs the rest of its group (missing, for
 resubmission), and that sharing a job changes no execution's numbers."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.plans import LOCAL, planned_sweep
 
 FIVE = ("workload=inference-ep8-f1536", "variant=glob(*)", "scale=ci")
 DIST = "inference-ep8-f1536-bf16-dist-moe-bf16"
+SPLIT, PERM = "inference-ep8-f1536-bf16-mok-native", "inference-ep8-f1536-mxfp8-dist-moe-fp8-dispatch"
 
 
 def sweep(dataset: Path, *overrides: str, plant: str = "", background: bool = False):
@@ -82,11 +84,14 @@ def test_a_sweep_is_packed_by_resource_shape_within_its_minutes_and_size(tmp_pat
 
 @pytest.mark.slow
 def test_a_failure_costs_its_execution_alone_and_members_waiting_are_pending_in_its_job(tmp_path):
-    """An error planted on rank 1 of one execution, as rank 0 enters the gate's collectives: that
-    execution fails with rank 1's error, every other member of the group publishes, all in one job;
+    """On four gloo ranks: an error planted on rank 1 of one execution, as rank 0 enters the gate's
+    collectives, and in two others a wrong exchange of rows across ranks (a wrong split on rank 2, a
+    regrouping off by one row on rank 1): those three executions fail, the first with rank 1's error,
+    the others their correctness gate; every other member of the group publishes, all in one job;
     while the job runs, status shows the members not yet started as pending in it."""
     dataset = tmp_path / "dataset"
-    running = sweep(dataset, *FIVE, plant=f"error:{DIST}:1", background=True)
+    plants = f"error:{DIST}:1,split:{SPLIT}:2,perm:{PERM}:1"
+    running = sweep(dataset, *FIVE, "max_ranks=4", plant=plants, background=True)
     seen: set[str] = set()
     deadline = time.monotonic() + 300
     while running.poll() is None and time.monotonic() < deadline:
@@ -104,7 +109,9 @@ def test_a_failure_costs_its_execution_alone_and_members_waiting_are_pending_in_
         found[DIST]["state"] == "failed"
         and "PlantedError: planted error on rank 1 (rank 1)" in found[DIST]["detail"]
     )
-    assert [e for e, s in found.items() if s["state"] != "done"] == [DIST]
+    for wrong in (SPLIT, PERM):
+        assert found[wrong]["state"] == "failed" and "SanityError: sanity: " in found[wrong]["detail"]
+    assert sorted(e for e, s in found.items() if s["state"] != "done") == sorted([DIST, SPLIT, PERM])
     assert len(jobs(dataset)) == 1
 
 

@@ -123,7 +123,7 @@ def test_unknown_stage_is_refused():
 
 def test_steps_run_the_gate_then_tests_then_timing_then_pipeline_then_the_other_variants():
     order = steps(
-        ["env", "smoke", "correctness", "timing", "tests", "pipeline"],
+        ["env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline"],
         ["tail64", "default", "swiglu", "inplace"],
     )
     assert [s.label for s in order] == [
@@ -132,6 +132,8 @@ def test_steps_run_the_gate_then_tests_then_timing_then_pipeline_then_the_other_
         "correctness default",
         "correctness swiglu",  # the SwiGLU backward kernel: no smoke stage
         "tests",
+        "loopback",  # the multi-rank rehearsals: as soon as the kernels they run are known good
+        "ranks",
         "timing default",
         "timing swiglu",
         "pipeline",
@@ -160,13 +162,14 @@ def test_each_named_step_keeps_its_reserve_from_the_start():
     pipeline's time stays theirs whatever the kernel stages take, and the unnamed steps (the other
     variants) reserve nothing."""
     order = steps(
-        ["env", "smoke", "correctness", "timing", "tests", "pipeline"], ["default", "swiglu", "tail64"]
+        ["env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline"],
+        ["default", "swiglu", "tail64"],
     )
     labels = [s.label for s in order]
     after_env = reserved_after(order, 0)
     assert after_env == sum(RESERVE_S[label] for label in labels[1:] if label in RESERVE_S)
     assert reserved_after(order, labels.index("tests")) == sum(
-        RESERVE_S[k] for k in ("timing default", "timing swiglu", "pipeline", "sass")
+        RESERVE_S[k] for k in ("loopback", "ranks", "timing default", "timing swiglu", "pipeline", "sass")
     )
     assert reserved_after(order, labels.index("pipeline")) == RESERVE_S["sass"]
     assert reserved_after(order, labels.index("timing tail64"), 2.0) == 2 * RESERVE_S["sass"]

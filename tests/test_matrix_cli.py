@@ -92,3 +92,27 @@ def test_one_dataset_per_setting_is_allowed(capsys, tmp_path):
     folders = f"dataset_dir={tmp_path / 'seed0'},{tmp_path / 'seed1'}"
     code, lines, _ = run_cli(capsys, "workload=inference-ep8-f1536", "variant=mok-bf16", folders)
     assert code == 0 and lines[-1].startswith("2 executions")
+
+
+def test_a_gpu_preset_names_the_nodes_and_nvlink_domains_each_ep_size_spans(capsys):
+    """On h200 EP32 and EP64 leave the one-node NVLink domain for 4 and 8 nodes; a GB300 NVL72 holds
+    EP64 in one domain. Each span once per EP size, before the count."""
+    workloads = "workload=inference-ep8-f1536,training-ep32-f3072,training-ep64-f3072"
+    code, lines, _ = run_cli(capsys, workloads, "variant=mok-bf16,dist-moe-bf16", "cluster=h200")
+    assert code == 0 and lines[-1] == "6 executions, 3 workloads, 3 pairs"
+    between = "NVLink domains of 8 GPUs, 50 GB/s per GPU between them"
+    assert lines[6:-1] == [
+        "h200: EP8 on 8 ranks spans 1 node x 8 GPUs, one NVLink domain of 8 GPUs",
+        f"h200: EP32 on 32 ranks spans 4 nodes x 8 GPUs, 4 {between}",
+        f"h200: EP64 on 64 ranks spans 8 nodes x 8 GPUs, 8 {between}",
+    ]
+    code, lines, _ = run_cli(capsys, workloads, "variant=mok-bf16", "cluster=gb300")
+    assert code == 0 and lines[3:-1] == [
+        "gb300: EP8 on 8 ranks spans 2 nodes x 4 GPUs, one NVLink domain of 72 GPUs",
+        "gb300: EP32 on 32 ranks spans 8 nodes x 4 GPUs, one NVLink domain of 72 GPUs",
+        "gb300: EP64 on 64 ranks spans 16 nodes x 4 GPUs, one NVLink domain of 72 GPUs",
+    ]
+    code, lines, _ = run_cli(
+        capsys, "workload=training-ep64-f3072", "variant=mok-bf16", "cluster=h200", "max_ranks=8"
+    )
+    assert lines[1] == "h200: EP64 on 8 ranks spans 1 node x 8 GPUs, one NVLink domain of 8 GPUs"

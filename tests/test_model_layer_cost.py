@@ -8,6 +8,7 @@ import pytest
 
 from pipeline.cost import HARDWARE, LayerShape, hardware_for_device, iteration_bytes, predict, predicted_ms
 from pipeline.cost.layer_cost import forward_bytes, forward_terms
+from pipeline.cost.prediction import inter_node_share
 from pipeline.matrix import WORKLOADS
 
 SMALL = dict(tokens=4, d_model=64, d_ff=32, num_experts=8, top_k=2, ep=2)
@@ -80,6 +81,26 @@ def test_prediction_parts_by_hand_on_h200():
     assert p.all_to_all_ms == pytest.approx(1e3 * a2a_s, rel=1e-12)
     assert p.total_ms == pytest.approx(max(p.gemm_ms, p.hbm_ms) + p.all_to_all_ms, rel=1e-12)
     assert predicted_ms(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0])) == p.total_ms
+
+
+def test_rows_that_leave_the_nvlink_domain_take_the_inter_node_link():
+    """EP32 on h200 spans 4 nodes of one 8-GPU NVLink domain each: of a rank's 31 remote destinations 24
+    are on other nodes, whose rows take InfiniBand (50 GB/s) while the other 7 take NVLink (450 GB/s), at
+    once; on gb300 the same group stays in one NVLink domain."""
+    hw = HARDWARE["h200"]
+    t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 32
+    p = predict(LayerShape("inference", t, d, f, e, k, ep, "bf16", [1.0]), hardware="h200")
+    remote = t * k * 31 / 32 * d * (2 + 2)
+    nvlink_s = remote * 7 / 31 / (hw.peak("nvlink_gb_s") * 1e9)
+    inter_node_s = remote * 24 / 31 / (hw.link("inter_node_gb_s") * 1e9)
+    assert hw.link("inter_node_gb_s") == 50 and inter_node_s > nvlink_s
+    assert p.all_to_all_ms == pytest.approx(1e3 * inter_node_s, rel=1e-12)
+    assert inter_node_share(hw.span(ep)) == 24 / 31 and inter_node_share(hw.span(8)) == 0.0
+    gb300 = predict(LayerShape("inference", t, d, f, e, k, 64, "bf16", [1.0]), hardware="gb300")
+    assert inter_node_share(HARDWARE["gb300"].span(64)) == 0.0
+    assert gb300.all_to_all_ms == pytest.approx(
+        1e3 * t * k * 63 / 64 * d * 4 / (HARDWARE["gb300"].peak("nvlink_gb_s") * 1e9), rel=1e-12
+    )
 
 
 def test_mxfp8_runs_routed_gemms_at_fp8_rate_and_fp8_dispatch_shrinks_the_wire():

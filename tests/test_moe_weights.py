@@ -55,6 +55,14 @@ def test_every_expert_draws_alone() -> None:
     assert not torch.equal(ExpertWeights.random(CFG, seed=8, layer=2).w1, full.w1)
     assert abs(float(full.w1.std()) - CFG.d_model**-0.5) < 0.01  # fan-in scaling
     assert abs(float(full.w2.std()) - CFG.d_ff**-0.5) < 0.02
+    # one expert drawn alone, as the correctness gate draws another rank's: its owner's very values
+    for e in (0, 5, 7):
+        w1, w2 = ExpertWeights.drawn(CFG, range(e, e + 1), seed=7, layer=2)
+        assert torch.equal(w1[0], full.w1[e]) and torch.equal(w2[0], full.w2[e])
+    bf16 = MoEConfig(d_model=64, d_ff=32, num_experts=8, top_k=2, dtype=torch.bfloat16)
+    assert torch.equal(
+        ExpertWeights.drawn(bf16, range(3, 4), seed=1)[1][0], ExpertWeights.random(bf16, seed=1).w2[3]
+    )
 
 
 def _wrong_rank(rank: int, world: int) -> str:

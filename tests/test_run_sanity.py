@@ -105,20 +105,16 @@ def test_gate_errors_agree_with_the_independent_float64_reference(precision):
     )  # fmt: skip
     stack = build_stack(cfg, [ExpertWeights.random(cfg, seed=5)])
     layer = stack.layers[0]
-    errors = sanity.check_layer(layer, backward=False, seed=11)
-    # the same slice, rebuilt from the gate's seed rule, through the layer and the tests' reference
-    gen = torch.Generator().manual_seed(11 * 7919)
-    chosen = torch.randperm(8, generator=gen)[:8]
-    routed = chosen[:-1]
-    choice = torch.stack([routed[torch.randperm(7, generator=gen)[:6]] for _ in range(sanity.SLICE_TOKENS)])
-    weight = torch.rand(sanity.SLICE_TOKENS, 6, generator=gen)
-    x = torch.randn(sanity.SLICE_TOKENS, 128, generator=gen).bfloat16()
+    errors = sanity.check_layer(layer, backward=False, seed=11, weights=5)
+    # the same slice through the layer and the tests' reference
+    piece = sanity.slice_of(cfg, 0, 1, 11, torch.device("cpu"))
     with torch.no_grad():
-        y = layer(x, choice, weight)
+        y = layer(piece.x, piece.idx, piece.weight)
     full = [t.detach().double() for t in (layer.w1, layer.w2, layer.shared_w1, layer.shared_w2)]
     mode = cfg.mx_scale_mode if precision == "mxfp8" else None
-    ref = reference_moe(x.double(), choice, weight, *full, mx_mode=mode, dtype=torch.bfloat16)
+    ref = reference_moe(piece.x.double(), piece.idx, piece.weight, *full, mx_mode=mode, dtype=torch.bfloat16)
     expected = float((y.double() - ref).norm() / ref.norm())
     assert errors["y"] == pytest.approx(expected, rel=1e-6)
     assert 0 < errors["y"] <= sanity.tolerance(torch.bfloat16, precision, sanity.SLICE_TOKENS * 6 * 64)
-    assert not (choice == chosen[-1]).any()  # one expert of the slice is empty
+    pairs, _ = sanity.routes(8, 1, 6, 11)
+    assert len(pairs) == 7 and piece.idx.unique().numel() == 7  # of the eight experts, one is empty

@@ -3,10 +3,12 @@
 A preset with GPUs says there what its GPU is: its memory (``gpu_memory_gb``) and the arch its kernels
 are compiled for (``arch``), the words of a recorded device name that mean it (``gpus.device_words``;
 ``gpus.other_variants`` are words of parts with other clocks or links, never matched), and its dense
-peak rates, each with the source of the figure (``gpus.peaks``). The estimate, the model's predictions
-and the published %SOL columns all read them through this module, so adding a preset is adding one
-YAML file. It sits in the lowest stage, so that every reader may import it; it imports no torch and no
-Hydra.
+peak rates, each with the source of the figure (``gpus.peaks``), and how its GPUs connect
+(``gpus.links``: GPUs per node, GPUs per NVLink domain, and the inter-node link of each GPU to the other
+domains, each with its source). The estimate, the model's predictions, the published %SOL columns and
+``pipeline.list`` all read them through this module, so adding a preset is adding one YAML file;
+:meth:`GpuPreset.span` says on how many nodes and NVLink domains an EP group's ranks sit. It sits in the
+lowest stage, so that every reader may import it; it imports no torch and no Hydra.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ PEAKS = {
     "hbm_tb_s": "TB/s",
     "nvlink_gb_s": "GB/s per direction",
 }
-GPU_KEYS = ("model", "device_words", "other_variants", "peaks")
+# How the GPUs connect: whole numbers of GPUs, and each GPU's bandwidth to other NVLink domains.
+LINKS = {
+    "gpus_per_node": "whole number of GPUs",
+    "nvlink_domain": "whole number of GPUs",
+    "inter_node_gb_s": "GB/s per direction",
+}
+GPU_KEYS = ("model", "device_words", "other_variants", "peaks", "links")
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,37 @@ class Peak:
 
 
 @dataclass(frozen=True)
+class Span:
+    """Where the ``ranks`` ranks of one execution sit: ``ranks_per_node`` on each of ``nodes`` nodes, in
+    order (as Slurm places a job's tasks), over ``domains`` NVLink domains (of ``domain_gpus`` GPUs) of
+    ``domain_ranks`` of them each; rows between domains take the inter-node link, ``inter_node_gb_s``
+    per GPU and direction."""
+
+    ranks: int
+    nodes: int
+    ranks_per_node: int
+    domains: int
+    domain_ranks: int
+    domain_gpus: int
+    inter_node_gb_s: float
+
+    def describe(self) -> str:
+        """``4 nodes x 8 GPUs, 4 NVLink domains of 8 GPUs, 50 GB/s per GPU between them`` or
+        ``16 nodes x 4 GPUs, one NVLink domain of 72 GPUs``."""
+        nodes = f"{self.nodes} node{'s' if self.nodes > 1 else ''} x {self.ranks_per_node} GPUs"
+        if self.domains == 1:
+            return f"{nodes}, one NVLink domain of {self.domain_gpus} GPUs"
+        return (
+            f"{nodes}, {self.domains} NVLink domains of {self.domain_gpus} GPUs, "
+            f"{self.inter_node_gb_s:g} GB/s per GPU between them"
+        )
+
+
+@dataclass(frozen=True)
 class GpuPreset:
     """The GPU of one cluster preset: what the estimate fits in and compiles for, which recorded device
-    names are this GPU, and its peaks (``PEAKS``: the model predicts from them, %SOL divides by them)."""
+    names are this GPU, its peaks (``PEAKS``: the model predicts from them, %SOL divides by them) and its
+    links (``LINKS``: where an EP group's rows travel, :meth:`span`)."""
 
     name: str
     model: str
@@ -56,11 +92,33 @@ class GpuPreset:
     device_words: tuple[str, ...]
     other_variants: tuple[str, ...]
     peaks: Mapping[str, Peak]
-    ranks_per_node: int = 1  # GPUs (ranks) on one node: how an EP group spreads over nodes
+    links: Mapping[str, Peak]  # LINKS: how the GPUs connect
+    ranks_per_node: int = 1  # ranks on one node, one per GPU: how an EP group spreads over nodes
 
     def peak(self, name: str) -> float:
         """The value of the peak ``name`` (a key of :data:`PEAKS`)."""
         return self.peaks[name].value
+
+    def link(self, name: str) -> float:
+        """The value of the link figure ``name`` (a key of :data:`LINKS`)."""
+        return self.links[name].value
+
+    def span(self, ranks: int, ranks_per_node: int | None = None) -> Span:
+        """Where ``ranks`` ranks sit at ``ranks_per_node`` a node (default: the preset's), placed in
+        order: on how many nodes, and how many NVLink domains (part of a node, a node, or several nodes)."""
+        per_node = min(ranks, ranks_per_node or self.ranks_per_node)
+        nodes = math.ceil(ranks / per_node)
+        domain, node_gpus = int(self.link("nvlink_domain")), int(self.link("gpus_per_node"))
+        if domain >= node_gpus:  # whole nodes in one domain
+            nodes_per_domain = domain // node_gpus
+            domains, domain_ranks = (
+                math.ceil(nodes / nodes_per_domain),
+                min(ranks, per_node * nodes_per_domain),
+            )
+        else:  # whole domains in one node
+            domain_ranks = min(per_node, domain)
+            domains = nodes * math.ceil(per_node / domain_ranks)
+        return Span(ranks, nodes, per_node, domains, domain_ranks, domain, self.link("inter_node_gb_s"))
 
     def tensor_tflops(self, precision: str) -> float:
         """The dense tensor-core peak for operands in ``precision`` (MXFP8 at the FP8 rate)."""
@@ -104,8 +162,10 @@ class GpuPreset:
         per_node = node.get("ranks_per_node", 1)
         if not isinstance(per_node, int) or isinstance(per_node, bool) or per_node < 1:
             raise ValueError(f"cluster={name}: ranks_per_node={per_node!r}; allowed: a whole number >= 1")
-        peaks = _peaks(name, gpu.get("peaks"))
-        return cls(str(name), model, float(memory), str(arch), words, others, peaks, per_node)
+        peaks = _figures(name, "peaks", gpu.get("peaks"), PEAKS)
+        links = _figures(name, "links", gpu.get("links"), LINKS)
+        _check_links(name, links, per_node)
+        return cls(str(name), model, float(memory), str(arch), words, others, peaks, links, per_node)
 
 
 def _positive(value: object) -> TypeGuard[int | float]:
@@ -126,31 +186,49 @@ def _words(name: object, key: str, value: object, *, empty: bool) -> tuple[str, 
     return tuple(w.upper() for w in value)
 
 
-def _peaks(name: object, node: object) -> dict[str, Peak]:
-    allowed = ", ".join(PEAKS)
-    if not isinstance(node, Mapping) or set(node) != set(PEAKS):
+def _figures(name: object, group: str, node: object, units: Mapping[str, str]) -> dict[str, Peak]:
+    """The figures of ``gpus.<group>``: exactly the keys of ``units``, each a mapping of a positive value
+    (a whole number where its unit says so) and its source."""
+    if not isinstance(node, Mapping) or set(node) != set(units):
         got = sorted(node) if isinstance(node, Mapping) else repr(node)
         raise ValueError(
-            f"cluster={name}: gpus.peaks has {got}; allowed: exactly {allowed}, each a mapping of value "
-            "and source"
+            f"cluster={name}: gpus.{group} has {got}; allowed: exactly {', '.join(units)}, each a mapping "
+            "of value and source"
         )
-    peaks = {}
-    for key, unit in PEAKS.items():
+    figures = {}
+    for key, unit in units.items():
         figure = node[key]
         if not isinstance(figure, Mapping) or set(figure) != {"value", "source"}:
             raise ValueError(
-                f"cluster={name}: gpus.peaks.{key}={figure!r}; allowed: a mapping of value and source"
+                f"cluster={name}: gpus.{group}.{key}={figure!r}; allowed: a mapping of value and source"
             )
         value, source = figure["value"], figure["source"]
-        if not _positive(value):
-            raise ValueError(f"cluster={name}: gpus.peaks.{key}.value={value!r}; allowed: a positive {unit}")
+        if not _positive(value) or (unit.startswith("whole") and not isinstance(value, int)):
+            raise ValueError(
+                f"cluster={name}: gpus.{group}.{key}.value={value!r}; allowed: a positive {unit}"
+            )
         if not isinstance(source, str) or not source.strip():
             raise ValueError(
-                f"cluster={name}: gpus.peaks.{key}.source={source!r}; allowed: a non-empty text naming "
+                f"cluster={name}: gpus.{group}.{key}.source={source!r}; allowed: a non-empty text naming "
                 "where the figure comes from"
             )
-        peaks[key] = Peak(float(value), source)
-    return peaks
+        figures[key] = Peak(float(value), source)
+    return figures
+
+
+def _check_links(name: object, links: Mapping[str, Peak], ranks_per_node: int) -> None:
+    """Whole nodes in a domain or whole domains in a node, and no more ranks on a node than GPUs."""
+    node, domain = int(links["gpus_per_node"].value), int(links["nvlink_domain"].value)
+    if domain % node and node % domain:
+        raise ValueError(
+            f"cluster={name}: gpus.links.nvlink_domain.value={domain}; allowed: a multiple or a divisor of "
+            f"gpus_per_node ({node}): whole nodes in a domain, or whole domains in a node"
+        )
+    if ranks_per_node > node:
+        raise ValueError(
+            f"cluster={name}: ranks_per_node={ranks_per_node}; allowed: at most gpus.links.gpus_per_node "
+            f"({node}), one rank per GPU"
+        )
 
 
 def gpu_presets(folder: Path | None = None) -> dict[str, GpuPreset]:

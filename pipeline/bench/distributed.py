@@ -4,11 +4,19 @@ One process per rank: NCCL with one GPU each when the execution runs on CUDA, gl
 opens the group's store on a port the system picks (so two jobs on one host never ask for the same
 one) and writes its address into the attempt's log folder, which every task of a submitit job shares
 (on any node); the other ranks read it there and connect.
+
+Each rank binds its GPU from what its task sees (:mod:`pipeline.bench.binding`: all of the node's
+GPUs, its own one, or a site's list) before anything else, and says through the store which GPU that
+is and its NCCL environment; two ranks on one GPU are refused there, in one line, before the process
+group exists. NCCL's group is then created for that device (``device_id``), so its communicator is
+built at once rather than at the first collective, and the ranks' :class:`~pipeline.bench.topology.Topology`
+goes with the context.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -20,6 +28,8 @@ import torch
 import torch.distributed as dist
 
 from pipeline.base.vocabulary import DEVICES
+from pipeline.bench.binding import Binding, bind, exclusive
+from pipeline.bench.topology import Topology, nccl_environment, nccl_version
 from pipeline.data.atomic import atomic_write
 
 POLL_S = 0.05  # how often a rank looks for rank 0's address
@@ -36,6 +46,7 @@ class Context:
     job_id: str
     hostname: str
     collective: str  # the process group's backend: nccl on GPUs, gloo on CPUs
+    topology: Topology  # every rank's GPU, the nodes, the NCCL version and environment
     store: dist.Store | None = None  # the job's store: the group's rendezvous, and its ranks' agreement
     timeout_s: float = 0.0
 
@@ -66,37 +77,61 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
     job and the ``attempt`` (a requeued job keeps its id and its folder, not its attempt)."""
     env = submitit.JobEnvironment()
     kind = resolve_device(device)
-    if kind == "cuda":
-        torch.cuda.set_device(env.local_rank)
-        target = torch.device("cuda", env.local_rank)
-    else:
-        target = torch.device("cpu")
+    hostname = env.hostnames[env.node]  # the scheduler's node name: nodes may share a machine
+    mine = bind(env.global_rank, hostname, env.local_rank, kind == "cuda", dict(os.environ))
+    if kind == "cpu":
         torch.set_num_threads(cpu_threads(env.num_tasks // env.num_nodes))
     collective = "nccl" if kind == "cuda" else "gloo"
     store = _store(env, folder / f".rendezvous-{env.job_id}-{attempt}", timeout_s)
-    _join(collective, store, 0, env.global_rank, env.num_tasks, timeout_s)
+    topology = exchange(store, mine, env.num_tasks, collective)
+    exclusive(topology.bindings)  # a timed execution: a GPU of its own per rank, else refused here
+    target = torch.device(mine.device)
+    _join(collective, store, 0, env.global_rank, env.num_tasks, timeout_s, target)
     return Context(
         rank=env.global_rank,
         world_size=env.num_tasks,
         local_rank=env.local_rank,
         device=target,
         job_id=env.job_id,
-        hostname=env.hostnames[env.node],  # the scheduler's node name: nodes may share a machine
+        hostname=hostname,
         collective=collective,
         store=store,
         timeout_s=timeout_s,
+        topology=topology,
     )
 
 
-def _join(collective: str, store: dist.Store, round_: int, rank: int, ranks: int, timeout_s: float) -> None:
+def exchange(store: dist.Store, mine: Binding, ranks: int, collective: str) -> Topology:
+    """Every rank's binding and NCCL environment through the job's ``store`` (before any process
+    group): the job's :class:`Topology`, the same on every rank."""
+    said = {"binding": mine.to_json(), "nccl_env": nccl_environment(os.environ)}
+    store.set(f"binding/{mine.rank}", json.dumps(said))
+    keys = [f"binding/{r}" for r in range(ranks)]
+    store.wait(keys)
+    everyone = [json.loads(store.get(k)) for k in keys]
+    bindings = [Binding.from_json(e["binding"]) for e in everyone]
+    return Topology.of(collective, nccl_version(collective), bindings, [e["nccl_env"] for e in everyone])
+
+
+def _join(
+    collective: str,
+    store: dist.Store,
+    round_: int,
+    rank: int,
+    ranks: int,
+    timeout_s: float,
+    device: torch.device,
+) -> None:
     """Join the default process group of round ``round_`` (a prefix of the job's store: a group
-    rebuilt after a failure never meets the keys of the one before)."""
+    rebuilt after a failure never meets the keys of the one before); NCCL's for ``device``, whose
+    communicator it builds now."""
     dist.init_process_group(
         backend=collective,
         store=dist.PrefixStore(f"group-{round_}", store),
         rank=rank,
         world_size=ranks,
         timeout=timedelta(seconds=timeout_s),
+        device_id=device if collective == "nccl" else None,
     )
 
 
@@ -123,7 +158,7 @@ def rejoin(ctx: Context, round_: int) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
     assert ctx.store is not None
-    _join(ctx.collective, ctx.store, round_, ctx.rank, ctx.world_size, ctx.timeout_s)
+    _join(ctx.collective, ctx.store, round_, ctx.rank, ctx.world_size, ctx.timeout_s, ctx.device)
 
 
 def _store(env: submitit.JobEnvironment, address: Path, timeout_s: float) -> dist.TCPStore:

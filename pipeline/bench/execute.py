@@ -82,10 +82,9 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     started_at = ledger.now()
     with phases("build"):
         work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed, shared)
-    with phases("gate"):
-        planted(execution_id, ctx.rank)  # a fault a test plants (pipeline.bench.plants); else nothing
+    with phases("gate"), planted(execution_id, ctx.rank):  # a fault a test plants (bench.plants)
         case = (work.xs[0], *work.routes[0]) if spec.check == "case" else None
-        verdict = sanity.gate(work.stack, work.grads is not None, spec.seed, case)
+        verdict = sanity.gate(work.stack, work.grads is not None, spec.seed, case=case)
     clock = Clock(ctx.device)
     with phases("capture"):
         steps = graphs.capture(work.steps(), ctx.device, spec.timing.warmup)

@@ -6,6 +6,11 @@ Capture needs steps without host synchronization, which the layers give once the
 one memory pool and are captured in execution order, so replaying forward then backward reuses memory
 exactly as the eager steps did. If any rank cannot capture, every rank runs eagerly (a collective
 decision, so the ranks' collectives stay matched) and the shard records why.
+
+The all-to-alls of dispatch and combine are captured with the steps (NCCL collectives in a graph);
+the warm-up's eager collectives have finished on the device before a capture begins, so NCCL's
+watchdog thread has no pending work of theirs to query while it runs (the crash class of an event
+query during a capture). ``python -m pipeline.bench.loopback`` rehearses this on one GPU.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ def capture(eager: Steps, device: torch.device, warmup: int) -> Steps:
         with torch.cuda.stream(side):
             eager.warm_up(max(warmup, 2))
         torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)  # every eager collective done before the capture
         pool = torch.cuda.graph_pool_handle()
         forward_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(forward_graph, pool=pool):

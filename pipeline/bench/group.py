@@ -47,6 +47,8 @@ def run_group(specs: list[JobSpec]) -> list[Summary | None]:
     timeout = max(s.deadline_s for s in specs)
     with phases("init"):  # the device and the process group
         ctx = distributed.init(specs[0].device, timeout, specs[0].log_dir, specs[0].attempt)
+    if ctx.rank == 0:  # where the job's ranks ran and how they talk, once per job, in its log
+        print(f"topology {json.dumps(ctx.topology.to_json())}", flush=True)
     results: list[Summary | None] = []
     failed: list[str] = []
     shared, round_ = Shared(), 0

@@ -1,32 +1,87 @@
-"""Faults planted in a group's execution, so that what a failure and a hang cost can be shown on the
-real processes, process group and ledger (``MOE_BENCH_PLANT=KIND:EXECUTION_ID:RANK``, in the
-environment the jobs inherit; several separated by commas). ``error`` raises on that rank as the
-execution's gate begins, while the other ranks enter its collectives; ``hang`` sleeps there for good.
+"""Faults planted in a group's execution, so that what a failure, a hang and a wrong exchange cost can
+be shown on the real processes, process group and ledger (``MOE_BENCH_PLANT=KIND:EXECUTION_ID:RANK``,
+in the environment the jobs inherit; several separated by commas). They act on that rank while the
+execution's correctness gate runs: ``error`` raises as the gate begins, while the other ranks enter its
+collectives; ``hang`` sleeps there for good; ``split`` counts one row the rank receives to the next of
+its experts (the all-to-all's splits per source stay whole, the experts' groups are off by one row);
+``perm`` regroups the received rows off by one row (on more than one rank, where rows are regrouped).
 Nothing is planted unless the variable names the execution."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from pipeline.moe.dispatch import DispatchPlan
 
 PLANT_ENV = "MOE_BENCH_PLANT"
-KINDS = ("error", "hang")
+KINDS = ("error", "hang", "split", "perm")
 
 
 class PlantedError(RuntimeError):
     """The planted failure of one rank."""
 
 
-def planted(execution_id: str, rank: int) -> None:
-    """Apply a fault planted for ``execution_id`` on ``rank``, if any; a ValueError for a plant
-    that names no kind of :data:`KINDS`."""
+@contextlib.contextmanager
+def planted(execution_id: str, rank: int) -> Iterator[None]:
+    """Apply, for the block, a fault planted for ``execution_id`` on ``rank``, if any; a ValueError
+    for a plant that names no kind of :data:`KINDS`."""
+    kinds = []
     for text in filter(None, os.environ.get(PLANT_ENV, "").split(",")):
         kind, execution, where = (text.split(":") + ["", ""])[:3]
         if kind not in KINDS or not where.isdigit():
             raise ValueError(f"{PLANT_ENV} entry {text!r}: want KIND:EXECUTION_ID:RANK, KIND one of {KINDS}")
-        if (execution, int(where)) != (execution_id, rank):
-            continue
-        if kind == "error":
-            raise PlantedError(f"planted error on rank {rank}")
-        while True:
-            time.sleep(3600)
+        if (execution, int(where)) == (execution_id, rank):
+            kinds.append(kind)
+    if "error" in kinds:
+        raise PlantedError(f"planted error on rank {rank}")
+    while "hang" in kinds:
+        time.sleep(3600)
+    with contextlib.ExitStack() as stack:
+        for kind in kinds:
+            stack.enter_context(_wrong_plans(wrong_split if kind == "split" else off_by_one))
+        yield
+
+
+def wrong_split(recv_counts: torch.Tensor) -> torch.Tensor:
+    """What each source sends each local expert [W, E/W], with one row of the first source's first
+    non-empty expert (that has a next one) counted to the next expert: each source's total stays."""
+    counts = recv_counts.clone()
+    for source, expert in (counts[:, :-1] > 0).nonzero().tolist()[:1]:
+        counts[source, expert] -= 1
+        counts[source, expert + 1] += 1
+    return counts
+
+
+def off_by_one(plan: DispatchPlan) -> DispatchPlan:
+    """The plan with its regrouping of the received rows rolled by one row."""
+    if plan.perm is None:
+        return plan
+    perm = plan.perm.roll(1)
+    return replace(plan, perm=perm, perm_inverse=torch.argsort(perm))
+
+
+@contextlib.contextmanager
+def _wrong_plans(fault: Any) -> Iterator[None]:
+    """Every dispatch plan built in the block, made wrong by ``fault``: a function of the received
+    counts (:func:`wrong_split`) or of the plan (:func:`off_by_one`)."""
+    original = DispatchPlan.__dict__["from_counts"]
+
+    def from_counts(
+        cls: type[DispatchPlan], topk_idx: torch.Tensor, send: torch.Tensor, recv: torch.Tensor, **kw: Any
+    ) -> DispatchPlan:
+        if fault is wrong_split:
+            return original.__func__(cls, topk_idx, send, wrong_split(recv), **kw)
+        return fault(original.__func__(cls, topk_idx, send, recv, **kw))
+
+    DispatchPlan.from_counts = classmethod(from_counts)  # type: ignore[method-assign,assignment]
+    try:
+        yield
+    finally:
+        DispatchPlan.from_counts = original  # type: ignore[method-assign]

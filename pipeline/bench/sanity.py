@@ -1,10 +1,16 @@
 """The correctness gate of an execution (ReFrame's "sanity" check): before anything is timed, every rank
-runs its first timed layer on a small slice — fresh tokens routed to a few of its own experts, one of
-them left empty, so groups are ragged — and compares the forward output and, where the kind has a
-backward, the input and expert-weight gradients with a float64 reference that never touches
-``cutlass_kernels``' GEMMs: token repeat + masked indexing, one expert at a time, with the layer's
-quantization applied (MXFP8 operands fake-quantized, straight-through). The slice goes through the
-real layer, its process group and its kernels, on the rank's own device.
+runs its first timed layer on a small slice — fresh tokens routed to a few experts, its own and other
+ranks', as on a cluster (:func:`routes`: one expert left empty, one receiving rows from two ranks, so
+groups are ragged and rows cross ranks through the real dispatch, regrouping and combine) — and
+compares the forward output and, where the kind has a backward, the input and expert-weight gradients
+with a float64 reference of the whole layer that never touches ``cutlass_kernels``' GEMMs: token
+repeat + masked indexing, one expert at a time, with the layer's quantization applied (MXFP8 operands
+fake-quantized, straight-through). Another rank's experts are drawn from their seed
+(:meth:`pipeline.moe.weights.ExpertWeights.drawn`) and the slices other ranks sent this rank's experts are
+rebuilt from theirs, so no collective beyond the layer's own and one gather of the verdicts is added;
+the extra cost is those few experts' draws. The slice goes through the real layer, its process group
+and its kernels, on the rank's own device; a wrong split, a regrouping off by a row or a combine
+that returns rows to the wrong tokens fails it.
 
 Tolerances (normwise relative error) are those of the layer tests, where they are derived: float32
 1e-5; bfloat16 2^-6 (about four bf16 roundings per output); bfloat16 MXFP8 0.04 (a bf16 rounding that
@@ -13,7 +19,7 @@ the rare intermediate activation whose float32 value sits within rounding of an 
 layer's and the reference's GEMM-1 outputs differ in the last bits, so it quantizes one E4M3 step,
 2^-3, apart): measured in 2 of 40 fresh slices at scale=cpu, errors 7e-5 and 1.6e-4 instead of
 3e-7; the tolerance allows up to FLIPS such activations of rms size with 2x headroom,
-2^-2 sqrt(FLIPS / activations). Experts outside the slice must get exactly zero gradient. A failure on
+2^-2 sqrt(FLIPS / activations). Experts that received no row must get exactly zero gradient. A failure on
 any rank fails every rank with :class:`SanityError`.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +36,8 @@ import torch.distributed as dist
 from cutlass_kernels.mxfp8 import fake_quantize
 from pipeline.bench.naive import case_error
 from pipeline.data.meta import Sanity
-from pipeline.moe import LayerStack, MoELayer
+from pipeline.moe import LayerStack, MoEConfig, MoELayer
+from pipeline.moe.weights import ExpertWeights
 
 SLICE_TOKENS = 32  # x top-6 = 192 routed rows over <= 8 experts: every group has an M tail
 EXTRA_EXPERTS = 2  # experts in the slice beyond top_k (one of them left empty)
@@ -51,17 +59,19 @@ def gate(
     stack: LayerStack,
     backward: bool,
     seed: int,
+    weights: int | None = None,
     case: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> Sanity:
     """Check the first layer of ``stack`` on every rank (collective); the verdict, worst over ranks.
-    With ``case`` (this rank's input of that layer: tokens, expert ids, weights), its forward of them
-    too, against the naive formulation (:func:`pipeline.bench.naive.case_error`, error ``case``, held
-    to the slice's tolerance). Raises :class:`SanityError` on every rank when any rank fails."""
+    ``weights``: the seed the weights were drawn with (:func:`check_layer`). With ``case`` (this rank's
+    input of that layer: tokens, expert ids, weights), its forward of them too, against the naive
+    formulation (:func:`pipeline.bench.naive.case_error`, error ``case``, held to the slice's
+    tolerance). Raises :class:`SanityError` on every rank when any rank fails."""
     layer = stack.layers[0]
     assert isinstance(layer, MoELayer)
     device = layer.w1.device
     start = time.perf_counter()
-    errors = check_layer(layer, backward, seed)
+    errors = check_layer(layer, backward, seed, weights)
     if case is not None:
         errors["case"] = case_error(layer, *case, seed)
     if device.type == "cuda":
@@ -103,40 +113,91 @@ class RankCheck:
     seconds: float
 
 
-def check_layer(layer: MoELayer, backward: bool, seed: int) -> dict[str, float]:
+@dataclass(frozen=True)
+class Slice:
+    """One rank's slice: its tokens ``x`` [T, D], their experts ``idx`` [T, K] (global ids), routing
+    weights [T, K] and output gradient ``dy`` [T, D], on the rank's device."""
+
+    x: torch.Tensor
+    idx: torch.Tensor
+    weight: torch.Tensor
+    dy: torch.Tensor
+
+
+def routes(local: int, ranks: int, top_k: int, seed: int) -> tuple[list[tuple[int, int]], torch.Tensor]:
+    """The slice's routing, the same on every rank relative to it: the (rank offset, local expert)
+    pairs its tokens go to (rank r's pair (j, l) is expert l of rank r + j), and each token's ``top_k``
+    of them [T, K], indices into the pairs. Of ``top_k + 2`` local experts chosen, the last receives no
+    row; the others go to ranks at random offsets, the first to the rank itself, and on several ranks
+    a further pair sends rows to the first one's expert on another rank, so that expert receives rows
+    from two sources. Every rank receiving what it sends (``W - j`` sends to it what it sends to
+    ``j``) keeps the counts symmetric, as the estimate's fake process group assumes."""
+    gen = torch.Generator().manual_seed(2 * seed * 7919)
+    chosen = torch.randperm(local, generator=gen)[: min(local, top_k + EXTRA_EXPERTS)].tolist()
+    routed = chosen[:-1] if len(chosen) > top_k else chosen  # the last chosen one stays empty
+    offsets = [0, *torch.randint(ranks, (len(routed) - 1,), generator=gen).tolist()]
+    pairs = list(zip(offsets, routed, strict=True))
+    if ranks > 1:
+        pairs.append((int(torch.randint(1, ranks, (1,), generator=gen)), routed[0]))
+    choice = torch.stack([torch.randperm(len(pairs), generator=gen)[:top_k] for _ in range(SLICE_TOKENS)])
+    return pairs, choice
+
+
+def slice_of(cfg: MoEConfig, rank: int, ranks: int, seed: int, device: torch.device) -> Slice:
+    """Rank ``rank``'s slice (any rank can draw any rank's: what another rank sent its experts)."""
+    local = cfg.local_experts(ranks)
+    pairs, choice = routes(local, ranks, cfg.top_k, seed)
+    offset, expert = (torch.tensor(column) for column in zip(*pairs, strict=True))
+    idx = (rank + offset[choice]) % ranks * local + expert[choice]
+    gen = torch.Generator().manual_seed(2 * (seed * 7919 + rank) + 1)
+    weight = torch.rand(SLICE_TOKENS, cfg.top_k, generator=gen)
+    x = torch.randn(SLICE_TOKENS, cfg.d_model, generator=gen).to(cfg.dtype)
+    dy = torch.randn(SLICE_TOKENS, cfg.d_model, generator=gen).to(cfg.dtype)
+    return Slice(x.to(device), idx.to(device), weight.to(device), dy.to(device))
+
+
+def crossing_rows(cfg: MoEConfig, rank: int, ranks: int, seed: int) -> int:
+    """How many of rank ``rank``'s routed slice rows go to another rank's experts."""
+    idx = slice_of(cfg, rank, ranks, seed, torch.device("cpu")).idx
+    return int((idx // cfg.local_experts(ranks) != rank).sum())
+
+
+def check_layer(layer: MoELayer, backward: bool, seed: int, weights: int | None = None) -> dict[str, float]:
     """Normwise relative errors of this rank's slice: ``y`` and, with ``backward``, ``dx``, ``dw1``,
-    ``dw2``. NaN errors count as infinite."""
-    cfg, rank, local = layer.cfg, layer.group.rank, layer.w1.shape[0]
+    ``dw2``. NaN errors count as infinite. Collective: every rank of the layer's group calls it. The
+    other ranks' experts are drawn from ``weights`` (the seed the layer's weights were drawn with;
+    default ``seed``), so a rank that holds other values than its experts' fails the ranks that sent
+    it rows."""
+    cfg, rank, ranks, local = layer.cfg, layer.group.rank, layer.group.size, layer.w1.shape[0]
     if local < cfg.top_k:
         raise ValueError(f"the sanity slice needs >= top_k={cfg.top_k} local experts, the rank has {local}")
     device = layer.w1.device
-    gen = torch.Generator().manual_seed(seed * 7919 + rank)
-    chosen = torch.randperm(local, generator=gen)[: min(local, cfg.top_k + EXTRA_EXPERTS)]
-    routed = chosen[:-1] if len(chosen) > cfg.top_k else chosen  # the last chosen one stays empty
-    choice = torch.stack(
-        [routed[torch.randperm(len(routed), generator=gen)[: cfg.top_k]] for _ in range(SLICE_TOKENS)]
-    )
-    weight = torch.rand(SLICE_TOKENS, cfg.top_k, generator=gen).to(device)
-    x = torch.randn(SLICE_TOKENS, cfg.d_model, generator=gen).to(device, cfg.dtype)
-    dy = torch.randn(SLICE_TOKENS, cfg.d_model, generator=gen).to(device, cfg.dtype)
-    idx = (choice + rank * local).to(device)
-
-    x.requires_grad_(backward)
+    mine = slice_of(cfg, rank, ranks, seed, device)
+    x = mine.x.clone().requires_grad_(backward)
     with torch.set_grad_enabled(backward):
-        y = layer(x, idx, weight)
+        y = layer(x, mine.idx, mine.weight)
         if backward:
-            torch.autograd.backward(y, dy)
+            torch.autograd.backward(y, mine.dy)
     got = {"y": y.detach()}
     if backward:
         assert x.grad is not None and layer.w1.grad is not None and layer.w2.grad is not None
         got |= {"dx": x.grad, "dw1": layer.w1.grad.clone(), "dw2": layer.w2.grad.clone()}
         for p in layer.parameters():
             p.grad = None
-    ref = reference(layer, x.detach(), choice.to(device), weight, dy, backward)
+    pairs, _ = routes(local, ranks, cfg.top_k, seed)
+    senders = {(rank - j) % ranks for j, _ in pairs} - {rank}  # whose rows my experts receive
+    others = [slice_of(cfg, s, ranks, seed, device) for s in sorted(senders)] if backward else []
+    drawn = seed if weights is None else weights
+
+    def remote(expert: int) -> tuple[torch.Tensor, torch.Tensor]:
+        w1, w2 = ExpertWeights.drawn(cfg, range(expert, expert + 1), drawn, device, layer.index)
+        return w1[0], w2[0]
+
+    ref = reference(layer, mine, others, remote, backward)
     errors = {name: _rel_fro(got[name], ref[name]) for name in got}
-    if backward:  # experts outside the slice received no rows: their gradients must be exactly zero
+    if backward:  # experts that received no row from any rank: their gradients must be exactly zero
         outside = torch.ones(local, dtype=torch.bool)
-        outside[chosen] = False
+        outside[[expert for _, expert in pairs]] = False
         for name in ("dw1", "dw2"):
             stray = float(got[name][outside.to(device)].float().abs().max()) if outside.any() else 0.0
             errors[name] = errors[name] if stray == 0 else float("inf")
@@ -145,28 +206,33 @@ def check_layer(layer: MoELayer, backward: bool, seed: int) -> dict[str, float]:
 
 def reference(
     layer: MoELayer,
-    x: torch.Tensor,
-    choice: torch.Tensor,
-    weight: torch.Tensor,
-    dy: torch.Tensor,
+    mine: Slice,
+    others: list[Slice],
+    remote: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
     backward: bool,
 ) -> dict[str, torch.Tensor]:
-    """float64 y (and dx, dw1, dw2 of the local experts) of the slice: token repeat + masked indexing."""
-    cfg = layer.cfg
+    """float64 y of this rank's slice through every expert its rows reach (this rank's own from the
+    layer, another rank's from ``remote``) and, with ``backward``, dx and the local experts' dw1, dw2
+    from the rows they received: this rank's and the ``others`` ranks' slices. Token repeat + masked
+    indexing, one expert at a time."""
+    cfg, rank, local = layer.cfg, layer.group.rank, layer.w1.shape[0]
     mode = cfg.mx_scale_mode if cfg.precision == "mxfp8" else None
-    tokens, k = choice.shape
-    x64 = x.double().requires_grad_(backward)
-    x_routed = _ste(x64.repeat_interleave(k, dim=0), mode, cfg.dtype)
-    flat = choice.reshape(-1)
-    out = torch.zeros_like(x_routed)
-    leaves: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    for e in flat.unique().tolist():
-        rows = (flat == e).nonzero()[:, 0]
-        w1 = layer.w1[e].detach().double().requires_grad_(backward)
-        w2 = layer.w2[e].detach().double().requires_grad_(backward)
-        leaves[e] = (w1, w2)
-        out = out.index_put((rows,), _ffn(x_routed[rows], w1, w2, mode, cfg.dtype))
-    y = (out.view(tokens, k, -1) * weight.double().unsqueeze(-1)).sum(dim=1)
+    leaves: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # this rank's experts that got rows
+
+    def weights(expert: int) -> tuple[torch.Tensor, torch.Tensor]:
+        owner, own = divmod(expert, local)
+        if owner != rank:
+            w1, w2 = remote(expert)
+            return w1.double(), w2.double()
+        if own not in leaves:
+            pair = (layer.w1[own].detach().double(), layer.w2[own].detach().double())
+            if not backward:
+                return pair
+            leaves[own] = (pair[0].requires_grad_(), pair[1].requires_grad_())
+        return leaves[own]
+
+    x64 = mine.x.double().requires_grad_(backward)
+    y = _routed(x64, mine.idx, mine.weight, weights, mode, cfg.dtype, None)
     for s in range(layer.shared_w1.shape[0]):
         y = y + _ffn(
             x64, layer.shared_w1[s].detach().double(), layer.shared_w2[s].detach().double(), None, cfg.dtype
@@ -174,15 +240,44 @@ def reference(
     result = {"y": y.detach()}
     if not backward:
         return result
+    objective = (y * mine.dy.double()).sum()
+    for other in others:  # the rows other ranks sent this rank's experts, and their gradients
+        owned = range(rank * local, (rank + 1) * local)
+        part = _routed(other.x.double(), other.idx, other.weight, weights, mode, cfg.dtype, owned)
+        objective = objective + (part * other.dy.double()).sum()
     experts = sorted(leaves)
     grads = torch.autograd.grad(
-        y, [x64, *(leaves[e][0] for e in experts), *(leaves[e][1] for e in experts)], dy.double()
+        objective, [x64, *(leaves[e][0] for e in experts), *(leaves[e][1] for e in experts)]
     )
     dw1 = torch.zeros_like(layer.w1, dtype=torch.float64)
     dw2 = torch.zeros_like(layer.w2, dtype=torch.float64)
     for i, e in enumerate(experts):
         dw1[e], dw2[e] = grads[1 + i], grads[1 + len(experts) + i]
     return result | {"dx": grads[0], "dw1": dw1, "dw2": dw2}
+
+
+def _routed(
+    x: torch.Tensor,
+    idx: torch.Tensor,
+    weight: torch.Tensor,
+    weights: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+    mode: str | None,
+    dtype: torch.dtype,
+    owned: range | None,
+) -> torch.Tensor:
+    """sum_k weight[t, k] FFN_{idx[t, k]}(x[t]) in float64, over every expert, or only over the experts
+    ``owned`` (rows to others' add nothing)."""
+    tokens, k = idx.shape
+    x_routed = _ste(x.repeat_interleave(k, dim=0), mode, dtype)
+    flat = idx.reshape(-1)
+    out = torch.zeros_like(x_routed)
+    for e in flat.unique().tolist():
+        if owned is not None and e not in owned:
+            continue
+        rows = (flat == e).nonzero()[:, 0]
+        w1, w2 = weights(e)
+        out = out.index_put((rows,), _ffn(x_routed[rows], w1, w2, mode, dtype))
+    return (out.view(tokens, k, -1) * weight.double().unsqueeze(-1)).sum(dim=1)
 
 
 def _ste(t: torch.Tensor, mode: str | None, dtype: torch.dtype) -> torch.Tensor:

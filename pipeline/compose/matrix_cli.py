@@ -1,5 +1,6 @@
 """``python -m pipeline.list [overrides]``: list the executions a multirun with these overrides
-would launch (execution id, then its overrides) and count them, without launching anything."""
+would launch (execution id, then its overrides) and count them, without launching anything. On a GPU
+preset (``cluster=h200``) it also says where each EP size's ranks sit: nodes and NVLink domains."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.base.exits import OK, refuse
 from pipeline.base.folders import check_path
+from pipeline.base.gpu_presets import GpuPreset
 from pipeline.compose.errors import one_line
 from pipeline.compose.jobs import job_config
 from pipeline.compose.overrides import check as check_overrides
@@ -21,10 +23,12 @@ USAGE = """usage: python -m pipeline.list [--config-dir DIR] [OVERRIDE ...]
 
 List the executions a multirun with these Hydra overrides would launch (execution id, then the
 overrides that reproduce it) and count them; nothing is launched. --config-dir DIR searches DIR for
-configs too, as pipeline.run's does: a suite of one's own in DIR/suite/NAME.yaml. Examples:
+configs too, as pipeline.run's does: a suite of one's own in DIR/suite/NAME.yaml. With a GPU preset
+(cluster=...), also the nodes and NVLink domains each EP size spans there. Examples:
   python -m pipeline.list                                   the report's matrix (110 executions)
   python -m pipeline.list suite=seed-003                    seed 003's 16 cases
   python -m pipeline.list --config-dir DIR suite=NAME       a suite of one's own, DIR/suite/NAME.yaml
+  python -m pipeline.list cluster=h200 'workload=glob(training-*)'   ... and EP32, EP64 span 4, 8 nodes
   python -m pipeline.list workload=inference-ep8-f1536 'variant=glob(mok-*)' scale=ci"""
 
 
@@ -63,7 +67,8 @@ def main(arguments: list[str]) -> int:
         jobs = select(arguments, folders)
         # the launcher's own checks: what it would refuse is not listed as launchable
         configs = [job_config(cfg) for _, cfg in jobs]
-        executions = [validate(c)[0] for c in configs]
+        checked = [validate(c) for c in configs]
+        executions = [execution for execution, _, _ in checked]
         for c in configs:  # its form (nothing is written here, so not whether it can be written)
             _dataset_path(c["dataset_dir"])
         check_distinct(
@@ -76,9 +81,25 @@ def main(arguments: list[str]) -> int:
         return refuse("error", one_line(err))
     for (overrides, _), execution in zip(jobs, executions, strict=True):
         print(execution.execution_id, *overrides)
+    for line in spans(
+        [(c.get("cluster"), shape.ep, shape.ranks) for c, (_, shape, _) in zip(configs, checked, strict=True)]
+    ):
+        print(line)
     n, workloads, pairs = counts(executions)
     print(f"{n} executions, {workloads} workloads, {pairs} pairs")
     return OK
+
+
+def spans(placed: list[tuple[object, int, int]]) -> list[str]:
+    """Where the ranks of each listed (composed ``cluster`` node, EP, ranks) sit on a GPU preset, at its
+    ranks per node: ``h200: EP32 on 32 ranks spans 4 nodes x 8 GPUs, 4 NVLink domains of 8 GPUs, ...``."""
+    lines = {}
+    for node, ep, ranks in placed:
+        if isinstance(node, dict) and node.get("gpus"):
+            preset = GpuPreset.of(node)
+            span = preset.span(ranks).describe()
+            lines[(preset.name, ep, ranks)] = f"{preset.name}: EP{ep} on {ranks} ranks spans {span}"
+    return [lines[key] for key in sorted(lines)]
 
 
 def _dataset_path(root: object) -> None:

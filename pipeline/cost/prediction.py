@@ -1,9 +1,11 @@
 """Predicted iteration time of the project's layer from a hardware preset's peak rates.
 
 Per timed layer: a roofline of GEMM time (routed GEMMs at the precision's tensor rate, shared experts
-at the BF16 rate) against HBM time (the logical byte model), plus the all-to-all over NVLink with no
-overlap. The all-to-all synchronizes every layer, so each layer takes as long as its busiest rank: the
-tracked GPU at load f, or any other rank at (EP - f) / (EP - 1) when f < 1.
+at the BF16 rate) against HBM time (the logical byte model), plus the all-to-all with no overlap: over
+NVLink inside the rank's NVLink domain, over the inter-node link for the rows that leave it (both at
+once, the slower sets the time; :func:`inter_node_share`). The all-to-all synchronizes every layer, so
+each layer takes as long as its busiest rank: the tracked GPU at load f, or any other rank at
+(EP - f) / (EP - 1) when f < 1.
 
 All-to-all per forward: dispatch sends the remote share (EP-1)/EP of the busiest rank's routed rows
 at the wire precision, combine returns them in BF16; a backward adds two BF16 all-to-alls of the same
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.base.checks import choice
+from pipeline.base.gpu_presets import Span
 from pipeline.base.vocabulary import PRECISIONS
 from pipeline.cost.hardware import Hardware, preset
 from pipeline.cost.layer_cost import LayerShape, forward_bytes, row_bytes
@@ -28,7 +31,7 @@ class Prediction:
     gemm_ms: float  # GEMM time at peak tensor rates
     hbm_ms: float  # logical bytes at peak HBM bandwidth
     roofline_ms: float  # sum over layers of max(GEMM, HBM) per layer
-    all_to_all_ms: float  # dispatch + combine (+ backward) over NVLink
+    all_to_all_ms: float  # dispatch + combine (+ backward) over NVLink and the inter-node link
 
     @property
     def total_ms(self) -> float:
@@ -39,6 +42,12 @@ class Prediction:
 def busiest_load(load: float, ep: int) -> float:
     """Load factor of the busiest rank when the tracked rank has ``load`` and the rest split evenly."""
     return load if ep == 1 else max(load, (ep - load) / (ep - 1))
+
+
+def inter_node_share(span: Span) -> float:
+    """The share of a rank's remote rows that leave its NVLink domain when its rows go to every other
+    rank alike: (EP - ranks in its domain) / (EP - 1)."""
+    return 0.0 if span.ranks == 1 else (span.ranks - span.domain_ranks) / (span.ranks - 1)
 
 
 def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[float, float, float]:
@@ -53,7 +62,10 @@ def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[flo
     wire = row_bytes(s.d_model, dispatch) + row_bytes(s.d_model, "bf16")
     if passes > 1:
         wire += 2 * row_bytes(s.d_model, "bf16")
-    return passes * gemm, passes * hbm, remote_rows * wire / (hw.peak("nvlink_gb_s") * 1e9)
+    crossing = inter_node_share(hw.span(s.ep))
+    nvlink = remote_rows * (1 - crossing) * wire / (hw.peak("nvlink_gb_s") * 1e9)
+    inter_node = remote_rows * crossing * wire / (hw.link("inter_node_gb_s") * 1e9)
+    return passes * gemm, passes * hbm, max(nvlink, inter_node)
 
 
 def predict(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> Prediction:

@@ -2,7 +2,9 @@
 
 Rows travel as raw bytes (each row viewed as uint8), so any dtype — BF16, float32, E4M3 payloads and
 E8M0 scales — goes over gloo and NCCL alike. A group of one rank (or no initialized group) is a local
-copy with no collective.
+copy with no collective, unless it is a *loopback* (:meth:`Group.loopback_of`): one rank that still
+calls every collective of the exchange, to itself, so that one GPU runs NCCL's count exchange and
+row all-to-alls (inside a captured CUDA graph too) as a cluster's ranks do.
 """
 
 from __future__ import annotations
@@ -16,24 +18,45 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class Group:
-    """A process group (None = the default group) with its size and this process's rank."""
+    """A process group (None = the default group) with its size and this process's rank; a
+    ``loopback`` group of one rank calls the collectives all the same."""
 
     handle: dist.ProcessGroup | None
     size: int
     rank: int
+    loopback: bool = False
+
+    @property
+    def exchanges(self) -> bool:
+        """Whether rows and counts go through the collectives (more than one rank, or a loopback)."""
+        return self.size > 1 or self.loopback
 
     @classmethod
-    def resolve(cls, group: dist.ProcessGroup | None) -> Group:
+    def resolve(cls, group: dist.ProcessGroup | Group | None) -> Group:
+        if isinstance(group, Group):
+            return group
         if not (dist.is_available() and dist.is_initialized()):
             if group is not None:
                 raise ValueError("a process group was given but torch.distributed is not initialized")
             return cls(None, 1, 0)
         return cls(group, dist.get_world_size(group), dist.get_rank(group))
 
+    @classmethod
+    def loopback_of(cls, group: dist.ProcessGroup | None = None) -> Group:
+        """The one-rank ``group`` (None: the default one) as a loopback; a ValueError for more ranks."""
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError(
+                "a loopback needs a process group of one rank; torch.distributed is not initialized"
+            )
+        size = dist.get_world_size(group)
+        if size != 1:
+            raise ValueError(f"a loopback is a process group of one rank; this one has {size}")
+        return cls(group, 1, 0, loopback=True)
+
 
 def exchange_counts(send_counts: torch.Tensor, group: Group) -> torch.Tensor:
     """send_counts [W, n] (rows for each destination's n slots) -> what every source sends me, [W, n]."""
-    if group.size == 1:
+    if not group.exchanges:
         return send_counts.clone()
     recv = torch.empty_like(send_counts)
     dist.all_to_all_single(recv, send_counts.contiguous(), group=group.handle)
@@ -49,8 +72,8 @@ def all_to_all_rows(
 ) -> torch.Tensor:
     """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks,
     into the front of the flat uint8 buffer ``into`` when it is large enough (else a new tensor).
-    A single rank keeps its rows (no copy)."""
-    if group.size == 1:
+    A single rank keeps its rows (no copy); a loopback sends them to itself."""
+    if not group.exchanges:
         return rows
     rows = rows.contiguous()
     wire = rows.view(rows.shape[0], math.prod(rows.shape[1:])).view(torch.uint8)

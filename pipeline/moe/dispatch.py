@@ -39,22 +39,30 @@ class DispatchPlan:
         """The plan of this rank's routing: one count exchange over ``group``, then :meth:`from_counts`."""
         local = num_experts // group.size
         send_counts = torch.bincount(topk_idx.reshape(-1), minlength=num_experts).view(group.size, local)
-        return cls.from_counts(topk_idx, send_counts, exchange_counts(send_counts, group))
+        recv_counts = exchange_counts(send_counts, group)
+        return cls.from_counts(topk_idx, send_counts, recv_counts, regroup=group.exchanges)
 
     @classmethod
     def from_counts(
-        cls, topk_idx: torch.Tensor, send_counts: torch.Tensor, recv_counts: torch.Tensor
+        cls,
+        topk_idx: torch.Tensor,
+        send_counts: torch.Tensor,
+        recv_counts: torch.Tensor,
+        regroup: bool | None = None,
     ) -> DispatchPlan:
         """The plan from this rank's routing, its row counts per (destination, local expert)
         ``send_counts`` [W, E/W] and what each source sends to each of its local experts
-        ``recv_counts`` [W, E/W] (the count exchange's result). Host-synchronizing: the splits
+        ``recv_counts`` [W, E/W] (the count exchange's result); ``regroup`` (default: more than one
+        rank) whether received rows are regrouped by a permutation. Host-synchronizing: the splits
         become Python lists."""
         flat = topk_idx.reshape(-1)
         order = torch.sort(flat, stable=True).indices
         ranks, local = recv_counts.shape
         recv_splits = recv_counts.sum(1).tolist()
         perm = perm_inverse = None
-        if ranks > 1:
+        if regroup is None:
+            regroup = ranks > 1
+        if regroup:
             expert_of_row = torch.repeat_interleave(
                 torch.arange(local, device=flat.device).repeat(ranks),
                 recv_counts.reshape(-1),
@@ -148,7 +156,7 @@ def dispatch(
         rows, data, scale = _DispatchFP8.apply(x, plan, group, scratch, fp8)
         return rows, MXTensor(data, scale)
     rows = x.index_select(0, plan.token_of_row)
-    if group.size == 1:
+    if not group.exchanges:
         return rows, None
     rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group, scratch)
     return _take(rows, plan.perm), None
@@ -161,7 +169,7 @@ def combine(
     weight and summed per token (float32 accumulation): [T, D] in float32."""
     back = (
         y
-        if group.size == 1
+        if not group.exchanges
         else AllToAll.apply(_take(y, plan.perm_inverse), plan.recv_splits, plan.send_splits, group)
     )
     scaled = back.float() * weight.reshape(-1)[plan.order].unsqueeze(-1)

@@ -26,7 +26,7 @@ class MoELayer(torch.nn.Module):
         self,
         cfg: MoEConfig,
         weights: ExpertWeights,
-        group: dist.ProcessGroup | None = None,
+        group: dist.ProcessGroup | Group | None = None,
         policy: SavedStatePolicy | None = None,
         index: int = 0,
     ) -> None:
@@ -169,8 +169,11 @@ def _own_weights(cfg: MoEConfig, w: ExpertWeights, group: Group) -> tuple[torch.
     )
 
 
-def build_layer(cfg: MoEConfig, weights: ExpertWeights, group: dist.ProcessGroup | None = None) -> MoELayer:
-    """One layer on ``group`` (None = the default group, or a single process when none is initialized),
+def build_layer(
+    cfg: MoEConfig, weights: ExpertWeights, group: dist.ProcessGroup | Group | None = None
+) -> MoELayer:
+    """One layer on ``group`` (None = the default group, or a single process when none is initialized;
+    a :class:`~pipeline.moe.comm.Group`, such as a one-rank loopback, as it is),
     from full weights or this rank's own (``ExpertWeights.local``), with its policy's buffers
     allocated on the weights' device when T is known (``budget_tokens``)."""
     return MoELayer(cfg, weights, group, make_policy(cfg, 1, weights.w1.device))

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from pipeline.moe.comm import Group
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.layer import MoELayer
 from pipeline.moe.policy import SavedState, SavedStatePolicy, make_policy
@@ -54,7 +55,7 @@ class LayerStack(torch.nn.Module):
 def build_stack(
     cfg: MoEConfig,
     weights: Sequence[ExpertWeights],
-    group: dist.ProcessGroup | None = None,
+    group: dist.ProcessGroup | Group | None = None,
     *,
     backward: bool = True,
 ) -> LayerStack:

@@ -17,7 +17,8 @@ the real CPU values alongside, so such reads get their true value. A read of a t
 the same; the count, not the value, is what the estimate reports of such a read. The fake process
 group moves no data: a count exchange's shadow assumes every rank sent rank 0 what rank 0 sent to
 its mirror rank (rank s receives from rank 0 what rank 0 receives from rank -s mod W), which holds
-for the sanity slice, whose ranks each route to their own experts.
+for the sanity slice, whose routing is the same on every rank relative to it
+(:func:`pipeline.bench.sanity.routes`).
 """
 
 from __future__ import annotations

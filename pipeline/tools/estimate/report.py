@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, TextIO
 
@@ -79,16 +78,17 @@ def table(results: list[dict[str, Any]]) -> str:
 def groups(results: list[dict[str, Any]]) -> list[str]:
     """What a sweep on each preset packs into one job (pipeline.launch.groups: one resource shape):
     per shape, its executions and the group's peak, the largest execution's (each execution releases
-    what it holds before the next builds; the weights two of them share are held once)."""
+    what it holds before the next builds; the weights two of them share are held once), and the NVLink
+    domains its ranks span (:meth:`pipeline.base.gpu_presets.GpuPreset.span`)."""
     shapes: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
     for r in results:
-        per_node = min(r["ep"], gpu_preset(r["cluster"]).ranks_per_node)
-        shapes.setdefault((r["cluster"], math.ceil(r["ep"] / per_node), per_node), []).append(r)
+        span = gpu_preset(r["cluster"]).span(r["ep"])
+        shapes.setdefault((r["cluster"], span.nodes, r["ep"]), []).append(r)
     lines = ["", "groups of one resource shape (a job runs them one after another, at most its time allows):"]
-    for (cluster, nodes, per_node), members in sorted(shapes.items()):
+    for (cluster, _, ep), members in sorted(shapes.items()):
         top = max(members, key=lambda r: r["peak_gib"])
         lines.append(
-            f"  {cluster} {nodes} node(s) x {per_node}: {len(members)} executions, peak "
+            f"  {cluster} EP{ep}, {gpu_preset(cluster).span(ep).describe()}: {len(members)} executions, peak "
             f"{top['peak_gib']:.2f} GiB ({top['execution_id']})"
         )
     return lines
