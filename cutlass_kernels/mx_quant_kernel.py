@@ -60,35 +60,51 @@ def _quantize_kernel(
     ctas, _, _ = cute.arch.grid_dim()
     blocks = cute.size(x, mode=[0])
     v_x = cute.zipped_divide(x, (1, VEC))  # ((1, 8), (block, vector)): one 128-bit access each
-    out_vec = ALIGN_BYTES * 8 // out.element_type.width
-    v_out = cute.zipped_divide(out, (1, out_vec))
+    v_out = cute.zipped_divide(out, (1, ALIGN_BYTES * 8 // out.element_type.width))
     load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), cutlass.BFloat16, num_bits_per_copy=128)
-    store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), out.element_type, num_bits_per_copy=128)
     for b in cutlass.range(cta * THREADS + tid, blocks, ctas * THREADS):
         x_frag = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
         for j in cutlass.range_constexpr(BLOCK // VEC):
-            cute.copy(load, v_x[(None, (b, j))], _part(x_frag, j, VEC))
-        e = mxfp8_bits.block_exponent(_amax_bits(x_frag), exact, DEVICE_OPS)
-        v = x_frag.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(mxfp8_bits.scale_down_bits(e)))
-        codes = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.Float8E4M3FN)
-        codes.store(v.to(cutlass.Float8E4M3FN))  # cvt.rn.satfinite.e4m3x2.f32
-        if cutlass.const_expr(values):
-            up = cutlass.select_(e >= -126, (e + 127) << 23, 1 << 22)  # 2^e, 2^-127 subnormal
-            back = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
-            back.store(
-                (codes.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(up))).to(cutlass.BFloat16)
-            )
-            for j in cutlass.range_constexpr(BLOCK // out_vec):
-                cute.copy(store, _part(back, j, out_vec), v_out[(None, (b, j))])
-        else:
-            code_bytes = cute.recast_tensor(codes, cutlass.Uint8)
-            for j in cutlass.range_constexpr(BLOCK // out_vec):
-                cute.copy(store, _part(code_bytes, j, out_vec), v_out[(None, (b, j))])
-            scale[b] = cutlass.Uint8(e + E8M0_BIAS)
+            cute.copy(load, v_x[(None, (b, j))], part(x_frag, j, VEC))
+        write_block(x_frag, b, v_out, scale, exact, values)
 
 
 @cute.jit
-def _part(t: cute.Tensor, j: cutlass.Constexpr, width: cutlass.Constexpr) -> cute.Tensor:
+def write_block(
+    x_frag: cute.Tensor,
+    b: cutlass.Int32,
+    v_out: cute.Tensor,
+    scale: Any,
+    exact: cutlass.Constexpr,
+    values: cutlass.Constexpr,
+) -> None:
+    """Block ``b`` of 32 BF16 values (a register fragment) as MX, stored 128 bits at a time: E4M3 codes
+    into ``v_out`` (the output as (16 bytes, (block, 16-byte part))) and its scale byte into
+    ``scale[b]``, or (``values``) the BF16 values they represent into ``v_out`` (8 BF16, (block,
+    part)). The steps of :mod:`cutlass_kernels.mxfp8_bits`, the one place the kernels write them."""
+    out_vec = ALIGN_BYTES * 8 // v_out.element_type.width
+    store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), v_out.element_type, num_bits_per_copy=128)
+    e = mxfp8_bits.block_exponent(_amax_bits(x_frag), exact, DEVICE_OPS)
+    v = x_frag.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(mxfp8_bits.scale_down_bits(e)))
+    codes = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.Float8E4M3FN)
+    codes.store(v.to(cutlass.Float8E4M3FN))  # cvt.rn.satfinite.e4m3x2.f32
+    if cutlass.const_expr(values):
+        up = cutlass.select_(e >= -126, (e + 127) << 23, 1 << 22)  # 2^e, 2^-127 subnormal
+        back = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
+        back.store(
+            (codes.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(up))).to(cutlass.BFloat16)
+        )
+        for j in cutlass.range_constexpr(BLOCK // out_vec):
+            cute.copy(store, part(back, j, out_vec), v_out[(None, (b, j))])
+    else:
+        code_bytes = cute.recast_tensor(codes, cutlass.Uint8)
+        for j in cutlass.range_constexpr(BLOCK // out_vec):
+            cute.copy(store, part(code_bytes, j, out_vec), v_out[(None, (b, j))])
+        scale[b] = cutlass.Uint8(e + E8M0_BIAS)
+
+
+@cute.jit
+def part(t: cute.Tensor, j: cutlass.Constexpr, width: cutlass.Constexpr) -> cute.Tensor:
     """Elements ``[j * width, (j + 1) * width)`` of a 1-D register fragment."""
     return cute.make_tensor(t.iterator + j * width, cute.make_layout(width))
 

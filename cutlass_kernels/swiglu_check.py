@@ -310,7 +310,7 @@ def time_shape(
     times = _time_forms(subject, rows, f, iters)
     moved = swiglu_kernel.bytes_moved(rows, f)
     times["copy"] = copy_probe(moved, subject.device, iters)
-    times["add"] = _add_probe(moved, subject.device, iters)
+    times["add"] = add_probe(moved, subject.device, iters)
     record = bandwidth_record(rows, f, {name: ms for name, (ms, _) in times.items()}, goal)
     return record | {"timer": {name: how for name, (_, how) in times.items()}}
 
@@ -322,7 +322,8 @@ def copy_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float
     return times_ms(lambda: dst.copy_(src), device, iters)
 
 
-def _add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+def add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+    """Times of a BF16 add of ``moved`` bytes (two thirds read, one written): the other probe."""
     x, y, z = (torch.empty(moved // 6, dtype=torch.bfloat16, device=device) for _ in range(3))
     return times_ms(lambda: torch.add(x, y, out=z), device, iters)
 

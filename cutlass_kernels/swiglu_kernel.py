@@ -120,7 +120,7 @@ def _swiglu_backward_vector(d_bf16: cute.Tensor, g_bf16: cute.Tensor, u_bf16: cu
     With p = dA * s: dup = dA * silu = p * g, A = silu * up, and
     dgate = dA * up * s * (1 + g * (1 - s)) = up * (p + dup * (1 - s)): nine FP32 operations and
     two MUFU per element."""
-    d, g, u = _widen(d_bf16), _widen(g_bf16), _widen(u_bf16)
+    d, g, u = widen(d_bf16), widen(g_bf16), widen(u_bf16)
     dgate, dup, out_a = (cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32) for _ in range(3))
     for k in cutlass.range_constexpr(VEC):
         s = cute.arch.rcp_approx(cute.math.exp2(g[k] * _NEG_LOG2E, fastmath=True) + 1.0)
@@ -135,12 +135,14 @@ def _swiglu_backward_vector(d_bf16: cute.Tensor, g_bf16: cute.Tensor, u_bf16: cu
 
 
 @cute.jit
-def _widen(t: cute.Tensor) -> cute.Tensor:
-    """A BF16 fragment as FP32, exactly: a BF16 is the top half of its FP32, so each 32-bit word of
-    two gives its low element by a shift and its high one by a mask (one instruction each)."""
+def widen(t: cute.Tensor) -> cute.Tensor:
+    """A BF16 fragment (an even number of elements) as FP32, exactly: a BF16 is the top half of its
+    FP32, so each 32-bit word of two gives its low element by a shift and its high one by a mask (one
+    instruction each)."""
+    n = cute.size(t)
     words = cute.recast_tensor(t, cutlass.Uint32)
-    bits = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Uint32)
-    for k in cutlass.range_constexpr(VEC // 2):
+    bits = cute.make_rmem_tensor(cute.make_layout(n), cutlass.Uint32)
+    for k in cutlass.range_constexpr(n // 2):
         bits[2 * k] = words[k] << 16
         bits[2 * k + 1] = words[k] & cutlass.Uint32(0xFFFF0000)
     return cute.recast_tensor(bits, cutlass.Float32)
