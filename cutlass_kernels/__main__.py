@@ -23,10 +23,14 @@ import argparse
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
+
+T = TypeVar("T")
 
 
 def _compile(arch: str, out: Path, cache: Path | None) -> int:
@@ -132,21 +136,24 @@ def _child(args: argparse.Namespace) -> int:
     return 0 if check.sass(t, args.results, args.work) else 1
 
 
+def _planted(t: Any, stage: str, key: str, impl: T, doubled: Callable[[T], T]) -> T:
+    """``impl`` as the faults planted for ``key`` in ``stage`` leave it (the dry run's): ``hang``
+    sleeps until the runner kills the child at its limit, ``wrong`` doubles its output."""
+    planted = t.planted(stage, key)
+    if planted == "hang":
+        time.sleep(3600)
+    return doubled(impl) if planted == "wrong" else impl
+
+
 def _swiglu(t: Any, stage: str, results: Path) -> int:
     """The SwiGLU backward kernel's ``correctness`` or ``timing`` against the layers' unfused form; in
     the dry run, the fused CPU form (blocked) in its place on small shapes, with no bandwidth goal (a
     CPU form has none), and the planted faults of key ``swiglu/bfloat16/default``."""
-    import time
-
     from cutlass_kernels import gating, swiglu_check, swiglu_kernel
     from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
-    planted = t.planted(stage, gating.SWIGLU_KEY)
-    if planted == "hang":
-        time.sleep(3600)  # until the runner kills the child at its limit
     impl = swiglu_check.writer(swiglu_backward_blocked) if t.dry_run else swiglu_kernel.launch
-    if planted == "wrong":
-        impl = swiglu_check.doubled(impl)
+    impl = _planted(t, stage, gating.SWIGLU_KEY, impl, swiglu_check.doubled)
     subject = swiglu_check.Subject(swiglu_backward, t.device, impl)
     if stage == "correctness":
         cases = swiglu_check.DRY_CASES if t.dry_run else swiglu_check.CASES
@@ -162,16 +169,10 @@ def _mx_quant(t: Any, stage: str, results: Path) -> int:
     """The MX quantization kernel's ``correctness`` or ``timing`` against the torch form; in the dry
     run, the torch mirror of its arithmetic in its place on small shapes, with no bandwidth goal, and
     the planted faults of key ``mxquant/bfloat16/default``."""
-    import time
-
     from cutlass_kernels import gating, mx_quant_check
 
-    planted = t.planted(stage, gating.MX_QUANT_KEY)
-    if planted == "hang":
-        time.sleep(3600)  # until the runner kills the child at its limit
     q = mx_quant_check.mirror() if t.dry_run else mx_quant_check.kernel()
-    if planted == "wrong":
-        q = mx_quant_check.doubled(q)
+    q = _planted(t, stage, gating.MX_QUANT_KEY, q, mx_quant_check.doubled)
     if stage == "correctness":
         cases = mx_quant_check.DRY_CASES if t.dry_run else mx_quant_check.CASES
         return mx_quant_check.correctness(results, q, t.device, cases)
@@ -184,16 +185,10 @@ def _swiglu_forward(t: Any, stage: str, results: Path) -> int:
     """The fused SwiGLU forward kernel's ``correctness`` or ``timing``; in the dry run, the torch
     mirror of its arithmetic in its place on small shapes, with no bandwidth goal, and the planted
     faults of key ``swiglufwd/bfloat16/default``."""
-    import time
-
     from cutlass_kernels import gating, swiglu_forward_check
 
-    planted = t.planted(stage, gating.SWIGLU_FWD_KEY)
-    if planted == "hang":
-        time.sleep(3600)  # until the runner kills the child at its limit
     impl = swiglu_forward_check.steps() if t.dry_run else swiglu_forward_check.kernel()
-    if planted == "wrong":
-        impl = swiglu_forward_check.doubled(impl)
+    impl = _planted(t, stage, gating.SWIGLU_FWD_KEY, impl, swiglu_forward_check.doubled)
     if stage == "correctness":
         cases = swiglu_forward_check.DRY_CASES if t.dry_run else swiglu_forward_check.CASES
         return swiglu_forward_check.correctness(results, impl, t.device, cases)

@@ -31,12 +31,11 @@ import torch
 from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_compact_tensor
 
-from cutlass_kernels import kernel_cache, mxfp8_bits
-from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
+from cutlass_kernels import mxfp8_bits
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, compile_once, sm_count, to_cute
 from cutlass_kernels.formats import E8M0_BIAS, SCALE_MODES
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
 from cutlass_kernels.mxfp8 import MXTensor
-from cutlass_kernels.vocabulary import ARCHES
 
 THREADS = 128
 CTAS_PER_SM = 8
@@ -129,7 +128,7 @@ def _float_of_bits(bits: cutlass.Uint32) -> cutlass.Float32:
     return cute.recast_tensor(word, cutlass.Float32)[0]
 
 
-def _blocks(t: cute.Tensor) -> cute.Tensor:
+def as_blocks(t: cute.Tensor) -> cute.Tensor:
     """A flat tensor of ``32 k`` elements as (k, 32), row-major."""
     return cute.make_tensor(t.iterator, cute.make_layout((cute.size(t) // BLOCK, BLOCK), stride=(BLOCK, 1)))
 
@@ -143,7 +142,7 @@ def _codes_host(
     stream: cuda.CUstream,
     exact: cutlass.Constexpr,
 ) -> None:
-    _quantize_kernel(_blocks(x), _blocks(codes), scale, exact, False).launch(
+    _quantize_kernel(as_blocks(x), as_blocks(codes), scale, exact, False).launch(
         grid=[ctas, 1, 1], block=[THREADS, 1, 1], stream=stream
     )
 
@@ -152,7 +151,7 @@ def _codes_host(
 def _values_host(
     x: cute.Tensor, out: cute.Tensor, ctas: cutlass.Int32, stream: cuda.CUstream, exact: cutlass.Constexpr
 ) -> None:
-    _quantize_kernel(_blocks(x), _blocks(out), None, exact, True).launch(
+    _quantize_kernel(as_blocks(x), as_blocks(out), None, exact, True).launch(
         grid=[ctas, 1, 1], block=[THREADS, 1, 1], stream=stream
     )
 
@@ -191,23 +190,7 @@ def compile_kernel(
     of ``ARCHES``, or None for the arch this process runs (loaded from the kernel cache where that
     holds it). With ``dump_dir`` (an arch named) also ``<kernel_name>.ptx`` and ``.cubin`` there."""
     _check_kind(form, mode)
-    if arch is not None and arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    if (form, mode, arch) in _COMPILED and dump_dir is None and not options:
-        return _COMPILED[(form, mode, arch)]
-    if arch is None and dump_dir is None and not options:
-        from cutlass_kernels.swiglu_kernel import running_arch
-
-        runs_on = running_arch()
-        compiled = kernel_cache.cached_or_compiled(
-            kernel_name(form, mode, runs_on or "native"),
-            runs_on,
-            lambda: _compile(form, mode, None, None, ""),
-        )
-    else:
-        compiled = _compile(form, mode, arch, dump_dir, options)
-    _COMPILED[(form, mode, arch)] = compiled
-    return compiled
+    return compile_once(_COMPILED, kernel_name, _compile, (form, mode), arch, dump_dir, options)
 
 
 def _compile(form: str, mode: str, arch: str | None, dump_dir: Path | None, options: str) -> Any:

@@ -208,21 +208,22 @@ def correctness(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return {"seed": seed} | check_case(subject, rows, f, gen)
 
-    return _each(results, "correctness", cases, measure, subject.device)
+    return each_shape(results, _base("correctness"), cases, measure, subject.device)
 
 
-def _each(
+def each_shape(
     results: Path,
-    stage: str,
+    base: dict[str, Any],
     shapes: Sequence[tuple[int, int]],
     measure: Callable[[int, int], dict[str, Any]],
     device: torch.device,
 ) -> int:
-    """``measure`` each (rows, F), one record each appended to ``results`` as it exists
-    (:func:`cutlass_kernels.results.each`); 0 if every record passed, else 1."""
+    """``measure`` each (rows, F), one record each (``base``, the shape and what it measured) appended
+    to ``results`` as it exists (:func:`cutlass_kernels.results.each`), the device's cached blocks
+    freed after each; 0 if every record passed, else 1."""
     return each(
         results,
-        {"stage": stage, "name": "swiglu_backward"},
+        base,
         [{"rows": rows, "f": f} for rows, f in shapes],
         measure,
         torch.cuda.empty_cache if device.type == "cuda" else lambda: None,
@@ -351,4 +352,8 @@ def timing(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return time_shape(subject, rows, f, iters, goal)
 
-    return _each(results, "timing", shapes, measure, subject.device)
+    return each_shape(results, _base("timing"), shapes, measure, subject.device)
+
+
+def _base(stage: str) -> dict[str, Any]:
+    return {"stage": stage, "name": "swiglu_backward"}

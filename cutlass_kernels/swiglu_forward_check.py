@@ -55,8 +55,7 @@ from cutlass_kernels import gating, mxfp8, mxfp8_bits, swiglu_forward_kernel
 from cutlass_kernels.formats import E8M0_BIAS, SCALE_MODES
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
 from cutlass_kernels.mx_quant_check import differing, is_nan
-from cutlass_kernels.results import each
-from cutlass_kernels.swiglu_check import add_probe, copy_probe, times_ms
+from cutlass_kernels.swiglu_check import add_probe, copy_probe, each_shape, times_ms
 from cutlass_kernels.swiglu_torch import swiglu_forward, swiglu_forward_steps
 
 Impl = Callable[..., object]
@@ -288,23 +287,11 @@ def correctness(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return {"seed": seed} | check_case(impl, rows, f, gen, device)
 
-    return _each(results, "correctness", cases, measure, device)
+    return each_shape(results, _base("correctness"), cases, measure, device)
 
 
-def _each(
-    results: Path,
-    stage: str,
-    shapes: Sequence[tuple[int, int]],
-    measure: Callable[[int, int], dict[str, Any]],
-    device: torch.device,
-) -> int:
-    return each(
-        results,
-        {"stage": stage, "name": "swiglu_forward", "key": gating.SWIGLU_FWD_KEY},
-        [{"rows": rows, "f": f} for rows, f in shapes],
-        measure,
-        torch.cuda.empty_cache if device.type == "cuda" else lambda: None,
-    )
+def _base(stage: str) -> dict[str, Any]:
+    return {"stage": stage, "name": "swiglu_forward", "key": gating.SWIGLU_FWD_KEY}
 
 
 # -------------------------------------------------------------------------------------- timing
@@ -372,4 +359,4 @@ def timing(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return time_shape(impl, rows, f, device, iters, goal)
 
-    return _each(results, "timing", shapes, measure, device)
+    return each_shape(results, _base("timing"), shapes, measure, device)

@@ -59,14 +59,13 @@ from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_tensor
 from cutlass.cutlass_dsl import T, dsl_user_op
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels import kernel_cache, planning
-from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
+from cutlass_kernels import planning
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, compile_once, sm_count, to_cute
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
 from cutlass_kernels.formats import SCALE_MODES
-from cutlass_kernels.mx_quant_kernel import part, write_block
+from cutlass_kernels.mx_quant_kernel import as_blocks, part, write_block
 from cutlass_kernels.mxfp8 import MXTensor, MXValues
-from cutlass_kernels.swiglu_kernel import CAPABILITIES, running_arch, widen
-from cutlass_kernels.vocabulary import ARCHES
+from cutlass_kernels.swiglu_kernel import CAPABILITIES, widen
 
 THREADS = 128
 CTAS_PER_SM = 8  # launch bound: ptxas keeps <= 64 registers so 8 CTAs (1024 threads) fit an SM
@@ -161,11 +160,6 @@ def rcp_approx(x: cutlass.Float32, *, loc: Any = None, ip: Any = None) -> cutlas
     )
 
 
-def _units(t: cute.Tensor) -> cute.Tensor:
-    """A flat output of ``32 k`` elements as (k, 32), row-major."""
-    return cute.make_tensor(t.iterator, cute.make_layout((cute.size(t) // BLOCK, BLOCK), stride=(BLOCK, 1)))
-
-
 @cute.jit
 def _codes_host(
     h: cute.Tensor,
@@ -175,7 +169,7 @@ def _codes_host(
     stream: cuda.CUstream,  # annotated: an exported kernel's C signature is built from the annotations
     exact: cutlass.Constexpr,
 ) -> None:
-    _swiglu_forward_kernel(h, _units(codes), scale, ctas, "codes", exact).launch(
+    _swiglu_forward_kernel(h, as_blocks(codes), scale, ctas, "codes", exact).launch(
         grid=[ctas, 1, 1],
         block=[THREADS, 1, 1],
         stream=stream,
@@ -193,7 +187,7 @@ def _bf16_host(
     form: cutlass.Constexpr,
     exact: cutlass.Constexpr,
 ) -> None:
-    _swiglu_forward_kernel(h, _units(out), None, ctas, form, exact).launch(
+    _swiglu_forward_kernel(h, as_blocks(out), None, ctas, form, exact).launch(
         grid=[ctas, 1, 1],
         block=[THREADS, 1, 1],
         stream=stream,
@@ -250,21 +244,7 @@ def compile_kernel(
     ``ARCHES``, or None for the arch this process runs (loaded from the kernel cache where that holds
     it). With ``dump_dir`` (an arch named) also ``<kernel_name>.ptx`` and ``.cubin`` there."""
     _check_kind(form, mode)
-    if arch is not None and arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    if (form, mode, arch) in _COMPILED and dump_dir is None and not options:
-        return _COMPILED[(form, mode, arch)]
-    if arch is None and dump_dir is None and not options:
-        runs_on = running_arch()
-        compiled = kernel_cache.cached_or_compiled(
-            kernel_name(form, mode, runs_on or "native"),
-            runs_on,
-            lambda: _compile(form, mode, None, None, ""),
-        )
-    else:
-        compiled = _compile(form, mode, arch, dump_dir, options)
-    _COMPILED[(form, mode, arch)] = compiled
-    return compiled
+    return compile_once(_COMPILED, kernel_name, _compile, (form, mode), arch, dump_dir, options)
 
 
 def _compile(form: str, mode: str | None, arch: str | None, dump_dir: Path | None, options: str) -> Any:
