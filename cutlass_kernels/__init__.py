@@ -3,7 +3,9 @@ behind one dispatch module (:mod:`cutlass_kernels.api`).
 
 The names below load on first use, so that ``cutlass_kernels.formats`` (the MXFP8 constants) can be
 imported without torch. ``quantize_mx`` and ``fake_quantize`` are :mod:`cutlass_kernels.quantize`'s:
-the torch form (:mod:`cutlass_kernels.mxfp8`), or the one-pass kernel where it is the chosen one.
+the torch form (:mod:`cutlass_kernels.mxfp8`), or the one-pass kernel where it is the chosen one;
+``swiglu`` and ``swiglu_mx`` (the SwiGLU forward, alone or quantized for the down projection) are
+:mod:`cutlass_kernels.swiglu_forward`'s, by the same rule.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ if TYPE_CHECKING:
         grouped_gemm_wgrad,
         resolve_backend,
     )
-    from cutlass_kernels.mxfp8 import MXTensor
+    from cutlass_kernels.mxfp8 import MXTensor, MXValues
     from cutlass_kernels.quantize import fake_quantize, quantize_mx
+    from cutlass_kernels.swiglu_forward import swiglu, swiglu_mx
 
 _HOMES = {
     "BACKENDS": "api",
@@ -31,12 +34,16 @@ _HOMES = {
     "grouped_gemm_wgrad": "api",
     "resolve_backend": "api",
     "MXTensor": "mxfp8",
+    "MXValues": "mxfp8",
     "fake_quantize": "quantize",
     "quantize_mx": "quantize",
+    "swiglu": "swiglu_forward",
+    "swiglu_mx": "swiglu_forward",
 }
 __all__ = [
     "BACKENDS",
     "MXTensor",
+    "MXValues",
     "fake_quantize",
     "grouped_gemm",
     "grouped_gemm_dgrad",
@@ -44,6 +51,8 @@ __all__ = [
     "grouped_gemm_wgrad",
     "quantize_mx",
     "resolve_backend",
+    "swiglu",
+    "swiglu_mx",
 ]
 
 

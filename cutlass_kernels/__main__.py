@@ -8,10 +8,13 @@ limit, appending its records to ``--results FILE``: ``env`` (versions, and the p
 and op x variants to check), ``plan`` (the plan alone), ``smoke-one`` (one kernel),
 ``correctness-op`` and ``timing-op`` (one op x variant), ``swiglu-correctness`` and
 ``swiglu-timing`` (the SwiGLU backward kernel against the layers' unfused form),
-``mxquant-correctness`` and ``mxquant-timing`` (the MX quantization kernel against the torch form)
-and ``sass``; ``choices RESULTS`` prints the per-shape variant table a run's timings support;
+``mxquant-correctness`` and ``mxquant-timing`` (the MX quantization kernel against the torch form),
+``swiglufwd-correctness`` and ``swiglufwd-timing`` (the fused SwiGLU forward kernel, A and its MX
+forms, against a float64 reference, the torch form's quantization and the torch forms' times) and
+``sass``; ``choices RESULTS`` prints the per-shape variant table a run's timings support;
 ``--dry-run`` runs them on the CPU through the torch backend (the SwiGLU checks on the layers' fused
-CPU form, the MX quantization checks on the torch mirror of its arithmetic, small shapes).
+CPU form, the MX quantization and SwiGLU forward checks on the torch mirror of their arithmetic,
+small shapes).
 As an entry point this module may import the layers (the SwiGLU checks' torch form)."""
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ import argparse
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from cutlass_kernels.vocabulary import ARCHES, OPS, OUT_DTYPES
+
+T = TypeVar("T")
 
 
 def _compile(arch: str, out: Path, cache: Path | None) -> int:
@@ -124,24 +131,29 @@ def _child(args: argparse.Namespace) -> int:
         return _swiglu(t, args.command.removeprefix("swiglu-"), args.results)
     if args.command.startswith("mxquant-"):
         return _mx_quant(t, args.command.removeprefix("mxquant-"), args.results)
+    if args.command.startswith("swiglufwd-"):
+        return _swiglu_forward(t, args.command.removeprefix("swiglufwd-"), args.results)
     return 0 if check.sass(t, args.results, args.work) else 1
+
+
+def _planted(t: Any, stage: str, key: str, impl: T, doubled: Callable[[T], T]) -> T:
+    """``impl`` as the faults planted for ``key`` in ``stage`` leave it (the dry run's): ``hang``
+    sleeps until the runner kills the child at its limit, ``wrong`` doubles its output."""
+    planted = t.planted(stage, key)
+    if planted == "hang":
+        time.sleep(3600)
+    return doubled(impl) if planted == "wrong" else impl
 
 
 def _swiglu(t: Any, stage: str, results: Path) -> int:
     """The SwiGLU backward kernel's ``correctness`` or ``timing`` against the layers' unfused form; in
     the dry run, the fused CPU form (blocked) in its place on small shapes, with no bandwidth goal (a
     CPU form has none), and the planted faults of key ``swiglu/bfloat16/default``."""
-    import time
-
     from cutlass_kernels import gating, swiglu_check, swiglu_kernel
     from cutlass_kernels.swiglu_torch import swiglu_backward, swiglu_backward_blocked
 
-    planted = t.planted(stage, gating.SWIGLU_KEY)
-    if planted == "hang":
-        time.sleep(3600)  # until the runner kills the child at its limit
     impl = swiglu_check.writer(swiglu_backward_blocked) if t.dry_run else swiglu_kernel.launch
-    if planted == "wrong":
-        impl = swiglu_check.doubled(impl)
+    impl = _planted(t, stage, gating.SWIGLU_KEY, impl, swiglu_check.doubled)
     subject = swiglu_check.Subject(swiglu_backward, t.device, impl)
     if stage == "correctness":
         cases = swiglu_check.DRY_CASES if t.dry_run else swiglu_check.CASES
@@ -157,22 +169,33 @@ def _mx_quant(t: Any, stage: str, results: Path) -> int:
     """The MX quantization kernel's ``correctness`` or ``timing`` against the torch form; in the dry
     run, the torch mirror of its arithmetic in its place on small shapes, with no bandwidth goal, and
     the planted faults of key ``mxquant/bfloat16/default``."""
-    import time
-
     from cutlass_kernels import gating, mx_quant_check
 
-    planted = t.planted(stage, gating.MX_QUANT_KEY)
-    if planted == "hang":
-        time.sleep(3600)  # until the runner kills the child at its limit
     q = mx_quant_check.mirror() if t.dry_run else mx_quant_check.kernel()
-    if planted == "wrong":
-        q = mx_quant_check.doubled(q)
+    q = _planted(t, stage, gating.MX_QUANT_KEY, q, mx_quant_check.doubled)
     if stage == "correctness":
         cases = mx_quant_check.DRY_CASES if t.dry_run else mx_quant_check.CASES
         return mx_quant_check.correctness(results, q, t.device, cases)
     if t.dry_run:
         return mx_quant_check.timing(results, q, t.device, mx_quant_check.DRY_TIMING_SHAPES, 2, 0.0)
     return mx_quant_check.timing(results, q, t.device)
+
+
+def _swiglu_forward(t: Any, stage: str, results: Path) -> int:
+    """The fused SwiGLU forward kernel's ``correctness`` or ``timing``; in the dry run, the torch
+    mirror of its arithmetic in its place on small shapes, with no bandwidth goal, and the planted
+    faults of key ``swiglufwd/bfloat16/default``."""
+    from cutlass_kernels import gating, swiglu_forward_check
+
+    impl = swiglu_forward_check.steps() if t.dry_run else swiglu_forward_check.kernel()
+    impl = _planted(t, stage, gating.SWIGLU_FWD_KEY, impl, swiglu_forward_check.doubled)
+    if stage == "correctness":
+        cases = swiglu_forward_check.DRY_CASES if t.dry_run else swiglu_forward_check.CASES
+        return swiglu_forward_check.correctness(results, impl, t.device, cases)
+    if t.dry_run:
+        shapes = swiglu_forward_check.DRY_TIMING_SHAPES
+        return swiglu_forward_check.timing(results, impl, t.device, shapes, 2, 0.0)
+    return swiglu_forward_check.timing(results, impl, t.device)
 
 
 def _choices(results: Path, date: str) -> int:
@@ -211,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         "swiglu-timing": "the fused SwiGLU backward kernel against the unfused form and the HBM bandwidth",
         "mxquant-correctness": "the MX quantization kernel against the torch form, bit for bit",
         "mxquant-timing": "the MX quantization kernel against the torch form and a device copy",
+        "swiglufwd-correctness": "the fused SwiGLU forward kernel: A against float64, MX forms bit for bit",
+        "swiglufwd-timing": "the fused SwiGLU forward kernel against the torch forms and the HBM bandwidth",
         "sass": "tensor-core MMAs and no spills in the MMA loop of each compiled cubin",
     }
     for name, text in helps.items():

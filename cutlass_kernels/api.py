@@ -26,8 +26,8 @@ import torch
 
 from cutlass_kernels import planning, torch_backend
 from cutlass_kernels.gating import BACKEND_ENV
-from cutlass_kernels.mxfp8 import MXTensor, quantize_mx
-from cutlass_kernels.vocabulary import CAPABILITY_MAJOR, CUTE_BACKENDS
+from cutlass_kernels.mxfp8 import MXTensor, MXValues, quantize_mx
+from cutlass_kernels.vocabulary import CAPABILITY_MAJOR, CUTE_BACKENDS, has_mx_kernel
 
 BACKENDS = ("auto", "torch", *CUTE_BACKENDS)
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16)
@@ -178,8 +178,17 @@ def grouped_gemm_wgrad(
     )
 
 
+def mx_operand_form(backend: str, device: torch.device) -> str:
+    """How :func:`grouped_gemm_mx` on ``backend`` (resolved for ``device``) multiplies a quantized A:
+    ``values`` (an :class:`~cutlass_kernels.mxfp8.MXValues`, BF16) on a CuTe backend whose arch has
+    no block-scaled MMA, else ``codes`` (an :class:`~cutlass_kernels.mxfp8.MXTensor`): the form in
+    which a producer of A (the SwiGLU forward) hands it over, so that the GEMM quantizes nothing."""
+    name = resolve_backend(backend, device)
+    return "values" if name in CUTE_BACKENDS and not has_mx_kernel(CUTE_BACKENDS[name]) else "codes"
+
+
 def grouped_gemm_mx(
-    a: MXTensor | torch.Tensor,
+    a: MXTensor | MXValues | torch.Tensor,
     b: MXTensor,
     offs: torch.Tensor,
     *,
@@ -193,12 +202,16 @@ def grouped_gemm_mx(
 
     ``a`` may come unquantized (a float [M, K] tensor) with its scale ``mode``: the product is then that
     of ``quantize_mx(a, mode)``, and a backend that multiplies BF16 values fake-quantizes it straight
-    to BF16. ``b_values``, when given, must be ``b``'s values (``b.dequantize()``, as a layer caches
+    to BF16. Or as the BF16 values of its quantization (:class:`~cutlass_kernels.mxfp8.MXValues`,
+    the form :func:`mx_operand_form` names for an arch without block-scaled MMA), multiplied as they
+    are. ``b_values``, when given, must be ``b``'s values (``b.dequantize()``, as a layer caches
     them): a backend that multiplies BF16 values uses BF16 ones instead of dequantizing ``b`` again."""
-    if isinstance(a, MXTensor) != (mode is None):
+    if isinstance(a, torch.Tensor) == (mode is None):
         raise ValueError(f"mode={mode!r}: give a scale mode with an unquantized a, and only then")
     if isinstance(a, torch.Tensor):
         _check_float("a", a, 2)
+    if isinstance(a, MXValues) and a.values.dtype != torch.bfloat16:
+        raise ValueError(f"MXValues hold bfloat16 values, got {a.values.dtype}")
     if len(a.shape) != 2 or b.data.dim() != 3 or a.shape[1] != b.shape[2]:
         raise ValueError(
             f"MX operands must be a [M, K] and b [G, N, K], got {tuple(a.shape)} and {tuple(b.shape)}"
@@ -208,10 +221,12 @@ def grouped_gemm_mx(
             f"b_values must be b's float32/bfloat16 values of shape {tuple(b.shape)}, "
             f"got {b_values.dtype} {tuple(b_values.shape)}"
         )
-    device = a.data.device if isinstance(a, MXTensor) else a.device
+    device = (
+        a.data.device if isinstance(a, MXTensor) else a.values.device if isinstance(a, MXValues) else a.device
+    )
     _check_offs(offs, b.shape[0], device)
     impl, extra = _impl(backend, device, variant)
     if extra:
         return impl.grouped_gemm_mx(a, b, offs, out_dtype, *extra, mode, b_values)
-    a_mx = a if isinstance(a, MXTensor) else quantize_mx(a, str(mode))  # the reference: exact MX product
+    a_mx = quantize_mx(a, str(mode)) if isinstance(a, torch.Tensor) else a  # the reference: exact MX product
     return impl.grouped_gemm_mx(a_mx, b, offs, out_dtype, b_values)

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from cutlass_kernels import api, gating, quantize, vocabulary
+from cutlass_kernels import api, gating, quantize, swiglu_forward, vocabulary
 from cutlass_kernels.choices import CHOICES
 from cutlass_kernels.gating import key
 from cutlass_kernels.isolation import run_isolated
@@ -149,6 +149,8 @@ def plan_records(t: Target) -> list[dict[str, Any]]:
     chosen_ops: dict[str, list[str]] = {op: v for op, v in ops.items() if v and not t.dry_run}
     if quantize.quantizer() == "kernel":  # the layers run the MX quantization kernel: it joins the gate
         chosen_ops[gating.MX_QUANT] = ["default"]
+    if swiglu_forward.implementation() == "kernel":  # and the fused SwiGLU forward kernel likewise
+        chosen_ops[gating.SWIGLU_FWD] = ["default"]
     chosen = {**base, "name": "chosen", "variants": chosen_ops}
     return [
         *sorted(found, key=lambda r: r["variant"] != "default"),

@@ -11,6 +11,7 @@ that the GPU check timed fastest for that class, with the date and device of tha
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import astuple, dataclass
 from typing import Any
@@ -200,6 +201,20 @@ CHOICES: tuple[Choice, ...] = (
 # How the layers quantize to MXFP8 on a GPU (:mod:`cutlass_kernels.quantize`): ``torch`` (the reference
 # form) until a device run has found the one-pass kernel bit-identical and faster; then ``kernel``.
 MX_QUANTIZER = "torch"
+# How the layers compute the SwiGLU forward, alone or with its MX quantization, on a GPU
+# (:mod:`cutlass_kernels.swiglu_forward`): ``torch`` until a device run has found the fused kernel
+# correct (its A within tolerance, its MX forms the quantization of its A bit for bit) and faster.
+SWIGLU_FORWARD = "torch"
+IMPLEMENTATIONS = ("torch", "kernel")  # of an elementwise op: the torch form, or its CUDA kernel
+
+
+def implementation(env: str, measured: str) -> str:
+    """``torch`` or ``kernel`` for an elementwise op: the environment variable ``env``'s choice where
+    set (the device run's check of a kernel not yet chosen), else ``measured``."""
+    chosen = os.environ.get(env) or measured
+    if chosen not in IMPLEMENTATIONS:
+        raise ValueError(f"{env}={chosen!r} is not allowed; allowed: {', '.join(IMPLEMENTATIONS)}")
+    return chosen
 
 
 def lookup(table: Iterable[Choice], arch: str, problem: Problem) -> str | None:

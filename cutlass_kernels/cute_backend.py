@@ -42,7 +42,7 @@ from cutlass_kernels.cute_base import (
     sm_count,
     to_cute,
 )
-from cutlass_kernels.mxfp8 import BLOCK, MXTensor, scale_values
+from cutlass_kernels.mxfp8 import BLOCK, MXTensor, MXValues, scale_values
 from cutlass_kernels.quantize import fake_quantize, quantize_mx
 from cutlass_kernels.tile_schedule import WGRAD_CHUNK
 from cutlass_kernels.vocabulary import has_mx_kernel
@@ -215,15 +215,18 @@ def dequantize_bf16(t: MXTensor) -> torch.Tensor:
 
 
 def bf16_operands(
-    a: MXTensor | torch.Tensor, b: MXTensor, mode: str | None, b_values: torch.Tensor | None
+    a: MXTensor | MXValues | torch.Tensor, b: MXTensor, mode: str | None, b_values: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The BF16 values the MX GEMM multiplies, for arches without block-scaled MMA: A fake-quantized
-    straight to BF16 when it comes unquantized (no E4M3 / E8M0 tensors), else dequantized; B's cached
-    values when they are BF16 (FP32 ones would cost more to convert than B to dequantize), else B
-    dequantized."""
-    a_bf16 = (
-        fake_quantize(a, str(mode), torch.bfloat16) if isinstance(a, torch.Tensor) else dequantize_bf16(a)
-    )
+    """The BF16 values the MX GEMM multiplies, for arches without block-scaled MMA: A's values where
+    it comes as them, fake-quantized straight to BF16 when it comes unquantized (no E4M3 / E8M0
+    tensors), else dequantized; B's cached values when they are BF16 (FP32 ones would cost more to
+    convert than B to dequantize), else B dequantized."""
+    if isinstance(a, MXValues):
+        a_bf16 = a.values
+    elif isinstance(a, torch.Tensor):
+        a_bf16 = fake_quantize(a, str(mode), torch.bfloat16)
+    else:
+        a_bf16 = dequantize_bf16(a)
     if b_values is not None and b_values.dtype == torch.bfloat16:
         return a_bf16, b_values
     return a_bf16, dequantize_bf16(b)
@@ -312,7 +315,7 @@ class CuteBackend:
 
     def grouped_gemm_mx(
         self,
-        a: MXTensor | torch.Tensor,
+        a: MXTensor | MXValues | torch.Tensor,
         b: MXTensor,
         offs: torch.Tensor,
         out_dtype: torch.dtype,
@@ -322,6 +325,10 @@ class CuteBackend:
     ) -> torch.Tensor:
         if not has_mx_kernel(self.arch):
             return self._fprop(*bf16_operands(a, b, mode, b_values), offs, out_dtype, variant, "mx")
+        if isinstance(a, MXValues):  # no codes for the block-scaled kernel: the values on the BF16 one
+            if variant != "auto":
+                raise ValueError(f"variant {variant!r} is a block-scaled kernel; A came as its BF16 values")
+            return self.grouped_gemm(*bf16_operands(a, b, mode, b_values), offs, out_dtype, "auto")
         a_mx = quantize_mx(a, str(mode)) if isinstance(a, torch.Tensor) else a
         problem = Problem("mx", b.shape[0], a.shape[0], b.shape[1], b.shape[2], out_dtype)
         name = self._variant(problem, variant, mx_unsupported_reason(a_mx, b, offs, out_dtype))

@@ -10,9 +10,11 @@ routing (new ``offs``) or a new token count reuses the compiled kernel. Compilin
 
 from __future__ import annotations
 
+import os
 import re
 import types
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -24,7 +26,7 @@ from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_tensor
 
 from cutlass_kernels import compiles, kernel_cache, tile_schedule
-from cutlass_kernels.vocabulary import BF16_OPS, check_arch, check_op
+from cutlass_kernels.vocabulary import ARCHES, BF16_OPS, check_arch, check_op
 
 MAX_GROUPS = 1024  # capacity of the shared-memory M-tile prefix (4 KiB)
 ALIGN_BYTES = 16  # TMA: 16-byte aligned rows and base addresses
@@ -143,6 +145,48 @@ def _compile(spec: KernelSpec, kernel: Any, dump_dir: Path | None = None, option
     compiled = compiles.timed(cute.compile, kernel, *args.values(), cutlass.Int32(1), stream, options=options)
     if dump_dir is not None:
         _move_artifacts(compiled, scratch, dump_dir / spec.name)
+    return compiled
+
+
+def running_arch() -> str | None:
+    """The arch of ``ARCHES`` whose kernels this process runs: ``CUTE_DSL_ARCH`` where set, else the
+    current GPU's (sm_90a on compute capability 9.0, sm_100a on 10.0); None for any other."""
+    named = os.environ.get("CUTE_DSL_ARCH")
+    if named:
+        return named if named in ARCHES else None
+    if not torch.cuda.is_available():
+        return None
+    return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get(torch.cuda.get_device_capability())
+
+
+def compile_once(
+    memo: dict[Any, Any],
+    name: Callable[..., str],
+    build: Callable[..., Any],
+    kind: tuple[Any, ...],
+    arch: str | None,
+    dump_dir: Path | None,
+    options: str,
+) -> Any:
+    """An elementwise kernel of ``kind`` (its form, mode, ...) compiled from fake tensors (no GPU
+    needed), once per kind and ``arch`` in ``memo``: ``arch`` one of ``ARCHES``, or None for the arch
+    this process runs (the DSL's target: ``CUTE_DSL_ARCH``, else the GPU's own), loaded from the
+    kernel cache where that holds it under ``name(*kind, arch)``. With ``dump_dir`` (an arch named)
+    or ``options`` always built anew by ``build(*kind, arch, dump_dir, options)``, which writes its
+    PTX and cubin there."""
+    if arch is not None:
+        check_arch(arch)
+    fresh = dump_dir is not None or bool(options)
+    if (*kind, arch) in memo and not fresh:
+        return memo[(*kind, arch)]
+    if arch is None and not fresh:
+        runs_on = running_arch()
+        compiled = kernel_cache.cached_or_compiled(
+            name(*kind, runs_on or "native"), runs_on, lambda: build(*kind, None, None, "")
+        )
+    else:
+        compiled = build(*kind, arch, dump_dir, options)
+    memo[(*kind, arch)] = compiled
     return compiled
 
 

@@ -5,8 +5,9 @@ kernel it ran, in a *verdict* record of the results file (``verdict: true``; its
 fail), keyed by ``op/out_dtype/variant``. A key may run in a stage only where every earlier stage
 passed it, and also passed the kernel that serves it: the MX op on an arch without block-scaled MMA
 runs the BF16 fprop kernel (``mx/bfloat16/v`` is served by ``fprop/bfloat16/v``), whose smoke test
-is the MX op's. The fused SwiGLU backward kernel (key ``swiglu/bfloat16/default``) and the MX
-quantization kernel (``mxquant/bfloat16/default``) have correctness and timing only
+is the MX op's. The fused SwiGLU backward kernel (key ``swiglu/bfloat16/default``), the MX
+quantization kernel (``mxquant/bfloat16/default``) and the fused SwiGLU forward kernel
+(``swiglufwd/bfloat16/default``) have correctness and timing only
 (:func:`stages_of`): a first correctness case is their canary. A key with no verdict
 from an earlier stage (never run, cut by the time limit) has not passed it. The latest verdict
 counts, so a rerun into the same results file replaces one.
@@ -29,7 +30,9 @@ SWIGLU = "swiglu"  # the fused SwiGLU backward kernel: the op of its key, the na
 SWIGLU_KEY = f"{SWIGLU}/bfloat16/default"
 MX_QUANT = "mxquant"  # the MX quantization kernel: the op of its key
 MX_QUANT_KEY = f"{MX_QUANT}/bfloat16/default"
-_NO_SMOKE = (SWIGLU, MX_QUANT)  # elementwise kernels, checked from their first correctness case
+SWIGLU_FWD = "swiglufwd"  # the fused SwiGLU forward kernel (and its MX forms): the op of its key
+SWIGLU_FWD_KEY = f"{SWIGLU_FWD}/bfloat16/default"
+_NO_SMOKE = (SWIGLU, MX_QUANT, SWIGLU_FWD)  # elementwise kernels, checked from their first correctness case
 GATE_KEYS = (*(f"{op}/bfloat16/default" for op in BF16_OPS), SWIGLU_KEY)
 # pins what backend="auto" resolves to (cutlass_kernels.api); the runner sets it when the gate is shut
 BACKEND_ENV = "CUTLASS_KERNELS_BACKEND"

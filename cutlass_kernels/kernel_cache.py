@@ -43,6 +43,7 @@ KERNEL_SOURCES = (
     "registry.py",
     "sm100_gemm.py",
     "sm90_gemm.py",
+    "swiglu_forward_kernel.py",
     "swiglu_kernel.py",
     "tile_schedule.py",
 )

@@ -118,15 +118,16 @@ def inputs(rows: int, k: int, gen: torch.Generator, device: torch.device) -> tor
 # --------------------------------------------------------------------------------- correctness
 
 
-def _same(out: torch.Tensor, ref: torch.Tensor, nan: torch.Tensor) -> int:
+def differing(out: torch.Tensor, ref: torch.Tensor, nan: torch.Tensor) -> int:
     """Elements of ``out`` whose bits differ from ``ref``'s, NaN positions ``nan`` excepted, plus NaN
     positions where ``out`` holds no NaN."""
     bits = torch.int16 if out.dtype == torch.bfloat16 else torch.uint8
     differ = (out.view(bits) != ref.view(bits)) & ~nan
-    return int(differ.sum()) + int((nan & ~_isnan(out)).sum())
+    return int(differ.sum()) + int((nan & ~is_nan(out)).sum())
 
 
-def _isnan(t: torch.Tensor) -> torch.Tensor:
+def is_nan(t: torch.Tensor) -> torch.Tensor:
+    """Where ``t`` holds a NaN: E4M3 codes as uint8 (0x7F or 0xFF), or a float tensor."""
     if t.dtype == torch.uint8:
         return (t & 0x7F) == mxfp8_bits.E4M3_NAN
     return torch.isnan(t)
@@ -143,9 +144,9 @@ def check_case(
     q.codes(x, mode, data, scale)
     q.values(x, mode, out)
     wrong = {
-        "codes": _same(data, ref_codes, _isnan(ref_codes)),
-        "scales": _same(scale, ref.scale, torch.zeros_like(scale, dtype=torch.bool)),
-        "values": _same(out, ref_values, torch.isnan(ref_values)),
+        "codes": differing(data, ref_codes, is_nan(ref_codes)),
+        "scales": differing(scale, ref.scale, torch.zeros_like(scale, dtype=torch.bool)),
+        "values": differing(out, ref_values, torch.isnan(ref_values)),
     }
     status = "pass" if not any(wrong.values()) else "fail"
     return {

@@ -31,12 +31,11 @@ import torch
 from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_compact_tensor
 
-from cutlass_kernels import kernel_cache, mxfp8_bits
-from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
+from cutlass_kernels import mxfp8_bits
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, compile_once, sm_count, to_cute
 from cutlass_kernels.formats import E8M0_BIAS, SCALE_MODES
 from cutlass_kernels.formats import MX_BLOCK as BLOCK
 from cutlass_kernels.mxfp8 import MXTensor
-from cutlass_kernels.vocabulary import ARCHES
 
 THREADS = 128
 CTAS_PER_SM = 8
@@ -60,35 +59,51 @@ def _quantize_kernel(
     ctas, _, _ = cute.arch.grid_dim()
     blocks = cute.size(x, mode=[0])
     v_x = cute.zipped_divide(x, (1, VEC))  # ((1, 8), (block, vector)): one 128-bit access each
-    out_vec = ALIGN_BYTES * 8 // out.element_type.width
-    v_out = cute.zipped_divide(out, (1, out_vec))
+    v_out = cute.zipped_divide(out, (1, ALIGN_BYTES * 8 // out.element_type.width))
     load = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), cutlass.BFloat16, num_bits_per_copy=128)
-    store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), out.element_type, num_bits_per_copy=128)
     for b in cutlass.range(cta * THREADS + tid, blocks, ctas * THREADS):
         x_frag = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
         for j in cutlass.range_constexpr(BLOCK // VEC):
-            cute.copy(load, v_x[(None, (b, j))], _part(x_frag, j, VEC))
-        e = mxfp8_bits.block_exponent(_amax_bits(x_frag), exact, DEVICE_OPS)
-        v = x_frag.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(mxfp8_bits.scale_down_bits(e)))
-        codes = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.Float8E4M3FN)
-        codes.store(v.to(cutlass.Float8E4M3FN))  # cvt.rn.satfinite.e4m3x2.f32
-        if cutlass.const_expr(values):
-            up = cutlass.select_(e >= -126, (e + 127) << 23, 1 << 22)  # 2^e, 2^-127 subnormal
-            back = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
-            back.store(
-                (codes.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(up))).to(cutlass.BFloat16)
-            )
-            for j in cutlass.range_constexpr(BLOCK // out_vec):
-                cute.copy(store, _part(back, j, out_vec), v_out[(None, (b, j))])
-        else:
-            code_bytes = cute.recast_tensor(codes, cutlass.Uint8)
-            for j in cutlass.range_constexpr(BLOCK // out_vec):
-                cute.copy(store, _part(code_bytes, j, out_vec), v_out[(None, (b, j))])
-            scale[b] = cutlass.Uint8(e + E8M0_BIAS)
+            cute.copy(load, v_x[(None, (b, j))], part(x_frag, j, VEC))
+        write_block(x_frag, b, v_out, scale, exact, values)
 
 
 @cute.jit
-def _part(t: cute.Tensor, j: cutlass.Constexpr, width: cutlass.Constexpr) -> cute.Tensor:
+def write_block(
+    x_frag: cute.Tensor,
+    b: cutlass.Int32,
+    v_out: cute.Tensor,
+    scale: Any,
+    exact: cutlass.Constexpr,
+    values: cutlass.Constexpr,
+) -> None:
+    """Block ``b`` of 32 BF16 values (a register fragment) as MX, stored 128 bits at a time: E4M3 codes
+    into ``v_out`` (the output as (16 bytes, (block, 16-byte part))) and its scale byte into
+    ``scale[b]``, or (``values``) the BF16 values they represent into ``v_out`` (8 BF16, (block,
+    part)). The steps of :mod:`cutlass_kernels.mxfp8_bits`, the one place the kernels write them."""
+    out_vec = ALIGN_BYTES * 8 // v_out.element_type.width
+    store = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), v_out.element_type, num_bits_per_copy=128)
+    e = mxfp8_bits.block_exponent(_amax_bits(x_frag), exact, DEVICE_OPS)
+    v = x_frag.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(mxfp8_bits.scale_down_bits(e)))
+    codes = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.Float8E4M3FN)
+    codes.store(v.to(cutlass.Float8E4M3FN))  # cvt.rn.satfinite.e4m3x2.f32
+    if cutlass.const_expr(values):
+        up = cutlass.select_(e >= -126, (e + 127) << 23, 1 << 22)  # 2^e, 2^-127 subnormal
+        back = cute.make_rmem_tensor(cute.make_layout(BLOCK), cutlass.BFloat16)
+        back.store(
+            (codes.load().to(cutlass.Float32) * _float_of_bits(cutlass.Uint32(up))).to(cutlass.BFloat16)
+        )
+        for j in cutlass.range_constexpr(BLOCK // out_vec):
+            cute.copy(store, part(back, j, out_vec), v_out[(None, (b, j))])
+    else:
+        code_bytes = cute.recast_tensor(codes, cutlass.Uint8)
+        for j in cutlass.range_constexpr(BLOCK // out_vec):
+            cute.copy(store, part(code_bytes, j, out_vec), v_out[(None, (b, j))])
+        scale[b] = cutlass.Uint8(e + E8M0_BIAS)
+
+
+@cute.jit
+def part(t: cute.Tensor, j: cutlass.Constexpr, width: cutlass.Constexpr) -> cute.Tensor:
     """Elements ``[j * width, (j + 1) * width)`` of a 1-D register fragment."""
     return cute.make_tensor(t.iterator + j * width, cute.make_layout(width))
 
@@ -113,7 +128,7 @@ def _float_of_bits(bits: cutlass.Uint32) -> cutlass.Float32:
     return cute.recast_tensor(word, cutlass.Float32)[0]
 
 
-def _blocks(t: cute.Tensor) -> cute.Tensor:
+def as_blocks(t: cute.Tensor) -> cute.Tensor:
     """A flat tensor of ``32 k`` elements as (k, 32), row-major."""
     return cute.make_tensor(t.iterator, cute.make_layout((cute.size(t) // BLOCK, BLOCK), stride=(BLOCK, 1)))
 
@@ -127,7 +142,7 @@ def _codes_host(
     stream: cuda.CUstream,
     exact: cutlass.Constexpr,
 ) -> None:
-    _quantize_kernel(_blocks(x), _blocks(codes), scale, exact, False).launch(
+    _quantize_kernel(as_blocks(x), as_blocks(codes), scale, exact, False).launch(
         grid=[ctas, 1, 1], block=[THREADS, 1, 1], stream=stream
     )
 
@@ -136,7 +151,7 @@ def _codes_host(
 def _values_host(
     x: cute.Tensor, out: cute.Tensor, ctas: cutlass.Int32, stream: cuda.CUstream, exact: cutlass.Constexpr
 ) -> None:
-    _quantize_kernel(_blocks(x), _blocks(out), None, exact, True).launch(
+    _quantize_kernel(as_blocks(x), as_blocks(out), None, exact, True).launch(
         grid=[ctas, 1, 1], block=[THREADS, 1, 1], stream=stream
     )
 
@@ -175,23 +190,7 @@ def compile_kernel(
     of ``ARCHES``, or None for the arch this process runs (loaded from the kernel cache where that
     holds it). With ``dump_dir`` (an arch named) also ``<kernel_name>.ptx`` and ``.cubin`` there."""
     _check_kind(form, mode)
-    if arch is not None and arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    if (form, mode, arch) in _COMPILED and dump_dir is None and not options:
-        return _COMPILED[(form, mode, arch)]
-    if arch is None and dump_dir is None and not options:
-        from cutlass_kernels.swiglu_kernel import running_arch
-
-        runs_on = running_arch()
-        compiled = kernel_cache.cached_or_compiled(
-            kernel_name(form, mode, runs_on or "native"),
-            runs_on,
-            lambda: _compile(form, mode, None, None, ""),
-        )
-    else:
-        compiled = _compile(form, mode, arch, dump_dir, options)
-    _COMPILED[(form, mode, arch)] = compiled
-    return compiled
+    return compile_once(_COMPILED, kernel_name, _compile, (form, mode), arch, dump_dir, options)
 
 
 def _compile(form: str, mode: str, arch: str | None, dump_dir: Path | None, options: str) -> Any:

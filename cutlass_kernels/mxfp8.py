@@ -43,6 +43,19 @@ class MXTensor:
         return MXTensor(self.data[index], self.scale[index])
 
 
+@dataclass(frozen=True)
+class MXValues:
+    """An MXFP8 tensor held as the BF16 values it represents (:func:`fake_quantize`'s), without its
+    E4M3 codes and E8M0 scales: the A operand as a GEMM without block-scaled MMA multiplies it, made
+    once by its producer rather than quantized again by the GEMM."""
+
+    values: torch.Tensor
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.values.shape
+
+
 def scale_values(scale: torch.Tensor) -> torch.Tensor:
     """float32 powers of two of biased E8M0 exponents."""
     return torch.ldexp(torch.ones_like(scale, dtype=torch.float32), scale.to(torch.int32) - E8M0_BIAS)

@@ -41,9 +41,10 @@ from cutlass_kernels.vocabulary import check_arch
 @dataclass(frozen=True)
 class PlannedLaunch:
     """One kernel launch a wrapper would have made: the kernel (its compile-key name), the op it
-    computes (``fprop``, ``dgrad``, ``wgrad``, ``mx``: block-scaled, or ``swiglu-backward``: the fused
-    SwiGLU backward of ``swiglu_kernel``, whose ``out_shape`` is dH's), its variant and arch, and the
-    output it writes."""
+    computes (``fprop``, ``dgrad``, ``wgrad``, ``mx``: block-scaled, ``swiglu-backward``: the fused
+    SwiGLU backward of ``swiglu_kernel``, whose ``out_shape`` is dH's, or ``swiglu-forward``: the
+    fused SwiGLU forward of ``swiglu_forward_kernel``, A's, the values' or the codes'), its variant and
+    arch, and the output it writes."""
 
     kernel: str
     op: str

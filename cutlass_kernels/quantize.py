@@ -7,23 +7,17 @@ environment (:data:`QUANTIZER_ENV`) overrides it, for the device run that checks
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from cutlass_kernels import choices, mxfp8
 from cutlass_kernels.mxfp8 import MXTensor
 
 QUANTIZER_ENV = "CUTLASS_KERNELS_MX_QUANTIZER"
-QUANTIZERS = ("torch", "kernel")
 
 
 def quantizer() -> str:
     """``torch`` or ``kernel``: the environment's choice where set, else the measured one."""
-    chosen = os.environ.get(QUANTIZER_ENV) or choices.MX_QUANTIZER
-    if chosen not in QUANTIZERS:
-        raise ValueError(f"{QUANTIZER_ENV}={chosen!r} is not allowed; allowed: {', '.join(QUANTIZERS)}")
-    return chosen
+    return choices.implementation(QUANTIZER_ENV, choices.MX_QUANTIZER)
 
 
 def _kernel_takes(x: torch.Tensor) -> bool:

@@ -224,13 +224,15 @@ def compile_all(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
 
 def compile_arch(arch: str, out_dir: Path, options: str = "") -> dict[str, Any]:
     """Every CuTe kernel of ``arch``: the grouped GEMMs of every variant (:func:`compile_all`), the
-    SwiGLU backward and the MX quantization kernels, compiled with ``options`` beside the DSL's
-    defaults, their PTX and cubin written into ``out_dir``; the compiled kernels by name. The DSL
-    must target ``arch`` (``CUTE_DSL_ARCH``, set before it is first imported)."""
-    from cutlass_kernels import mx_quant_kernel, swiglu_kernel
+    SwiGLU backward, the MX quantization and the fused SwiGLU forward kernels, compiled with
+    ``options`` beside the DSL's defaults, their PTX and cubin written into ``out_dir``; the
+    compiled kernels by name. The DSL must target ``arch`` (``CUTE_DSL_ARCH``, set before it is
+    first imported)."""
+    from cutlass_kernels import mx_quant_kernel, swiglu_forward_kernel, swiglu_kernel
 
     return {
         **compile_all(arch, out_dir, options),
         **swiglu_kernel.compile_all(arch, out_dir, options),
         **mx_quant_kernel.compile_all(arch, out_dir, options),
+        **swiglu_forward_kernel.compile_all(arch, out_dir, options),
     }

@@ -208,21 +208,22 @@ def correctness(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return {"seed": seed} | check_case(subject, rows, f, gen)
 
-    return _each(results, "correctness", cases, measure, subject.device)
+    return each_shape(results, _base("correctness"), cases, measure, subject.device)
 
 
-def _each(
+def each_shape(
     results: Path,
-    stage: str,
+    base: dict[str, Any],
     shapes: Sequence[tuple[int, int]],
     measure: Callable[[int, int], dict[str, Any]],
     device: torch.device,
 ) -> int:
-    """``measure`` each (rows, F), one record each appended to ``results`` as it exists
-    (:func:`cutlass_kernels.results.each`); 0 if every record passed, else 1."""
+    """``measure`` each (rows, F), one record each (``base``, the shape and what it measured) appended
+    to ``results`` as it exists (:func:`cutlass_kernels.results.each`), the device's cached blocks
+    freed after each; 0 if every record passed, else 1."""
     return each(
         results,
-        {"stage": stage, "name": "swiglu_backward"},
+        base,
         [{"rows": rows, "f": f} for rows, f in shapes],
         measure,
         torch.cuda.empty_cache if device.type == "cuda" else lambda: None,
@@ -310,7 +311,7 @@ def time_shape(
     times = _time_forms(subject, rows, f, iters)
     moved = swiglu_kernel.bytes_moved(rows, f)
     times["copy"] = copy_probe(moved, subject.device, iters)
-    times["add"] = _add_probe(moved, subject.device, iters)
+    times["add"] = add_probe(moved, subject.device, iters)
     record = bandwidth_record(rows, f, {name: ms for name, (ms, _) in times.items()}, goal)
     return record | {"timer": {name: how for name, (_, how) in times.items()}}
 
@@ -322,7 +323,8 @@ def copy_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float
     return times_ms(lambda: dst.copy_(src), device, iters)
 
 
-def _add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+def add_probe(moved: int, device: torch.device, iters: int) -> tuple[list[float], str]:
+    """Times of a BF16 add of ``moved`` bytes (two thirds read, one written): the other probe."""
     x, y, z = (torch.empty(moved // 6, dtype=torch.bfloat16, device=device) for _ in range(3))
     return times_ms(lambda: torch.add(x, y, out=z), device, iters)
 
@@ -350,4 +352,8 @@ def timing(
     def measure(rows: int, f: int) -> dict[str, Any]:
         return time_shape(subject, rows, f, iters, goal)
 
-    return _each(results, "timing", shapes, measure, subject.device)
+    return each_shape(results, _base("timing"), shapes, measure, subject.device)
+
+
+def _base(stage: str) -> dict[str, Any]:
+    return {"stage": stage, "name": "swiglu_backward"}

@@ -35,7 +35,6 @@ first under torch's fake tensors, so a memory estimate sees the outputs and no l
 from __future__ import annotations
 
 import math
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,9 +46,8 @@ from cuda.bindings import driver as cuda
 from cutlass.cute.runtime import make_fake_tensor
 from torch._subclasses.fake_tensor import is_fake
 
-from cutlass_kernels import kernel_cache, planning
-from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, sm_count, to_cute
-from cutlass_kernels.vocabulary import ARCHES
+from cutlass_kernels import planning
+from cutlass_kernels.cute_base import ALIGN_BYTES, compile_host, compile_once, sm_count, to_cute
 
 VEC = ALIGN_BYTES // 2  # BF16 elements per 128-bit access
 COL_THREADS = 16  # threads along a row: 128 columns, 256 contiguous bytes per tensor row
@@ -120,7 +118,7 @@ def _swiglu_backward_vector(d_bf16: cute.Tensor, g_bf16: cute.Tensor, u_bf16: cu
     With p = dA * s: dup = dA * silu = p * g, A = silu * up, and
     dgate = dA * up * s * (1 + g * (1 - s)) = up * (p + dup * (1 - s)): nine FP32 operations and
     two MUFU per element."""
-    d, g, u = _widen(d_bf16), _widen(g_bf16), _widen(u_bf16)
+    d, g, u = widen(d_bf16), widen(g_bf16), widen(u_bf16)
     dgate, dup, out_a = (cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32) for _ in range(3))
     for k in cutlass.range_constexpr(VEC):
         s = cute.arch.rcp_approx(cute.math.exp2(g[k] * _NEG_LOG2E, fastmath=True) + 1.0)
@@ -135,12 +133,14 @@ def _swiglu_backward_vector(d_bf16: cute.Tensor, g_bf16: cute.Tensor, u_bf16: cu
 
 
 @cute.jit
-def _widen(t: cute.Tensor) -> cute.Tensor:
-    """A BF16 fragment as FP32, exactly: a BF16 is the top half of its FP32, so each 32-bit word of
-    two gives its low element by a shift and its high one by a mask (one instruction each)."""
+def widen(t: cute.Tensor) -> cute.Tensor:
+    """A BF16 fragment (an even number of elements) as FP32, exactly: a BF16 is the top half of its
+    FP32, so each 32-bit word of two gives its low element by a shift and its high one by a mask (one
+    instruction each)."""
+    n = cute.size(t)
     words = cute.recast_tensor(t, cutlass.Uint32)
-    bits = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Uint32)
-    for k in cutlass.range_constexpr(VEC // 2):
+    bits = cute.make_rmem_tensor(cute.make_layout(n), cutlass.Uint32)
+    for k in cutlass.range_constexpr(n // 2):
         bits[2 * k] = words[k] << 16
         bits[2 * k + 1] = words[k] & cutlass.Uint32(0xFFFF0000)
     return cute.recast_tensor(bits, cutlass.Float32)
@@ -181,7 +181,7 @@ def _fake_operands() -> list[Any]:
     ]
 
 
-_COMPILED: dict[str | None, Any] = {}
+_COMPILED: dict[tuple[str | None], Any] = {}
 
 
 def kernel_name(arch: str) -> str:
@@ -195,30 +195,7 @@ def compile_kernel(arch: str | None = None, dump_dir: Path | None = None, option
     holds it (:mod:`cutlass_kernels.kernel_cache`). With ``dump_dir`` (an arch named) it also writes
     ``<kernel_name(arch)>.ptx`` and ``.cubin`` there (and recompiles); ``options``: the DSL's compile
     options beside those (a build for export names its host target)."""
-    if arch is not None and arch not in ARCHES:
-        raise ValueError(f"arch {arch!r} is not allowed; allowed: {', '.join(ARCHES)}")
-    if arch in _COMPILED and dump_dir is None and not options:
-        return _COMPILED[arch]
-    if arch is None and dump_dir is None and not options:
-        runs_on = running_arch()
-        compiled = kernel_cache.cached_or_compiled(
-            kernel_name(runs_on or "native"), runs_on, lambda: _compile(None, None, "")
-        )
-    else:
-        compiled = _compile(arch, dump_dir, options)
-    _COMPILED[arch] = compiled
-    return compiled
-
-
-def running_arch() -> str | None:
-    """The arch of ``ARCHES`` whose kernels this process runs: ``CUTE_DSL_ARCH`` where set, else the
-    current GPU's (sm_90a on compute capability 9.0, sm_100a on 10.0); None for any other."""
-    named = os.environ.get("CUTE_DSL_ARCH")
-    if named:
-        return named if named in ARCHES else None
-    if not torch.cuda.is_available():
-        return None
-    return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get(torch.cuda.get_device_capability())
+    return compile_once(_COMPILED, kernel_name, _compile, (), arch, dump_dir, options)
 
 
 def _compile(arch: str | None, dump_dir: Path | None, options: str) -> Any:

@@ -1,4 +1,12 @@
-"""The SwiGLU backward's torch forms: the unfused reference and the fused ones without the kernel.
+"""The SwiGLU's torch forms: the forward, the kernels' arithmetic mirrored, and the backward's unfused
+reference and fused forms without the kernel.
+
+The forward (``swiglu_forward``) is A = silu(gate) * up from the GEMM-1 output H = [gate | up], in
+float32, rounded to H's dtype: the layers' form, the CPU path and the fallback of the fused forward
+kernel (``swiglu_forward_kernel.py``, which :mod:`cutlass_kernels.swiglu_forward` chooses between).
+``swiglu_forward_steps`` is that kernel's arithmetic step by step in torch (the device check's
+stand-in on the CPU), with exact ``exp2`` and reciprocal where the kernel has the GPU's
+approximations.
 
 From dA (the gradient of the SwiGLU output A = silu(gate) * up, i.e. GEMM-2's data gradient) and the
 saved GEMM-1 output H = [gate | up], each gives d(gate, up) = [dA * up * silu'(gate) | dA * silu(gate)]
@@ -19,11 +27,30 @@ The three compute the same values, the two fused ones bit for bit on one thread.
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 
 # Elements (rows x F) per block of the fused pass: its float32 temporaries (a few blocks' worth)
 # stay in a core's cache (benchmarks/swiglu_backward.py).
 BLOCK_ELEMENTS = 1 << 15
+
+
+def swiglu_forward(h: torch.Tensor) -> torch.Tensor:
+    """A = silu(gate) * up [..., F] of H = [gate | up] [..., 2F], in H's dtype, float32 arithmetic."""
+    gate, up = h.float().chunk(2, dim=-1)
+    return (F.silu(gate) * up).to(h.dtype)
+
+
+def swiglu_forward_steps(h: torch.Tensor) -> torch.Tensor:
+    """A of H [..., 2F] as the fused forward kernel computes it, in BF16: per element, in float32,
+    s = 1 / (2^(g * -log2 e) + 1), A = (g * s) * up, rounded to nearest even; ``exp2`` and the
+    reciprocal exact (the kernel's ``ex2.approx.ftz`` and ``rcp.approx`` are within an ulp or two of
+    them; its flush of a subnormal ``2^(...)`` changes nothing, as 1 + it rounds to 1)."""
+    gate, up = h.float().chunk(2, dim=-1)
+    s = torch.reciprocal(torch.exp2(gate * torch.tensor(-math.log2(math.e), dtype=torch.float32)) + 1.0)
+    return ((gate * s) * up).to(torch.bfloat16)
 
 
 def check_operands(da: torch.Tensor, h: torch.Tensor) -> int:

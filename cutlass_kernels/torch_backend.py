@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from cutlass_kernels.mxfp8 import MXTensor
+from cutlass_kernels.mxfp8 import MXTensor, MXValues
 
 _ALIGN_BYTES = 16
 
@@ -84,17 +84,24 @@ def grouped_gemm_wgrad(
 
 
 def grouped_gemm_mx(
-    a: MXTensor, b: MXTensor, offs: torch.Tensor, out_dtype: torch.dtype, b_values: torch.Tensor | None = None
+    a: MXTensor | MXValues,
+    b: MXTensor,
+    offs: torch.Tensor,
+    out_dtype: torch.dtype,
+    b_values: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The MX semantics exactly: dequantize both operands (exact in float32), then a float32 GEMM. On
     CUDA, whose grouped GEMM takes BF16 operands only, the BF16 values (exact while the scales stay in
     BF16's exponent range; ``b_values`` when the caller keeps them in BF16) with float32
-    accumulation, as the sm90 kernels multiply them."""
-    if not a.data.is_cuda:
-        return grouped_gemm(a.dequantize(torch.float32), b.dequantize(torch.float32), offs, out_dtype)
+    accumulation, as the sm90 kernels multiply them. An A given as its values is multiplied as
+    they are."""
+    if not b.data.is_cuda:
+        a_values = a.values.float() if isinstance(a, MXValues) else a.dequantize(torch.float32)
+        return grouped_gemm(a_values, b.dequantize(torch.float32), offs, out_dtype)
     b_bf16 = (
         b_values
         if b_values is not None and b_values.dtype == torch.bfloat16
         else b.dequantize(torch.bfloat16)
     )
-    return grouped_gemm(a.dequantize(torch.bfloat16), b_bf16, offs, out_dtype)
+    a_bf16 = a.values if isinstance(a, MXValues) else a.dequantize(torch.bfloat16)
+    return grouped_gemm(a_bf16, b_bf16, offs, out_dtype)

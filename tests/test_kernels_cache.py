@@ -113,11 +113,13 @@ _LOADS = """
 import json, sys
 import torch
 from cutlass_kernels import compiles, kernel_cache, mx_quant_kernel, registry, swiglu_kernel
+from cutlass_kernels import swiglu_forward_kernel
 
 specs = [registry.spec_for("sm_90a", op, torch.bfloat16, torch.bfloat16, v)
          for op, v in (("fprop", "default"), ("wgrad", "ragged_tile"), ("dgrad", "tma_tail64"))]
 functions = [registry.compiled(s) for s in specs]
 functions += [swiglu_kernel.compile_kernel(), mx_quant_kernel.compile_kernel("values", "exact")]
+functions += [swiglu_forward_kernel.compile_kernel("codes", "exact")]
 report = {"compiles": compiles.spent()[1], "loads": compiles.loads()[1]}
 # a loaded kernel takes the compiled one's arguments: on a machine without a GPU its call gets as far
 # as the CUDA runtime, which finds no driver
@@ -152,7 +154,7 @@ def test_a_process_loads_its_kernels_from_the_cache_and_compiles_only_a_miss_say
 ):
     cache = _cache(compiled_kernels, "sm_90a")
     report, stderr = _run_loads(cache)
-    assert (report["compiles"], report["loads"]) == (0, 5)
+    assert (report["compiles"], report["loads"]) == (0, 6)
     assert "compiling" not in stderr
     if "call" in report:  # no GPU here: the loaded kernel's arguments were taken, the driver was not found
         assert (
@@ -167,5 +169,5 @@ def test_a_process_loads_its_kernels_from_the_cache_and_compiles_only_a_miss_say
     manifest["kernels"] = [e for e in manifest["kernels"] if e["kernel"] != missing]
     (partial / kernel_cache.MANIFEST).write_text(json.dumps(manifest))
     report, stderr = _run_loads(partial)
-    assert (report["compiles"], report["loads"]) == (1, 4)
+    assert (report["compiles"], report["loads"]) == (1, 5)
     assert f"cutlass_kernels: compiling {missing}: not in the cache {partial}" in stderr

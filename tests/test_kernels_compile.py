@@ -52,6 +52,9 @@ SWIGLU_KERNEL = "swiglu_backward_bfloat16"
 MX_QUANT_KERNELS = [
     f"mx_quantize_{mode}_{form}_bfloat16" for form in ("codes", "values") for mode in ("exact", "fast")
 ]
+SWIGLU_FORWARD_KERNELS = ["swiglu_forward_bfloat16"] + [
+    f"swiglu_forward_mx_{mode}_{form}" for form in ("codes", "values") for mode in ("exact", "fast")
+]
 
 
 @pytest.mark.slow
@@ -65,12 +68,12 @@ def test_compile_cli_writes_ptx_with_tensor_core_mma(arch: str, compiled_kernels
         if "_mx_" in name:
             assert "kind::mxf8f6f4.block_scale.block32" in ptx
         assert (out / f"{name}_{arch}.cubin").stat().st_size > 0
-    # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py) and the MX
-    # quantization kernels (below)
+    # and the fused SwiGLU backward kernel (its PTX: tests/test_swiglu_kernel.py), the MX
+    # quantization kernels and the fused SwiGLU forward kernels (below)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [
             f"{name}_{arch}.{ext}"
-            for name in [*KERNELS[arch], SWIGLU_KERNEL, *MX_QUANT_KERNELS]
+            for name in [*KERNELS[arch], SWIGLU_KERNEL, *MX_QUANT_KERNELS, *SWIGLU_FORWARD_KERNELS]
             for ext in ("ptx", "cubin")
         ]
         + ["kernels.json"]
@@ -194,14 +197,66 @@ def test_the_mx_quantization_kernels_move_16_bytes_at_a_time_and_convert_in_hard
             assert ptx.count(instruction) == count, (name, instruction)
         assert ".ftz" not in ptx and "ld.local" not in ptx and "st.local" not in ptx, name
         assert "ld.global.f32" not in ptx and "st.global.f32" not in ptx, name  # no float32 in memory
-        ptx_file = tmp_path / f"{name}.ptx"
-        ptx_file.write_text(ptx)
-        info = subprocess.run(
-            ["ptxas", f"-arch={arch}", "-v", str(ptx_file), "-o", str(tmp_path / "x.cubin")],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert info.returncode == 0, info.stderr[-2000:]
-        assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in info.stderr, name
-        assert int(re.search(r"Used (\d+) registers", info.stderr).group(1)) <= 64, info.stderr
+        assert _registers_without_spills(arch, name, ptx, tmp_path) <= 64
+
+
+def _registers_without_spills(arch: str, name: str, ptx: str, tmp_path: Path) -> int:
+    """The registers ``ptxas -v`` reports for a kernel's PTX, after asserting no stack and no spills."""
+    ptx_file = tmp_path / f"{name}.ptx"
+    ptx_file.write_text(ptx)
+    info = subprocess.run(
+        ["ptxas", f"-arch={arch}", "-v", str(ptx_file), "-o", str(tmp_path / "x.cubin")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert info.returncode == 0, info.stderr[-2000:]
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in info.stderr, name
+    return int(re.search(r"Used (\d+) registers", info.stderr).group(1))
+
+
+# the fused SwiGLU forward's instructions per thread and unit (a row's 32 columns): four 128-bit loads
+# each of gate and up, per element an ex2 (flushing: 1 + a subnormal is 1 anyway) and a reciprocal
+# that keeps subnormal results (the sigmoid below g = -87.3, as the torch form's), the rounding to
+# BF16, then A's stores or the MX block step's (the quantization kernel's instructions)
+_SWIGLU_FORWARD_PTX = {
+    "bfloat16": {"st.global.v4.b32": 4, "cvt.rn.satfinite.e4m3x2.f32": 0},
+    "codes": {"st.global.v4.b32": 2, "st.global.b8": 1, "cvt.rn.satfinite.e4m3x2.f32": 16},
+    "values": {"st.global.v4.b32": 4, "cvt.rn.satfinite.e4m3x2.f32": 16, "cvt.rn.f16x2.e4m3x2": 16},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(MMA))
+def test_the_swiglu_forward_kernels_move_16_bytes_at_a_time_and_keep_subnormal_sigmoids(
+    arch: str, compiled_kernels, tmp_path: Path
+):
+    from cutlass_kernels import swiglu_forward_kernel as k
+
+    if shutil.which("ptxas") is None:
+        pytest.skip("ptxas is not installed")
+    out = compiled_kernels(arch)
+    for name in SWIGLU_FORWARD_KERNELS:
+        ptx = (out / f"{name}_{arch}.ptx").read_text()
+        form = next(f for f in ("codes", "values") if f"_{f}" in name) if "_mx_" in name else "bfloat16"
+        assert f".target {arch}" in ptx
+        accesses = sorted(re.findall(r"\b(?:ld|st)\.global\S*", ptx))
+        stores = _SWIGLU_FORWARD_PTX[form]
+        assert accesses == sorted(
+            ["ld.global.v4.b32"] * 8
+            + ["st.global.v4.b32"] * stores["st.global.v4.b32"]
+            + ["st.global.b8"] * stores.get("st.global.b8", 0)
+        ), (name, accesses)
+        for instruction, count in stores.items():
+            assert ptx.count(instruction) == count, (name, instruction)
+        assert ptx.count("ex2.approx.ftz.f32") == ptx.count("rcp.approx.f32") == k.BLOCK
+        assert "rcp.approx.ftz" not in ptx and ptx.count(".ftz") == k.BLOCK, name  # only the ex2s flush
+        # A rounded to BF16 once an element: in pairs where it is stored, one at a time where the MX
+        # step reads its bits
+        rounded = 2 * ptx.count("cvt.rn.bf16x2.f32") + ptx.count("cvt.rn.bf16.f32")
+        assert rounded == k.BLOCK * (1 + (form == "values")), (name, rounded)
+        assert f".minnctapersm {k.CTAS_PER_SM}" in ptx and f".reqntid {k.THREADS}, 1, 1" in ptx
+        assert ".local" not in ptx and ".shared" not in ptx, name
+        assert "ld.global.f32" not in ptx and "st.global.f32" not in ptx, name  # no float32 in memory
+        registers = _registers_without_spills(arch, name, ptx, tmp_path)
+        assert registers <= 65536 // (k.THREADS * k.CTAS_PER_SM), (name, registers)

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from cutlass_kernels import MXTensor, fake_quantize
+from cutlass_kernels import MXTensor, fake_quantize, swiglu, swiglu_mx
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
 from cutlass_kernels.swiglu_torch import swiglu_backward
 from pipeline.moe.swiglu import swiglu_backward_fused
@@ -53,11 +52,6 @@ def tail_offsets(offs: torch.Tensor, start: int) -> torch.Tensor:
     return (offs - start).clamp_min(0).to(torch.int32)
 
 
-def swiglu(h: torch.Tensor) -> torch.Tensor:
-    gate, up = h.float().chunk(2, dim=-1)
-    return (F.silu(gate) * up).to(h.dtype)
-
-
 class GroupedSwiGLU(torch.autograd.Function):
     """y = W2_g (silu(W1gate_g x) * W1up_g x) for each row x of group g."""
 
@@ -82,10 +76,8 @@ class GroupedSwiGLU(torch.autograd.Function):
             h = grouped_gemm_mx(
                 mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w1_values
             )
-            a, w2_values = swiglu(h), mx.w2_values
-            y = grouped_gemm_mx(
-                a, mx.w2, offs, out_dtype=x.dtype, backend=backend, mode=mx.mode, b_values=w2_values
-            )
+            a = swiglu_mx(h, mx.mode, backend)  # quantized as the down projection multiplies it
+            y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w2_values)
         ctx.save_for_backward(x, offs)
         # Kept off save_for_backward: a policy buffer is written again by later layers' forwards (other
         # rows of a shared slot), which autograd's version check would take for a change of these rows.
