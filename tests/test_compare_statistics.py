@@ -23,7 +23,7 @@ from pipeline.tools.compare.classify import (
     speedup_change,
     time_change,
 )
-from pipeline.tools.compare.statistics import (
+from pipeline.base.intervals import (
     critical_count,
     rank_sum_distribution,
     ratio_interval,

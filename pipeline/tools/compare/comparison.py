@@ -42,7 +42,7 @@ from pipeline.tools.compare.noise import (
     windows,
 )
 from pipeline.tools.compare.side import METRICS, Side
-from pipeline.tools.compare.statistics import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
+from pipeline.base.intervals import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 
 METHOD = (
     "ratio of the published slowest-rank medians; noise per ratio: its windows (median variance "
