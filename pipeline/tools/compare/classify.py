@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipeline.base.intervals import Interval
 from pipeline.tools.compare.family import ALPHA
 from pipeline.tools.compare.special import t_isf, t_sf
-from pipeline.base.intervals import Interval
 
 DEFAULT_THRESHOLD = 0.05
 TIME_CLASSES = ("slower", "faster", "unchanged")  # ratios of times: above 1 is worse
