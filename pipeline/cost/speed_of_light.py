@@ -1,14 +1,17 @@
-"""Predicted iteration time of the project's layer from a hardware preset's peak rates.
+"""The speed-of-light time of the project's layer: its iteration at a hardware preset's datasheet
+peaks, a bound no run reaches, not a prediction of what one takes (beside it stand the expectation
+from measured kernel rates, :mod:`pipeline.cost.expectation`, and the measured phase account).
 
-Per timed layer: a roofline of GEMM time (routed GEMMs at the precision's tensor rate, shared experts
-at the BF16 rate) against HBM time (the logical byte model), plus the all-to-all over NVLink with no
-overlap. The all-to-all synchronizes every layer, so each layer takes as long as its busiest rank: the
-tracked GPU at load f, or any other rank at (EP - f) / (EP - 1) when f < 1.
+Per timed layer: a roofline of GEMM time (routed GEMMs at the peak of the product that ran, shared
+experts at the BF16 rate) against HBM time (the logical byte model), plus the all-to-all over NVLink
+with no overlap. The all-to-all synchronizes every layer, so each layer takes as long as its busiest
+rank: the tracked GPU at load f, or any other rank at (EP - f) / (EP - 1) when f < 1.
 
-All-to-all per forward: dispatch sends the remote share (EP-1)/EP of the busiest rank's routed rows
-at the wire precision, combine returns them in BF16; a backward adds two BF16 all-to-alls of the same
-rows (output gradients out, input gradients back). Links run both directions at once, so the
-receive side of the busiest rank sets the time.
+All-to-all per forward: dispatch sends the remote share (ranks-1)/ranks of the busiest rank's routed
+rows at the wire precision, combine returns them in BF16; a backward adds two BF16 all-to-alls of the
+same rows (output gradients out, input gradients back). Links run both directions at once, so the
+receive side of the busiest rank sets the time. Communication that does not run (one launched rank)
+takes no time.
 """
 
 from __future__ import annotations
@@ -22,8 +25,8 @@ from pipeline.cost.layer_cost import LayerShape, forward_bytes, row_bytes
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """Predicted milliseconds of one iteration and its parts (summed over the timed layers)."""
+class SpeedOfLight:
+    """Milliseconds of one iteration at the peaks and their parts (summed over the timed layers)."""
 
     gemm_ms: float  # GEMM time at peak tensor rates
     hbm_ms: float  # logical bytes at peak HBM bandwidth
@@ -41,28 +44,34 @@ def busiest_load(load: float, ep: int) -> float:
     return load if ep == 1 else max(load, (ep - load) / (ep - 1))
 
 
-def _layer(s: LayerShape, load: float, hw: Hardware, dispatch: str) -> tuple[float, float, float]:
+def _layer(
+    s: LayerShape, load: float, hw: Hardware, dispatch: str, routed_tflops: float
+) -> tuple[float, float, float]:
     """(GEMM s, HBM s, all-to-all s) of one timed layer at the busiest rank's load."""
     g = busiest_load(load, s.ep)
     passes = s.forward_equivalents
     per_row = 6.0 * s.d_model * s.d_ff
-    gemm = per_row * g * s.tokens * s.top_k / (hw.tensor_tflops(s.precision) * 1e12)
+    gemm = per_row * g * s.tokens * s.top_k / (routed_tflops * 1e12)
     gemm += per_row * s.num_shared * s.tokens / (hw.peak("bf16_tflops") * 1e12)
     hbm = forward_bytes(s, g, dispatch) / (hw.peak("hbm_tb_s") * 1e12)
-    remote_rows = g * s.tokens * s.top_k * (s.ep - 1) / s.ep
+    remote_rows = g * s.tokens * s.top_k * s.remote_share
     wire = row_bytes(s.d_model, dispatch) + row_bytes(s.d_model, "bf16")
     if passes > 1:
         wire += 2 * row_bytes(s.d_model, "bf16")
     return passes * gemm, passes * hbm, remote_rows * wire / (hw.peak("nvlink_gb_s") * 1e9)
 
 
-def predict(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> Prediction:
-    """Predicted iteration time and its parts; ``dispatch`` is the wire precision of the dispatch
-    all-to-all ("mxfp8" for an FP8-payload pipeline, else "bf16")."""
+def speed_of_light(
+    s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16", routed_tflops: float | None = None
+) -> SpeedOfLight:
+    """The iteration at the peaks, and its parts; ``dispatch`` is the wire precision of the dispatch
+    all-to-all ("mxfp8" for an FP8-payload pipeline, else "bf16"); ``routed_tflops`` the peak of the
+    routed GEMMs' product as it ran (default: the precision's tensor peak)."""
     hw = preset(hardware)
     choice("dispatch", dispatch, PRECISIONS)
-    parts = [_layer(s, load, hw, dispatch) for load in s.layer_loads]
-    return Prediction(
+    tflops = hw.tensor_tflops(s.precision) if routed_tflops is None else routed_tflops
+    parts = [_layer(s, load, hw, dispatch, tflops) for load in s.layer_loads]
+    return SpeedOfLight(
         gemm_ms=1e3 * sum(p[0] for p in parts),
         hbm_ms=1e3 * sum(p[1] for p in parts),
         roofline_ms=1e3 * sum(max(p[0], p[1]) for p in parts),
@@ -70,6 +79,8 @@ def predict(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") ->
     )
 
 
-def predicted_ms(s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16") -> float:
-    """Predicted iteration time in milliseconds on the tracked GPU (see the module docstring)."""
-    return predict(s, hardware, dispatch=dispatch).total_ms
+def speed_of_light_ms(
+    s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16", routed_tflops: float | None = None
+) -> float:
+    """The iteration's milliseconds at the peaks on the tracked GPU (see the module docstring)."""
+    return speed_of_light(s, hardware, dispatch=dispatch, routed_tflops=routed_tflops).total_ms
