@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipeline.data.reader import Shard
+from pipeline.report import communication
 
 # What the report measured, in the terms each check compares against.
 REPORT_DTYPE = "bfloat16"
@@ -99,9 +100,15 @@ CHECKS = (
     ),
     _Check(
         "ranks",
-        "EP GPUs, the slowest of them reduced",
-        "the slowest GPU is chosen among the launched ranks, not among EP",
-        lambda s: None if s.meta.shape.ranks == s.meta.shape.ep else f"{s.meta.shape.ranks} of EP ranks",
+        "EP GPUs, the slowest of them reduced, rows crossing between all of them",
+        "the slowest GPU is chosen among the launched ranks, not among EP, and rows cross only between "
+        "them: on one rank no collective runs and nothing crosses a link (communication none: 1 rank; "
+        "no all-to-all is predicted or counted, NVLink is empty)",
+        lambda s: (
+            None
+            if s.meta.shape.ranks == s.meta.shape.ep
+            else f"{s.meta.shape.ranks} of EP ranks ({communication.of_shard(s)})"
+        ),
     ),
     _Check(
         "tracked rank's tokens",
