@@ -27,7 +27,7 @@ from pipeline.bench.diagnostics import (
     versions,
 )
 from pipeline.bench.kernels import kernels
-from pipeline.bench.plants import planted
+from pipeline.bench.plants import planted, slowed
 from pipeline.bench.spec import JobSpec
 from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, calibrated, time_windows
@@ -45,6 +45,7 @@ from pipeline.data.meta import (
 )
 from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
+from pipeline.moe import ranges
 
 NVLINK_SAMPLE_S = 1.0
 
@@ -86,6 +87,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     started_at = ledger.now()
     with phases("build"):
         work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed, shared)
+    ranges.slow(slowed(execution_id, ctx.rank))  # a slow phase a test plants; else none
     with phases("gate"):
         planted(execution_id, ctx.rank)  # a fault a test plants (pipeline.bench.plants); else nothing
         verdict = sanity.gate(work.stack, work.grads is not None, spec.seed)

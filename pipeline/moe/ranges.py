@@ -13,6 +13,8 @@ of a built-in op is known by the phase of the forward that made it without recor
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Mapping
 from types import TracebackType
 
 import torch
@@ -33,14 +35,25 @@ _sequence_nr = torch._C._autograd._get_sequence_nr
 # that runs the layers), its name and the first and past-last sequence numbers of those nodes, in the
 # order the ranges ended.
 MADE: list[tuple[str, int, int]] = []
+# Phases planted slow (pipeline.bench.plants): phase -> extra seconds each time it runs.
+_SLOW: dict[str, float] = {}
 
 
 def phase(name: str, mx: bool = False) -> contextlib.AbstractContextManager[object]:
     """The range of phase ``name`` (``mx``: an MXFP8 GEMM's, whose operand conversions are
     quantization) while a profiler runs, else nothing."""
+    if _SLOW and name in _SLOW:
+        return _Slowed(range_name(name, mx), _SLOW[name])
     if not autograd_profiler._is_profiler_enabled:
         return _OFF
     return _Range(range_name(name, mx))
+
+
+def slow(phases: Mapping[str, float]) -> None:
+    """From now on each phase of ``phases`` runs that many seconds longer, inside its range (a fault
+    a test plants, :mod:`pipeline.bench.plants`); an empty mapping plants none."""
+    _SLOW.clear()
+    _SLOW.update(phases)
 
 
 def layer() -> contextlib.AbstractContextManager[object]:
@@ -71,3 +84,22 @@ class _Range:
         if _NVTX:
             torch.cuda.nvtx.range_pop()
         _exit(self.handle)
+
+
+class _Slowed:
+    """A planted slow phase: its range (while a profiler runs) around its work and the extra wait."""
+
+    __slots__ = ("inner", "name", "seconds")
+
+    def __init__(self, name: str, seconds: float) -> None:
+        self.name, self.seconds = name, seconds
+
+    def __enter__(self) -> None:
+        self.inner = _Range(self.name) if autograd_profiler._is_profiler_enabled else _OFF
+        self.inner.__enter__()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        time.sleep(self.seconds)
+        self.inner.__exit__(kind, err, tb)

@@ -207,7 +207,7 @@ def _panel_title(ep: int, kind: str, precision: str, mine: list[Row]) -> str:
     BF16 (at the CPU scales the panels ran float32 layers) and MXFP8 products that were not native
     (``emulated: BF16 tensor cores`` on Hopper, the ``float32 reference``)."""
     panel = [r for r in mine if r["kind"] == kind and r["precision"] == precision]
-    label = f"EP{ep} {kind} {precision.upper()}, {_ranks(panel)}"
+    label = f"EP{ep} {kind} {precision.upper()}, {_ranks(panel or mine)}"  # an empty panel: the EP's
     ran = sorted({str(r["dtype"]) for r in panel})
     notes = [] if ran in ([], ["bfloat16"]) else [f"ran {', '.join(ran)}"]
     notes += sorted({f"MXFP8 {p}" for r in panel if (p := r.get("mxfp8Products")) not in (None, NATIVE)})
