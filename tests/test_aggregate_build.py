@@ -165,7 +165,9 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             # these shards' kernels (cute-sm100) multiply MXFP8 natively: the FP8 peak; rows cross between
             # the 4 launched ranks only
             launched = cost.LayerShape(**{**average_gpu.__dict__, "ranks": int(row["ranks"])})
-            peak = cost.HARDWARE["h200"].peak("fp8_tflops" if e.variant.precision == "mxfp8" else "bf16_tflops")
+            peak = cost.HARDWARE["h200"].peak(
+                "fp8_tflops" if e.variant.precision == "mxfp8" else "bf16_tflops"
+            )
             light = cost.speed_of_light_ms(launched, "h200", dispatch=dispatch, routed_tflops=peak)
             assert _close(row["speedOfLightMS"], light) and _close(row["layerSOLPct"], 100 * light / ms)
             assert row["communication"] == "nccl all-to-all, 4 ranks, 1 node"
@@ -240,7 +242,9 @@ def test_each_row_publishes_its_slowest_rank_s_phase_account(published: Path) ->
     document = json.loads((published / JSON_NAME).read_text())
     accounts = {a["execution_id"]: a for a in document["accounts"]}
     for row in _rows(published / CSV_NAME):
-        shard = published / "shards" / f"execution={row['execution_id']}" / f"attempt-{row['attempt']}.parquet"
+        shard = (
+            published / "shards" / f"execution={row['execution_id']}" / f"attempt-{row['attempt']}.parquet"
+        )
         per_rank: dict[int, list[float]] = defaultdict(list)
         for raw in pq.read_table(shard).to_pylist():
             if raw["phase"] == "combined":
@@ -564,7 +568,10 @@ def test_figures_read_at_a_glance(published: Path) -> None:
     # a panel is labelled by the dtype that ran where it is not the report's BF16 (the CPU scales)
     cpu = [{**r, "dtype": "float32"} if r["ep"] == 32 and r["kind"] == "packing" else r for r in rows]
     titles = [ax.get_title() for ax in time_figure(32, cpu, pairs).axes if ax.get_title().startswith("EP32")]
-    assert titles[2:] == ["EP32 packing BF16, 4 ranks, ran float32", "EP32 packing MXFP8, 4 ranks, ran float32"]
+    assert titles[2:] == [
+        "EP32 packing BF16, 4 ranks, ran float32",
+        "EP32 packing MXFP8, 4 ranks, ran float32",
+    ]
     (table_axes,) = [ax for ax in fig.axes if ax.get_title() == TABLE_TITLE]
     (table,) = table_axes.tables
     texts = [cell.get_text().get_text() for cell in table.get_celld().values()]

@@ -290,7 +290,11 @@ def test_a_version_s_field_is_unknown_only_where_it_did_not_record_it(
 
 def test_today_s_version_without_an_account_is_refused() -> None:
     meta = _raw(5, DIST) | {"schema_version": ExecutionMeta.VERSION}
-    meta["account"] = {"ranks": [], "unknown": "not accounted: the execution profiled no iteration", "traces": False}
+    meta["account"] = {
+        "ranks": [],
+        "unknown": "not accounted: the execution profiled no iteration",
+        "traces": False,
+    }
     assert ExecutionMeta.from_json(meta).account.unknown is not None
     del meta["account"]
     with pytest.raises(MetaError, match="metadata account is missing"):

@@ -96,7 +96,9 @@ def test_speed_of_light_parts_by_hand_on_h200():
 def test_mxfp8_runs_routed_gemms_at_fp8_rate_and_fp8_dispatch_shrinks_the_wire():
     hw = HARDWARE["gb300"]
     t, d, f, e, k, ep = 2048, 7168, 3072, 384, 6, 32
-    p = speed_of_light(LayerShape("training", t, d, f, e, k, ep, "mxfp8", [1.0]), hardware="gb300", dispatch="mxfp8")
+    p = speed_of_light(
+        LayerShape("training", t, d, f, e, k, ep, "mxfp8", [1.0]), hardware="gb300", dispatch="mxfp8"
+    )
     gemm_s = 3 * (
         6 * t * k * d * f / (hw.peak("fp8_tflops") * 1e12) + 6 * t * d * f / (hw.peak("bf16_tflops") * 1e12)
     )
@@ -176,7 +178,9 @@ def test_one_rank_moves_no_rows_between_ranks_and_two_move_half():
     assert speed_of_light(one).all_to_all_ms == 0.0
     assert forward_terms(one, 1.0)["dispatch_all_to_all"] == 0.0
     assert forward_terms(one, 1.0)["combine"] == t * k * d * 2 + t * d * 4.0  # the scatter-add only
-    assert speed_of_light(two).all_to_all_ms == pytest.approx(speed_of_light(every).all_to_all_ms * (1 / 2) / (7 / 8))
+    assert speed_of_light(two).all_to_all_ms == pytest.approx(
+        speed_of_light(every).all_to_all_ms * (1 / 2) / (7 / 8)
+    )
     assert iteration_bytes(one) < iteration_bytes(two) == iteration_bytes(every)
     work = phase_work(one, [t], [t * k])
     assert work["dispatch"].bytes == work["dispatch"].link_bytes == work["combine"].link_bytes == 0.0
@@ -199,7 +203,9 @@ def test_phase_work_by_hand():
     assert work["dispatch"].link_bytes == r * d * 2 / 2 + r * d * 2 / 2  # forward rows, backward grads
     assert work["dispatch"].bytes == 4 * r * d * 2 + 4 * r * d * 2
     assert work["combine"].bytes == 2 * r * d * 2 + 2 * r * d * 2
-    assert work["permute"].bytes == (t * d * 2 + r * d * 2 + r * d * 2 + t * d * 4) + (2 * r * d * 2 + t * d * 6)
+    assert work["permute"].bytes == (t * d * 2 + r * d * 2 + r * d * 2 + t * d * 4) + (
+        2 * r * d * 2 + t * d * 6
+    )
     assert work["quantize"].bytes == 0 and work["other"] == work["other"].__class__()
     # the forward phases are the byte model's forward passes, split by phase
     forward = phase_work(LayerShape("inference", **SMALL, precision="mxfp8", layer_loads=[1.0]), [4], [8])
@@ -241,6 +247,9 @@ def test_the_expectation_feeds_the_cost_measured_rates_by_hand():
     assert got["shared"] == pytest.approx(1e3 * work["shared"].flops / 2e12)
     assert got["swiglu"] == pytest.approx(1e3 * work["swiglu"].bytes / 500e9)
     assert got["dispatch"] == got["combine"] == 0.0 and got["other"] == 0.0
-    assert expected_phases(LayerShape("training", 8, 64, 64, 8, 2, 2, "bf16", [1.0], ranks=1), [t], [r], rates) is None
+    assert (
+        expected_phases(LayerShape("training", 8, 64, 64, 8, 2, 2, "bf16", [1.0], ranks=1), [t], [r], rates)
+        is None
+    )
     # rows that cross to another rank need a measured link rate
     assert expected_phases(LayerShape("training", 8, 64, 32, 8, 2, 2, "bf16", [1.0]), [t], [r], rates) is None
