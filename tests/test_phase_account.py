@@ -147,9 +147,9 @@ def test_a_real_profile_divides_each_iteration_exactly(layer_steps):
         for phase in ("fprop", "dgrad", "wgrad", "quantize", "swiglu", "permute", "shared"):
             assert it.phases.get(phase, 0.0) > 0, phase
         assert "dispatch" not in it.phases and "combine" not in it.phases
-    chosen = account.median(found)
-    record = account.rank_account(0, found, (96,))
-    assert record.profiled_ms == chosen.span / 1e3 and record.iterations == 3
+    spans = sorted(it.span / 1e3 for it in found)
+    record = account.rank_account(0, found, (96,), spans[-1] + 1.0)  # nearest a slower timed median
+    assert record.profiled_ms == spans[-1] and record.iterations == 3 and sorted(record.spans_ms) == spans
     assert sum(record.phases.values()) + record.unclaimed_ms == pytest.approx(record.profiled_ms, rel=1e-9)
 
 
@@ -161,3 +161,19 @@ def test_profiling_leaves_no_range_behind(layer_steps):
     account.profiled(layer_steps, layer_steps, torch.device("cpu"), 3)
     assert not torch.autograd.profiler._is_profiler_enabled and ranges.MADE == []
     assert ranges.phase("fprop") is ranges._OFF
+
+
+def test_an_account_that_does_not_add_up_is_refused():
+    """A shard is untrusted input: a rank's phases and unclaimed time must add up to its profiled
+    iteration, and it must name every phase."""
+    from pipeline.data.meta import RankAccount
+
+    phases = dict.fromkeys(LAYER_PHASES, 1.0)
+    spans = (11.0, 12.0, 13.0)
+    assert RankAccount(0, 3, spans, 12.0, phases, 2.0, (96,), None, None).profiled_ms == 12.0
+    with pytest.raises(ValueError, match="add up to 12.0 ms, not profiled_ms 13.0"):
+        RankAccount(0, 3, spans, 13.0, phases, 2.0, (96,), None, None)
+    with pytest.raises(ValueError, match="phases must name exactly"):
+        RankAccount(0, 3, spans, 11.0, {**phases, "mystery": 1.0} | {"other": 0.0}, 1.0, (96,), None, None)
+    with pytest.raises(ValueError, match="spans_ms must hold the 3 iterations' spans"):
+        RankAccount(0, 3, (11.0, 13.0), 12.0, phases, 2.0, (96,), None, None)

@@ -220,7 +220,7 @@ def rank_account(
     if why is not None:
         return why
     try:
-        return account.rank_account(ctx.rank, found, tuple(s.routed_rows for s in saved))
+        return account.rank_account(ctx.rank, found, tuple(s.routed_rows for s in saved), combined_ms)
     except ValueError as err:  # an iteration the profile did not show whole
         return f"no account: {err}"
 

@@ -353,7 +353,8 @@ def _executions(rows: Sequence[Row]) -> str:
             "Times are the slowest rank's median over its timing windows, per iteration; host: the share of "
             "its runnable time the most denied rank waited for a core while it was timed, marked where "
             "the host was oversubscribed. %SOL: each rate as a percentage of its peak on the device's "
-            "preset (useful TFLOP/s over the dense tensor peak of the precision, MXFP8 at the FP8 one; the "
+            "preset (useful TFLOP/s over the dense tensor peak of the product that ran: MXFP8 at the FP8 one "
+            "where it ran natively, at the BF16 one where it was emulated on BF16 tensor cores; the "
             "HBM model's TB/s over the HBM peak; NVLink GB/s over the per-direction link peak), empty where "
             "no preset is the device."
         ),
