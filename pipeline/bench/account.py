@@ -22,7 +22,8 @@ torch reference's grouped GEMMs run hundreds of small ones).
   belongs to the phase of the op that launched it (its correlation); inside a CUDA graph no range
   reaches, so the replayed kernels are named by their eager twins: one eager iteration is profiled
   first, and each replay's sequence of kernel names is aligned to its sequence (``difflib``); a
-  kernel without a twin is ``other``. An MXFP8 GEMM range's kernels are that GEMM's when their name
+  kernel without a twin, or launched outside the layer, is unclaimed (the account counts the
+  kernels it named). An MXFP8 GEMM range's kernels are that GEMM's when their name
   is a GEMM's, else quantization.
 
 An iteration's span on a GPU runs from its first kernel to the next iteration's first kernel (one
@@ -235,22 +236,23 @@ def device_iterations(events: Sequence[Event], ctx: dict[int, Context], graphs: 
     kernels = sorted((e for e in events if e.device), key=lambda e: (e.start, -e.end))
     placed = [(k, where(k)) for k in kernels]
     eager = [k for k, r in placed if r is not None and ranges[r][2] == EAGER_RANGE]
+    twins = {id(k) for k in eager}
     firsts: dict[int, float] = {}
     for k, r in placed:
         if r is not None and ranges[r][2] == ITERATION_RANGE:
             firsts.setdefault(r, k.start)
     starts = sorted(firsts.values())
     out = []
-    twins = [launched(k) for k in eager]
+    twin_phases = [launched(k) for k in eager]
     for begin, stop in zip(starts, starts[1:], strict=False):
-        mine = [k for k in kernels if begin <= k.start < stop and k not in eager]
+        mine = [k for k in kernels if begin <= k.start < stop and id(k) not in twins]
         if graphs:
-            phases, named = _aligned([k.name for k in eager], twins, [k.name for k in mine])
+            phases, named = _aligned([k.name for k in eager], twin_phases, [k.name for k in mine])
         else:
             phases = [launched(k) for k in mine]
-            named = sum(p is not None for p in phases)
-        claims = [(k.start, k.end, "other" if p is None else p) for k, p in zip(mine, phases, strict=True)]
-        it = partition(begin, stop, claims)
+            named = sum(k.linked in launcher for k in mine)
+        # a kernel no op and no twin names, or one launched outside the layer, is unclaimed
+        it = partition(begin, stop, [(k.start, k.end, p) for k, p in zip(mine, phases, strict=True)])
         it.kernels, it.named = len(mine), named
         out.append(it)
     return out
