@@ -370,6 +370,15 @@ def test_report_page_is_self_contained_and_shows_the_dataset(published: Path) ->
         f"data:image/png;base64,{base64.b64encode((published / f).read_bytes()).decode()}" for f in figures
     ]
     assert str(published) not in page  # nothing depends on where the dataset lives
+    # the page opens with the answer: the conditions, the counts per EP and precision, each speedup
+    headings = re.findall(r"<h2>([^<]*)</h2>", page)
+    assert headings[:3] == ["The answer", "What ran", "Deviations from the report"]
+    answer = page[page.index("<h2>The answer</h2>") : page.index("<h2>What ran</h2>")]
+    assert "Conditions: device " in answer and "communication " in answer
+    chosen = [p for p in _rows(published / PAIRS_NAME) if p["selected"] == "true"]
+    assert f"Of {len(chosen)} matched workloads, Dist-MoE is faster in " in answer
+    for pair in chosen:
+        assert f"<td>{pair['workload_id']}</td>" in answer
     grid = page[page.index("Completeness of the matrix") : page.index("Iteration time per EP")]
     assert grid.count(">missing<") == 3 and grid.count(">done<") == 14
     for path in (

@@ -116,10 +116,11 @@ def conditions_line(shards: Iterable[Shard]) -> str:
             for v, n in sorted(c.items())
         )
     )
+    graphs = values(lambda s: "yes" if s.meta.timing.cuda_graphs else "no")
     return (
-        f"Conditions: device {values(FIELDS['device'])}; communication {values(of_shard)}; scale={scale}, "
-        f"{values(lambda s: s.meta.shape.dtype)} layers; grouped GEMM {values(_gemm)}; MXFP8 products "
-        f"{products}; CUDA graphs {values(FIELDS['cuda_graphs'])}; {len(shards)} executions."
+        f"Conditions: device {values(FIELDS['device'])}; communication {values(of_shard)}; scale={scale} "
+        f"with {values(lambda s: s.meta.shape.dtype)} layers; grouped GEMM {values(_gemm)}; MXFP8 "
+        f"products {products}; CUDA graphs {graphs}; {len(shards)} executions."
     )
 
 
