@@ -64,10 +64,12 @@ def shard_table(
     windows: int | None = None,
     level: float | None = None,
     gemm: str | None = None,
+    account: bool = False,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
-    preset: the shape the execution stage would run, a row per rank x phase x window, random times,
-    and a random phase account of every rank. ``windows`` overrides the preset's count, as a scale's
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times
+    (with ``account``, a random phase account of every rank too: the page then draws its bars).
+    ``windows`` overrides the preset's count, as a scale's
     ``min_timed_ms`` calibration does; ``level`` fixes the forward phase's per-iteration ms (default:
     uniform on 0.5 to 20); ``gemm`` the grouped-GEMM backend recorded (default: ``cute-sm100`` on a
     GPU, ``torch`` on the CPU; ``cute-sm90`` is Hopper's, without block-scaled MMA)."""
@@ -112,7 +114,8 @@ def shard_table(
     table = pa.table(columns, schema=SCHEMA)
     combined = forward * relative["combined"]
     meta = shard_metadata(execution, attempt, job_id, shape, plan, device, rng, scale=scale, gemm=gemm)
-    meta = replace(meta, account=synthetic_account(shape, combined, device != "cpu", rng))
+    if account:
+        meta = replace(meta, account=synthetic_account(shape, combined, device != "cpu", rng))
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta.to_json(), sort_keys=True).encode()})
 
 

@@ -46,8 +46,11 @@ MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
 
 def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Generator) -> Path:
     if execution.execution_id == GPU_FREE:  # scale=ci: d_model and d_ff shrink, rows keep the nominal d_ff
-        return write_table(dataset, shard_table(execution, attempt, rng, ranks=2, scale="ci", device="cpu"))
-    return write_table(dataset, shard_table(execution, attempt, rng, ranks=4, device="NVIDIA H200"))
+        shard = shard_table(execution, attempt, rng, ranks=2, scale="ci", device="cpu", account=True)
+        return write_table(dataset, shard)
+    return write_table(
+        dataset, shard_table(execution, attempt, rng, ranks=4, device="NVIDIA H200", account=True)
+    )
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:

@@ -69,7 +69,9 @@ def test_aggregation_publishes_the_expectation_of_the_device_s_measured_rates(tm
     dataset = tmp_path / "d"
     rng = np.random.default_rng(4)
     for name in ("inference-ep8-f1536-bf16-mok-native", "inference-ep8-f1536-mxfp8-mok-native"):
-        shard = shard_table(EXECUTION_BY_ID[name], 1, rng, ranks=1, device="NVIDIA H200", gemm="cute-sm90")
+        shard = shard_table(
+            EXECUTION_BY_ID[name], 1, rng, ranks=1, device="NVIDIA H200", gemm="cute-sm90", account=True
+        )
         write_table(dataset, shard)
     write_table(
         dataset, shard_table(EXECUTION_BY_ID["inference-ep8-f1536-bf16-dist-moe-bf16"], 1, rng, ranks=1)

@@ -137,7 +137,8 @@ def test_an_sm90_mxfp8_row_says_emulated_and_is_held_to_the_bf16_peak(tmp_path: 
     rng = np.random.default_rng(90)
     for name in ("inference-ep8-f3072-mxfp8-dist-moe-fp8-dispatch", "inference-ep8-f3072-mxfp8-mok-native"):
         execution = EXECUTION_BY_ID[name]
-        write_table(tmp_path, shard_table(execution, 1, rng, ranks=1, device="NVIDIA H200", gemm="cute-sm90"))
+        shard = shard_table(execution, 1, rng, ranks=1, device="NVIDIA H200", gemm="cute-sm90", account=True)
+        write_table(tmp_path, shard)
     aggregate(tmp_path, workers=1)
     h200 = cost.HARDWARE["h200"]
     for row in _rows(tmp_path):
