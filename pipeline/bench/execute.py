@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch.distributed as dist
@@ -215,8 +216,14 @@ def rank_account(
     windows, its profile kept in the dataset when ``keep``; or why it has none."""
     iterations = account.count(combined_ms, ctx.device)
     where = spec.dataset.trace_path(spec.execution_id, spec.attempt, ctx.rank)
-    trace = (lambda path: account.gzipped(path, where)) if keep else None
-    found, why = account.profiled(steps, eager, ctx.device, iterations, trace)
+
+    def trace(path: Path) -> None:
+        try:
+            account.gzipped(path, where)
+        except OSError as err:  # a profile not kept costs the account nothing: the dataset lists none
+            print(f"{spec.execution_id}: rank {ctx.rank}'s profile not kept: {err}", flush=True)
+
+    found, why = account.profiled(steps, eager, ctx.device, iterations, trace if keep else None)
     if why is not None:
         return why
     try:
