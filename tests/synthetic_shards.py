@@ -198,7 +198,7 @@ def synthetic_account(shape: Shape, iteration_ms: float, on_gpu: bool, rng: np.r
         rows = tuple(shape.tracked_rows) if rank == 0 else tuple(t * shape.top_k for t in shape.layer_tokens)
         kernels = int(rng.integers(100, 400)) if on_gpu else None
         spans = (profiled * 0.95, profiled, profiled * 1.1)
-        ranks.append(RankAccount(rank, 3, spans, profiled, phases, unclaimed, rows, kernels, kernels))
+        ranks.append(RankAccount(rank, 3, spans, 1, 1, profiled, phases, unclaimed, rows, kernels, kernels))
     return Account(tuple(ranks), None, False)
 
 

@@ -149,9 +149,17 @@ def test_a_real_profile_divides_each_iteration_exactly(layer_steps):
         for phase in ("fprop", "dgrad", "wgrad", "quantize", "swiglu", "permute", "shared"):
             assert it.phases.get(phase, 0.0) > 0, phase
         assert "dispatch" not in it.phases and "combine" not in it.phases
-    spans = sorted(it.span / 1e3 for it in found)
-    record = account.rank_account(0, found, (96,), spans[-1] + 1.0)  # nearest a slower timed median
-    assert record.profiled_ms == spans[-1] and record.iterations == 3 and sorted(record.spans_ms) == spans
+    spans = [it.span / 1e3 for it in found]
+    slowest = max(range(3), key=lambda i: spans[i])
+    record = account.rank_account(0, found, (96,), spans[slowest] * 2, 1)  # nearest a slower median
+    assert (record.first, record.length, record.profiled_ms) == (slowest, 1, spans[slowest])
+    assert record.iterations == 3 and list(record.spans_ms) == spans
+    # a window of three: the run whose mean is nearest, the per-iteration means of its phases
+    whole = account.rank_account(0, found, (96,), sum(spans) / 3, 3)
+    assert (whole.first, whole.length) == (0, 3) and whole.profiled_ms == pytest.approx(sum(spans) / 3)
+    for phase in LAYER_PHASES:
+        mean = sum(it.phases.get(phase, 0.0) for it in found) / 3 / 1e3
+        assert whole.phases[phase] == pytest.approx(mean, rel=1e-12, abs=1e-15)
     assert sum(record.phases.values()) + record.unclaimed_ms == pytest.approx(record.profiled_ms, rel=1e-9)
 
 
@@ -172,10 +180,14 @@ def test_an_account_that_does_not_add_up_is_refused():
 
     phases = dict.fromkeys(LAYER_PHASES, 1.0)
     spans = (11.0, 12.0, 13.0)
-    assert RankAccount(0, 3, spans, 12.0, phases, 2.0, (96,), None, None).profiled_ms == 12.0
+    assert RankAccount(0, 3, spans, 1, 1, 12.0, phases, 2.0, (96,), None, None).profiled_ms == 12.0
+    assert RankAccount(0, 3, spans, 0, 3, 12.0, phases, 2.0, (96,), None, None).length == 3  # their mean
     with pytest.raises(ValueError, match="add up to 12.0 ms, not profiled_ms 13.0"):
-        RankAccount(0, 3, spans, 13.0, phases, 2.0, (96,), None, None)
+        RankAccount(0, 3, spans, 2, 1, 13.0, phases, 2.0, (96,), None, None)
     with pytest.raises(ValueError, match="phases must name exactly"):
-        RankAccount(0, 3, spans, 11.0, {**phases, "mystery": 1.0} | {"other": 0.0}, 1.0, (96,), None, None)
+        wrong = {**phases, "mystery": 1.0} | {"other": 0.0}
+        RankAccount(0, 3, spans, 0, 1, 11.0, wrong, 1.0, (96,), None, None)
     with pytest.raises(ValueError, match="spans_ms must hold the 3 iterations' spans"):
-        RankAccount(0, 3, (11.0, 13.0), 12.0, phases, 2.0, (96,), None, None)
+        RankAccount(0, 3, (11.0, 13.0), 0, 1, 11.0, phases, 1.0, (96,), None, None)
+    with pytest.raises(ValueError, match="is not the mean span of its run"):
+        RankAccount(0, 3, spans, 0, 2, 12.0, phases, 2.0, (96,), None, None)

@@ -27,10 +27,11 @@ torch reference's grouped GEMMs run hundreds of small ones).
   is a GEMM's, else quantization.
 
 An iteration's span on a GPU runs from its first kernel to the next iteration's first kernel (one
-replay more than accounted is run), on a CPU over its range. The account of a rank is that of its
-profiled iteration nearest its timed median (on a shared host a burst of other work moves single
-iterations by tens of percent, and a short run of them may fall in a burst the windows' median left
-out), so its phases add up to the profiled iteration it states; the spans of all of them are kept.
+replay more than accounted is run), on a CPU over its range. The account of a rank is per iteration
+of the run of consecutive profiled iterations, at most a timing window's, whose mean is nearest its
+timed median (a window's mean is what the median is of; on a shared host a burst of other work moves
+single iterations by tens of percent, often in two modes a window's mean lies between): its phases
+and unclaimed time, the run's means, add up to the profiled iteration it states; every span is kept.
 """
 
 from __future__ import annotations
@@ -271,12 +272,21 @@ def _aligned(eager: list[str], phases: list[str | None], replayed: list[str]) ->
     return out, named
 
 
-def nearest(iterations: Sequence[Iteration], timed_ms: float) -> Iteration:
-    """The iteration whose span is nearest ``timed_ms`` (the rank's timed median): a host's noise
-    moves single iterations, and the account is of the one most like the iteration timed."""
+def nearest(iterations: Sequence[Iteration], timed_ms: float, window: int) -> tuple[int, int]:
+    """(first, length) of the run of consecutive iterations, at most ``window`` long (the timing
+    window's iterations), whose mean span is nearest ``timed_ms`` (the rank's timed median: the median
+    of windows' means); of runs as near, the longer. A host's noise moves single iterations, often in
+    two modes a window's mean lies between, and the account is of the run most like a window timed."""
     if not iterations:
         raise ValueError("no iteration was profiled")
-    return min(iterations, key=lambda it: abs(it.span / 1e3 - timed_ms))
+    spans = [it.span / 1e3 for it in iterations]
+    runs = [
+        (abs(sum(spans[i : i + n]) / n - timed_ms), -n, i)
+        for n in range(1, min(window, len(spans)) + 1)
+        for i in range(len(spans) - n + 1)
+    ]
+    _, length, first = min(runs)
+    return first, -length
 
 
 def count(iteration_ms: float, device: torch.device) -> int:
@@ -404,20 +414,26 @@ def _events(result: Any) -> list[Event]:
 
 
 def rank_account(
-    rank: int, found: list[Iteration], routed_rows: tuple[int, ...], timed_ms: float
+    rank: int, found: list[Iteration], routed_rows: tuple[int, ...], timed_ms: float, window: int
 ) -> RankAccount:
-    """This rank's account: its profiled iteration nearest its timed median ``timed_ms``, in ms."""
-    it = nearest(found, timed_ms)
+    """This rank's account: per iteration, the mean of its profiled run nearest its timed median
+    ``timed_ms`` (:func:`nearest`), in ms."""
+    first, length = nearest(found, timed_ms, window)
+    run = found[first : first + length]
+    kernels = [it.kernels for it in run]
+    named = [it.named for it in run]
     return RankAccount(
         rank=rank,
         iterations=len(found),
         spans_ms=tuple(i.span / 1e3 for i in found),
-        profiled_ms=it.span / 1e3,
-        phases={p: it.phases.get(p, 0.0) / 1e3 for p in LAYER_PHASES},
-        unclaimed_ms=it.unclaimed / 1e3,
+        first=first,
+        length=length,
+        profiled_ms=sum(it.span for it in run) / length / 1e3,
+        phases={p: sum(it.phases.get(p, 0.0) for it in run) / length / 1e3 for p in LAYER_PHASES},
+        unclaimed_ms=sum(it.unclaimed for it in run) / length / 1e3,
         routed_rows=routed_rows,
-        kernels=it.kernels,
-        named_kernels=it.named,
+        kernels=None if None in kernels else round(sum(k for k in kernels if k is not None) / length),
+        named_kernels=None if None in named else round(sum(n for n in named if n is not None) / length),
     )
 
 

@@ -108,7 +108,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     peaks = peak_allocated_bytes(ctx.device), peak_rss_bytes()  # before the account's eager iteration
     keep = bool(spec.config.get("keep_traces", False))
     with phases("account"):
-        accounted = rank_account(ctx, spec, steps, work.steps(), combined_ms, saved, keep)
+        accounted = rank_account(ctx, spec, steps, work.steps(), (combined_ms, plan.iterations), saved, keep)
     mine = RankResult(
         windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
         host=ctx.hostname,
@@ -208,12 +208,14 @@ def rank_account(
     spec: JobSpec,
     steps: Steps,
     eager: Steps,
-    combined_ms: float,
+    timed: tuple[float, int],
     saved: list[SavedState],
     keep: bool,
 ) -> RankAccount | str:
     """This rank's phase account (:mod:`pipeline.bench.account`) of a few iterations replayed after the
-    windows, its profile kept in the dataset when ``keep``; or why it has none."""
+    windows (``timed``: this rank's timed median and the iterations of a window), its profile kept in
+    the dataset when ``keep``; or why it has none."""
+    combined_ms, window = timed
     iterations = account.count(combined_ms, ctx.device)
     where = spec.dataset.trace_path(spec.execution_id, spec.attempt, ctx.rank)
 
@@ -227,7 +229,7 @@ def rank_account(
     if why is not None:
         return why
     try:
-        return account.rank_account(ctx.rank, found, tuple(s.routed_rows for s in saved), combined_ms)
+        return account.rank_account(ctx.rank, found, tuple(s.routed_rows for s in saved), combined_ms, window)
     except ValueError as err:  # an iteration the profile did not show whole
         return f"no account: {err}"
 

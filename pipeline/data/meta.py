@@ -207,15 +207,18 @@ ACCOUNT_TOLERANCE = 1e-6
 @dataclass(frozen=True)
 class RankAccount:
     """One rank's phase account (:mod:`pipeline.bench.account`): the spans of its profiled iterations
-    (``spans_ms``) and of them the one nearest its timed median (``profiled_ms``), each layer phase's
-    time in it and the time no phase claimed, which add up to it; the rows its experts received in
-    each timed layer (each phase's work follows from them); on a GPU the kernels of that iteration and
-    how many were named (by the op that launched them, or in a CUDA graph by their eager twin), None
-    on CPUs."""
+    (``spans_ms``), the run of them it accounts (``first``, ``length``: the one whose mean is nearest
+    its timed median) and per iteration of that run its span (``profiled_ms``), each layer phase's
+    time and the time no phase claimed, which add up to it; the rows its experts received in each
+    timed layer (each phase's work follows from them); on a GPU the kernels of an iteration and how
+    many were named (by the op that launched them, or in a CUDA graph by their eager twin), None on
+    CPUs."""
 
     rank: int
     iterations: int
     spans_ms: tuple[float, ...]
+    first: int
+    length: int
     profiled_ms: float
     phases: dict[str, float]  # every phase of LAYER_PHASES -> ms
     unclaimed_ms: float
@@ -224,12 +227,15 @@ class RankAccount:
     named_kernels: int | None
 
     def __post_init__(self) -> None:
-        at_least(self, 0, "rank", "profiled_ms", "unclaimed_ms", "kernels", "named_kernels")
-        at_least(self, 1, "iterations")
-        if len(self.spans_ms) != self.iterations or self.profiled_ms not in self.spans_ms:
+        at_least(self, 0, "rank", "first", "profiled_ms", "unclaimed_ms", "kernels", "named_kernels")
+        at_least(self, 1, "iterations", "length")
+        if len(self.spans_ms) != self.iterations or self.first + self.length > self.iterations:
             raise ValueError(
-                f"spans_ms must hold the {self.iterations} iterations' spans, profiled_ms among them"
+                f"spans_ms must hold the {self.iterations} iterations' spans, the run among them"
             )
+        run = self.spans_ms[self.first : self.first + self.length]
+        if abs(sum(run) / self.length - self.profiled_ms) > ACCOUNT_TOLERANCE * max(self.profiled_ms, 1e-9):
+            raise ValueError(f"profiled_ms {self.profiled_ms} is not the mean span of its run {list(run)}")
         if set(self.phases) != set(LAYER_PHASES):
             raise ValueError(f"phases must name exactly {', '.join(LAYER_PHASES)}, got {sorted(self.phases)}")
         if any(not v >= 0 for v in self.phases.values()) or any(r < 0 for r in self.routed_rows):

@@ -2,9 +2,9 @@
 slowest rank, its %SOL against the peak of what ran, and the expectation from measured kernel rates.
 
 The shard holds every rank's account (:class:`pipeline.data.meta.Account`); the row publishes the
-rank whose timed median is the published ``iterationMS`` (the slowest), so ``profiledMS`` (of its
-profiled iterations the one nearest that median) and the timed iteration are of one rank, and
-``profiledOverTimed`` says how far they differ. A phase's %SOL is
+rank whose timed median is the published ``iterationMS`` (the slowest), so ``profiledMS`` (per
+iteration of its profiled run, at most a window's iterations, whose mean is nearest that median) and
+the timed iteration are of one rank, and ``profiledOverTimed`` says how far they differ. A phase's %SOL is
 its time at the peaks (its useful FLOPs at the tensor peak of the product that ran, its logical bytes
 at the HBM peak, its bytes across ranks at the link peak; the largest of the three) over its measured
 time: empty where no preset is the device, where the preset has no peak for what ran (the float32
@@ -98,14 +98,16 @@ class PhaseEntry:
 @dataclass(frozen=True)
 class PhaseAccount:
     """An execution's account in the published JSON: of its slowest rank (``rank``), the profiled
-    iteration (of ``iterations``, their spans ``spans_ms``) nearest the timed one, beside it, each
-    phase and the unclaimed time (which add up to ``profiled_ms``), on a GPU the kernels and how many
-    were named, and the kept profiles."""
+    iteration (per iteration of the run ``first``, ``length`` of the ``iterations`` profiled, their
+    spans ``spans_ms``) nearest the timed one, beside it, each phase and the unclaimed time (which add
+    up to ``profiled_ms``), on a GPU the kernels and how many were named, and the kept profiles."""
 
     execution_id: str
     rank: int
     iterations: int
-    spans_ms: tuple[float, ...]  # every profiled iteration's; profiled_ms is the one nearest timed_ms
+    spans_ms: tuple[float, ...]  # every profiled iteration's
+    first: int  # the accounted run of them, whose mean span (profiled_ms) is nearest timed_ms
+    length: int
     profiled_ms: float
     timed_ms: float
     unclaimed_ms: float
@@ -159,6 +161,8 @@ def accounted(
         rank=acc.rank,
         iterations=acc.iterations,
         spans_ms=acc.spans_ms,
+        first=acc.first,
+        length=acc.length,
         profiled_ms=acc.profiled_ms,
         timed_ms=combined.ms,
         unclaimed_ms=acc.unclaimed_ms,
