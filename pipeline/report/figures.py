@@ -46,6 +46,7 @@ PNG_METADATA = {"Software": None}
 TABLE_TITLE = f"paired values: {candidate().label} / {reference().label}"
 SAVED_STATE_NAME = "mok-comparison-saved-state.png"
 SPEEDUPS_NAME = "mok-comparison-speedups.png"
+TIE_COLOUR, SLOWER_COLOUR = "#b0b0b0", "#c0392b"  # the speedups figure's outcomes but the faster
 _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
 # The phase account's stacks, in order, each in a colour of its own (the default cycle's ten),
 # unclaimed grey.
@@ -274,11 +275,13 @@ def speedup_figure(pairs: list[Row], rows: list[Row]) -> Figure:
     )
     fig = Figure(figsize=(9.0, 1.3 + 0.2 * len(chosen)), layout="constrained")
     ax = fig.add_subplot()
-    cand = candidate()
+    cand, ref = candidate(), reference()
     for y, pair in enumerate(chosen):
         speedup = number(pair, "speedup")
         low, high = optional_number(pair, "speedupLow"), optional_number(pair, "speedupHigh")
-        colour = "#777777" if low is None or high is None or low <= 1 <= high else cand.colour
+        # faster in the candidate's colour, slower in red, a tie (or no interval) in light grey
+        colour = TIE_COLOUR if low is None or high is None or low <= 1 <= high else cand.colour
+        colour = SLOWER_COLOUR if high is not None and high < 1 else colour
         if low is not None and high is not None:
             ax.plot([low, high], [y, y], color=colour, linewidth=2)
         ax.plot([speedup], [y], "o", color=colour, markersize=4)
@@ -293,7 +296,8 @@ def speedup_figure(pairs: list[Row], rows: list[Row]) -> Figure:
     )
     ax.grid(axis="x", alpha=0.3, which="both")
     fig.suptitle(
-        f"{cand.label} against {reference().label}, 95% intervals from the windows; {_provenance(rows)}",
+        f"{cand.label} against {ref.label}, 95% intervals from the windows ({cand.label} faster in its "
+        f"colour, slower in red, ties grey)\n{_provenance(rows)}",
         fontsize=10,
     )
     return fig
