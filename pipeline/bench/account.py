@@ -345,13 +345,12 @@ class _Session:
     be), stopped on exit, its events in ``result`` and the ranges' sequence numbers in ``made``."""
 
     def __init__(self, cuda: bool) -> None:
-        from torch._C._profiler import ProfilerActivity, RecordScope, _ExperimentalConfig
-        from torch.autograd import ProfilerConfig, ProfilerState, _enable_profiler, _prepare_profiler
+        from torch._C._profiler import RecordScope
+        from torch.autograd import _enable_profiler, _prepare_profiler
 
-        config = ProfilerConfig(
-            ProfilerState.KINETO, False, False, False, False, False, _ExperimentalConfig()
-        )
-        activities = {ProfilerActivity.CPU} | ({ProfilerActivity.CUDA} if cuda else set())
+        # torch.profiler's own configuration and activities, as its profile context would start them
+        engine = autograd_profiler.profile(use_cpu=True, use_device="cuda" if cuda else None, use_kineto=True)
+        config, activities = engine.config(), engine.kineto_activities
         _prepare_profiler(config, activities)
         ranges.MADE.clear()
         autograd_profiler._run_on_profiler_start()  # the layers' ranges record from now on

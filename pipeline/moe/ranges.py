@@ -25,12 +25,11 @@ from pipeline.base.vocabulary import LAYER_RANGE, range_name
 _OFF = contextlib.nullcontext()
 _NVTX = torch.cuda.is_available()
 # The profiler's own user-scope range, entered without a dispatcher call (record_function's costs
-# about 7 us a range under a profiler, these about 2).
-_enter, _exit = (
-    torch._C._autograd._record_function_with_args_enter,
-    torch._C._autograd._record_function_with_args_exit,
-)
-_sequence_nr = torch._C._autograd._get_sequence_nr
+# about 7 us a range under a profiler, these about 2), and the next autograd sequence number; a torch
+# without them records no range and notes no number (the account then claims less, and says so).
+_enter = getattr(torch._C._autograd, "_record_function_with_args_enter", None)
+_exit = getattr(torch._C._autograd, "_record_function_with_args_exit", None)
+_sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", lambda: 0)
 # While a profiler runs: per profiled range that made autograd nodes (forward ranges, on the thread
 # that runs the layers), its name and the first and past-last sequence numbers of those nodes, in the
 # order the ranges ended.
@@ -70,7 +69,7 @@ class _Range:
         self.name = name
 
     def __enter__(self) -> None:
-        self.handle = _enter(self.name)
+        self.handle = _enter(self.name) if _enter is not None else None
         if _NVTX:
             torch.cuda.nvtx.range_push(self.name)
         self.first = _sequence_nr()
@@ -83,7 +82,8 @@ class _Range:
             MADE.append((self.name, self.first, made))
         if _NVTX:
             torch.cuda.nvtx.range_pop()
-        _exit(self.handle)
+        if _exit is not None:
+            _exit(self.handle)
 
 
 class _Slowed:
