@@ -3,7 +3,8 @@
 Runs ``python -m pipeline.run --multirun OVERRIDES dataset_dir=DATASET`` (the local launcher unless the
 overrides say otherwise) and times it whole, then reads the dataset it wrote: the rank-0 timed windows
 of every published execution (the time the dataset measures), the bodies of the executions (from each
-job's ``phases`` lines: init, connect, build, gate, capture, calibrate, windows and record), and so
+job's ``phases`` lines: init, connect, build, gate, capture, calibrate, windows, the phase account and
+record), and so
 
     outside bodies = wall - bodies      (the sweep itself, process starts, imports, submission)
     inside bodies outside windows = bodies - windows   (build, the gate, warm-up, calibration, records)
@@ -31,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pipeline.data.dataset import Dataset  # noqa: E402
 from pipeline.data.scan import scan_shards  # noqa: E402
 
-BODY = ("init", "connect", "build", "gate", "capture", "calibrate", "windows", "record")
+BODY = ("init", "connect", "build", "gate", "capture", "calibrate", "windows", "account", "record")
 
 
 def windows_s(dataset: Dataset) -> tuple[float, int]:

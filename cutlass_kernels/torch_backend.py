@@ -7,11 +7,17 @@ which syncs the host on CUDA and is only a fallback.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch.autograd.profiler as autograd_profiler
 
 from cutlass_kernels.mxfp8 import MXTensor, MXValues
 
 _ALIGN_BYTES = 16
+# A profiled range around the GEMM itself inside an MX product on the CPU (after the operands'
+# exact dequantization), so that a profile tells the product from the conversion.
+GEMM_RANGE = "cutlass_kernels:grouped_gemm"
 
 
 def _takes(*operands: torch.Tensor) -> bool:
@@ -97,7 +103,9 @@ def grouped_gemm_mx(
     they are."""
     if not b.data.is_cuda:
         a_values = a.values.float() if isinstance(a, MXValues) else a.dequantize(torch.float32)
-        return grouped_gemm(a_values, b.dequantize(torch.float32), offs, out_dtype)
+        b_values32 = b.dequantize(torch.float32)
+        with _gemm_range():
+            return grouped_gemm(a_values, b_values32, offs, out_dtype)
     b_bf16 = (
         b_values
         if b_values is not None and b_values.dtype == torch.bfloat16
@@ -105,3 +113,10 @@ def grouped_gemm_mx(
     )
     a_bf16 = a.values if isinstance(a, MXValues) else a.dequantize(torch.bfloat16)
     return grouped_gemm(a_bf16, b_bf16, offs, out_dtype)
+
+
+def _gemm_range() -> contextlib.AbstractContextManager[object]:
+    """:data:`GEMM_RANGE` while a profiler runs, else nothing."""
+    if not autograd_profiler._is_profiler_enabled:
+        return contextlib.nullcontext()
+    return autograd_profiler.record_function(GEMM_RANGE)

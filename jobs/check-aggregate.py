@@ -7,10 +7,12 @@ recomputes iterationMS (combined), forwardMS and backwardMS as the report define
 median over windows of window_ms / iterations; then the slowest rank), and compares; for each row of
 mok-comparison-pairs.csv, where the dataset's suite publishes pairs, it recomputes the speedup (MoK
 time / Dist-MoE time) and the selection (the fastest Dist-MoE pipeline per matched workload). A newer
-attempt than the one published must be reported as skipped in mok-comparison.json. Exit status 1 on
-any mismatch.
+attempt than the one published must be reported as skipped in mok-comparison.json. Each row's phase
+account must be its slowest rank's, as the shard's metadata records it, and its phases and unclaimed
+time must add up to its profiled iteration; how far the profiled iterations lie from the timed ones is
+printed. Exit status 1 on any mismatch.
 
-Usage: jobs/check-aggregate.py DATASET_DIR [--published DIR] [--rel-tol 2e-5]
+Usage: jobs/check-aggregate.py DATASET_DIR [--published DIR] [--rel-tol 2e-5] [--within 0.15]
 """
 
 from __future__ import annotations
@@ -27,17 +29,55 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 PHASE_COLUMNS = {"combined": "iterationMS", "forward": "forwardMS", "backward": "backwardMS"}
+COMMUNICATION = ("dispatch", "combine")
 
 
 def slowest_rank_medians(shard: Path) -> dict[str, float]:
     """Per phase: max over ranks of the median per-iteration window time."""
+    return {phase: ms for phase, (ms, _) in slowest_ranks(shard).items()}
+
+
+def slowest_ranks(shard: Path) -> dict[str, tuple[float, int]]:
+    """Per phase: the largest median per-iteration window time over ranks, and that rank (the lowest
+    on ties)."""
     per_rank: dict[tuple[str, int], list[float]] = defaultdict(list)
     for row in pq.read_table(shard, columns=["phase", "rank", "window_ms", "iterations"]).to_pylist():
         per_rank[(row["phase"], row["rank"])].append(row["window_ms"] / row["iterations"])
-    out: dict[str, float] = {}
-    for (phase, _), times in per_rank.items():
-        out[phase] = max(out.get(phase, -math.inf), statistics.median(times))
+    out: dict[str, tuple[float, int]] = {}
+    for (phase, rank), times in sorted(per_rank.items()):
+        median = statistics.median(times)
+        if phase not in out or median > out[phase][0]:
+            out[phase] = (median, rank)
     return out
+
+
+def check_account(
+    eid: str, row: dict[str, str], shard: Path, rel_tol: float
+) -> tuple[list[str], float | None]:
+    """The row's account against its slowest rank's in the shard's metadata; the profiled / timed ratio."""
+    timed, rank = slowest_ranks(shard)["combined"]
+    meta = json.loads(pq.read_schema(shard).metadata[b"execution"])
+    account = meta.get("account") or {"ranks": []}
+    mine = [a for a in account["ranks"] if a["rank"] == rank]
+    if not mine:
+        empty = row.get("profiledMS", "") == ""
+        return ([] if empty else [f"{eid}: profiledMS published without an account of rank {rank}"]), None
+    (acc,) = mine
+    problems = []
+    ranks = int(row["ranks"])
+    if not close(row["profiledMS"], acc["profiled_ms"], rel_tol):
+        problems.append(
+            f"{eid}: profiledMS published {row['profiledMS']!r}, rank {rank} profiled {acc['profiled_ms']!r}"
+        )
+    for phase, ms in acc["phases"].items():
+        column = f"phase{phase.capitalize()}MS"
+        want = None if phase in COMMUNICATION and ranks == 1 else ms
+        if not close(row[column], want, rel_tol):
+            problems.append(f"{eid}: {column} published {row[column]!r}, recorded {want!r}")
+    total = sum(acc["phases"].values()) + acc["unclaimed_ms"]
+    if not math.isclose(total, acc["profiled_ms"], rel_tol=1e-6, abs_tol=1e-9):
+        problems.append(f"{eid}: phases and unclaimed add up to {total!r}, not {acc['profiled_ms']!r}")
+    return problems, acc["profiled_ms"] / timed
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -51,10 +91,11 @@ def close(published: str, value: float | None, rel_tol: float) -> bool:
     return published != "" and math.isclose(float(published), value, rel_tol=rel_tol)
 
 
-def check(dataset: Path, published: Path, rel_tol: float) -> list[str]:
+def check(dataset: Path, published: Path, rel_tol: float, within: float = 0.15) -> list[str]:
     """All mismatches between the published files and the recomputation, as readable lines."""
     problems: list[str] = []
     times: dict[str, float] = {}
+    ratios: list[float] = []
     meta = json.loads((published / "mok-comparison.json").read_text())["meta"]
     skipped = {s["path"] for s in meta["shards_skipped"]}
     executions = read_csv(published / "mok-comparison.csv")
@@ -73,6 +114,10 @@ def check(dataset: Path, published: Path, rel_tol: float) -> list[str]:
                     f"{eid}: {column} published {row[column]!r}, recomputed {recomputed.get(phase)!r}"
                 )
         times[eid] = recomputed["combined"]
+        found, ratio = check_account(eid, row, shard, rel_tol)
+        problems += found
+        if ratio is not None:
+            ratios.append(ratio)
     fastest: dict[str, tuple[float, str]] = {}
     pairs_file = published / "mok-comparison-pairs.csv"  # a suite that publishes no pairs has none
     pairs = read_csv(pairs_file) if pairs_file.exists() else []
@@ -98,6 +143,13 @@ def check(dataset: Path, published: Path, rel_tol: float) -> list[str]:
                 f"pair {row['dist_execution_id']}: selected={row['selected']}, expected {expected}"
             )
     print(f"checked {len(executions)} executions and {len(pairs)} pairs against the shards")
+    if ratios:
+        near = sum(abs(r - 1) <= within for r in ratios)
+        print(
+            f"phase accounts: {len(ratios)} of {len(executions)} executions, each adding up to its profiled "
+            f"iteration; profiled / timed {min(ratios):.3f}-{max(ratios):.3f} (median "
+            f"{statistics.median(ratios):.3f}), {near} of {len(ratios)} within {within:.0%}"
+        )
     return problems
 
 
@@ -108,8 +160,11 @@ def main() -> int:
     parser.add_argument(
         "--rel-tol", type=float, default=2e-5, help="relative tolerance (files carry 6 digits)"
     )
+    parser.add_argument(
+        "--within", type=float, default=0.15, help="the profiled / timed band counted (default 0.15)"
+    )
     args = parser.parse_args()
-    errors = check(args.dataset, args.published or args.dataset, args.rel_tol)
+    errors = check(args.dataset, args.published or args.dataset, args.rel_tol, args.within)
     for line in errors:
         print(line, file=sys.stderr)
     if errors:

@@ -6,8 +6,8 @@ the default kernels' smoke and correctness and the SwiGLU backward kernel's corr
 gate of the stages that run layers), the tests, the multi-rank rehearsals (loopback: NCCL's
 all-to-alls inside captured graphs on one rank; ranks: an EP group's processes sharing the GPU, their
 rows crossing ranks, through every execution's correctness gate), the defaults' and the SwiGLU
-kernel's timing, the pipeline, then each other variant's smoke, correctness and timing in turn, and
-the SASS check. Every
+kernel's timing, the pipeline and the phase account of its single-GPU executions, then each other
+variant's smoke, correctness and timing in turn, and the SASS check. Every
 step named in :data:`RESERVE_S` keeps its time from the start: a step may use only what the run has
 left beyond the reserves of the steps after it, so a slow early step cannot starve a later one, and
 what a step does not use goes to the next. Every check is a child process of its own, isolated
@@ -23,8 +23,11 @@ Every result is a JSON line appended to ``OUT_DIR/results.jsonl`` the moment it 
 fsynced), ``OUT_DIR/summary.md`` is rewritten whenever results.jsonl has grown, and each step's end is
 one line on stdout, so a run killed from outside still leaves what it did in OUT_DIR and in its
 output. OUT_DIR receives results.jsonl, summary.md, log.txt (every child's output),
-mok-comparison.csv (the pipeline stage's published rows) and dataset.tar.gz (its shards, ledger and
-logs).
+mok-comparison.csv (the pipeline stage's published rows), kernel-rates.json (the rates the timing
+stage measured, which the pipeline's rows publish their expectation from) and dataset.tar.gz (its
+shards with each execution's phase account, their profiles, ledger and logs). The run's document
+(``docs/gpu-runs/<run>.md``) keeps results.jsonl, mok-comparison.csv, kernel-rates.json and summary.md
+beside it and regenerates its tables from them (``jobs/gpu_records.py``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "jobs"))  # the records' tables and rates (gpu_records.py), torch-free too
 
 from cutlass_kernels import gating  # noqa: E402  (torch-free, like everything imported here)
 from cutlass_kernels.gating import KERNEL_STAGES, SWIGLU, SWIGLU_KEY, key  # noqa: E402
@@ -64,7 +68,7 @@ from pipeline.data.atomic import atomic_write  # noqa: E402
 
 TOTAL_S = 550  # the whole run: one call of the device tool (600 s at most) inside a 15-minute window
 OUTER_S = 15  # jobs/gpu-run.sh kills the run this long after its total (docs/gpu.md: the call's limit)
-STAGES = ("env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline")
+STAGES = ("env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline", "account")
 # each stage's limit; "<stage>-kernel": each child of a kernel stage (one kernel, or one op x variant)
 LIMITS_S = {
     "env": 30,
@@ -72,6 +76,7 @@ LIMITS_S = {
     "loopback": 40,  # one process: a one-rank NCCL group, two layers captured and timed
     "ranks": 90,  # eight processes on one GPU: imports, weights at full scale, two executions' gates
     "pipeline": 280,  # more than its reserve: what the steps before it leave goes to its executions
+    "account": 15,  # reads the pipeline's published accounts
     "smoke-kernel": 45,  # compile (file-cached for the later stages) + one launch
     "correctness-kernel": 50,  # every case of an op x variant, both output dtypes, graph replay
     "timing-kernel": 40,  # every shape of an op x variant that fits, see TIMING_MARGIN_S
@@ -92,6 +97,7 @@ RESERVE_S = {
     "timing default": 60,
     "timing swiglu": 25,
     "pipeline": 150,
+    "account": 5,
     "sass": 15,
 }
 TIMING_MARGIN_S = 10  # a timing child starts no shape this close to its limit: a kill there is a hang
@@ -124,8 +130,24 @@ DRY_WORKLOADS, DRY_VARIANTS = "inference-ep8-f1536", "mok-bf16"
 RANKS = ["--executions", "inference-ep8-f3072-bf16-mok-native,inference-ep8-f1536-bf16-dist-moe-bf16"]
 DRY_RANKS = [*RANKS, "--ranks", "2", "--scale", "ci", "--device", "cpu"]
 PUBLISHED = "iterationMS forwardMS backwardMS usefulTFLOPsPerGPU peakAllocatedGiB nvlinkTxGBs device".split()
-PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed"]
-PHASES = ("process", "init", "connect", "build", "gate", "capture", "calibrate", "windows", "record")
+PUBLISHED += ["sanityMaxError", "sanityTolerance", "sanityPassed", "communication", "mxfp8Products"]
+PUBLISHED += ["profiledMS", "profiledOverTimed", "speedOfLightMS", "expectedMS", "measuredOverExpected"]
+# The account step's bounds on a GPU: a profiled iteration this close to the timed one, and at least
+# this share of a CUDA graph's kernels named by their eager twins (a dry run's windows are too short
+# for the first: it records the ratio only).
+ACCOUNT_WITHIN, ACCOUNT_NAMED = 0.15, 0.9
+PHASES = (
+    "process",
+    "init",
+    "connect",
+    "build",
+    "gate",
+    "capture",
+    "calibrate",
+    "windows",
+    "account",
+    "record",
+)
 ENV_FIELDS = (
     "device capability driver sm_clock_mhz sm_clock_max_mhz mem_clock_max_mhz torch cuda nccl".split()
 )
@@ -390,10 +412,10 @@ def steps(
     """The run's steps in order of truth per second: env; the smoke and correctness of the default
     kernels, of the ``chosen`` variants (those the per-shape table names, which the layers run too)
     and of the SwiGLU backward kernel (``swiglu``, correctness only), which decide the gate; tests;
-    loopback and ranks; the defaults' and the SwiGLU kernel's timing; pipeline; then the other
-    variants' kernel stages in turn, and the chosen ones' timing (``variants`` as given); the SASS
-    check (of the cubins smoke kept). A planted stage comes right after the first step of the stage it
-    follows."""
+    loopback and ranks; the defaults' and the SwiGLU kernel's timing; pipeline and its account; then
+    the other variants' kernel stages in turn, and the chosen ones' timing (``variants`` as given); the
+    SASS check (of the cubins smoke kept). A planted stage comes right after the first step of the stage
+    it follows."""
     first = [v for v in (DEFAULT, *chosen, SWIGLU) if v in variants]
     timed = [v for v in (DEFAULT, SWIGLU) if v in variants]
     order = [Step("env")] if "env" in stages else []
@@ -402,6 +424,7 @@ def steps(
     order += [Step(s) for s in ("loopback", "ranks") if s in stages]
     order += [Step("timing", v) for v in timed if "timing" in stages]
     order += [Step("pipeline")] if "pipeline" in stages else []
+    order += [Step("account")] if "account" in stages else []
     for v in (v for v in variants if v not in timed):
         order += [Step(s, v) for s in _kernel_stages(v) if s in stages and (v not in first or s == "timing")]
     order += [Step("sass")] if "smoke" in stages else []
@@ -500,6 +523,8 @@ def _run_all(
             _sass(run, deadline)
         elif step.stage.startswith("planted-"):
             ok &= _stage(run, step, _planted(run, step.stage), deadline)
+        elif step.stage == "account":
+            ok &= _stage(run, step, lambda limit: _account(run), deadline)
         else:
             ok &= _stage(run, step, _gated(run, step.stage), deadline)
     if any(s in stages for s in KERNEL_STAGES) and not set(GATED) & set(stages):
@@ -924,6 +949,7 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
     scale = "ci" if run.dry_run else "full"
     workloads, variants = (DRY_WORKLOADS, DRY_VARIANTS) if run.dry_run else (WORKLOADS, VARIANTS)
     sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={variants}"]
+    sweep.append("keep_traces=true")  # each execution's profile, for the account's timeline
     sweep_limit = end - time.monotonic() - (AGGREGATE_S + STATUS_S) * run.scale
     multirun = run.session(
         run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), sweep_limit, env
@@ -939,7 +965,7 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
         reason=f"killed at {sweep_limit:.0f} s (the rest kept for aggregation)" if rc is None else None,
     )
     aggregate_limit = end - time.monotonic() - (0 if rc == 0 else STATUS_S * run.scale)
-    argv = run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures")
+    argv = run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures", *_rates(run))
     agg = run.session(argv, aggregate_limit, env).rc
     published = dataset / "mok-comparison.csv"
     if published.exists():
@@ -969,6 +995,70 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
             detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
             run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
     return rc, ""
+
+
+def _rates(run: Run) -> list[str]:
+    """The aggregation's ``--rates``: OUT_DIR/kernel-rates.json made from the timing stage's records
+    (:func:`jobs.gpu_records.kernel_rates`); none, and why on record, where the records hold no rates."""
+    from gpu_records import device_of, kernel_rates
+
+    found = read(run.results)
+    try:
+        table = kernel_rates(found, device_of(found), f"jobs/gpu-run.sh run {run.run_id}, its timing stage")
+    except ValueError as err:
+        run.record("pipeline", name="kernel rates", status="skip", reason=str(err))
+        return []
+    path = run.out / "kernel-rates.json"
+    atomic_write(path, json.dumps(table, indent=1) + "\n")
+    run.record("pipeline", name="kernel rates", status="info", gemms=len(table["gemms"]))
+    return ["--rates", str(path)]
+
+
+def _account(run: Run) -> tuple[int | None, str]:
+    """The phase account of each single-GPU execution the pipeline published, checked: one per
+    execution, its phases and unclaimed time adding up to its profiled iteration, on a GPU that
+    iteration within ACCOUNT_WITHIN of the timed one and at least ACCOUNT_NAMED of its kernels named;
+    a record per execution with its account."""
+    published = run.work / "dataset" / "mok-comparison.json"
+    if not published.is_file():
+        run.record("account", name="published", status="fail", error="the pipeline stage published no JSON")
+        return 1, "nothing published to account for"
+    document = json.loads(published.read_text())
+    accounts = {a["execution_id"]: a for a in document.get("accounts", [])}
+    failed = 0
+    for row in document["executions"]:
+        eid, account = row["execution_id"], accounts.get(row["execution_id"])
+        if account is None:
+            run.record("account", name=eid, status="fail", error="no phase account published")
+            failed += 1
+            continue
+        phases = {p["phase"]: p["ms"] for p in account["phases"]}
+        total = sum(v or 0.0 for v in phases.values()) + account["unclaimed_ms"]
+        ratio = account["profiled_ms"] / account["timed_ms"]
+        kernels, named = account.get("kernels"), account.get("named_kernels")
+        problems = []
+        if abs(total - account["profiled_ms"]) > 1e-4 * account["profiled_ms"]:  # six digits published
+            problems.append(f"phases add up to {total:.6g} ms, not the profiled {account['profiled_ms']:.6g}")
+        if not run.dry_run and abs(ratio - 1) > ACCOUNT_WITHIN:
+            problems.append(f"profiled / timed {ratio:.3f}")
+        if kernels and named is not None and named < ACCOUNT_NAMED * kernels:
+            problems.append(f"{named} of {kernels} kernels named")
+        run.record(
+            "account",
+            name=eid,
+            status="fail" if problems else "pass",
+            profiled_ms=account["profiled_ms"],
+            timed_ms=account["timed_ms"],
+            profiled_over_timed=round(ratio, 4),
+            phases=phases,
+            unclaimed_ms=account["unclaimed_ms"],
+            kernels=kernels,
+            named_kernels=named,
+            traces=account.get("traces", []),
+            error="; ".join(problems) or None,
+        )
+        failed += bool(problems)
+    return (1 if failed else 0), f"{len(accounts)} of {len(document['executions'])} executions accounted"
 
 
 def _phase_lines(dataset: Path) -> list[str]:
@@ -1116,6 +1206,12 @@ def write_summary(out: Path) -> None:
         keys = ("name", "iterationMS", "sanityMaxError", "sanityTolerance", "sanityPassed")
         lines += _table(["execution", *keys[1:]], [[r.get(k) for k in keys] for r in rows])
     lines += _rehearsals(records)
+    accounted = [r for r in records if r.get("stage") == "account" and r.get("profiled_ms") is not None]
+    if accounted:
+        lines += ["", "## Where each execution's iteration went (phase account, ms)", ""]
+        from gpu_records import accounts
+
+        lines += accounts(accounted).rstrip("\n").splitlines()
     phases = [r for r in records if r.get("stage") == "pipeline" and r.get("name") == "phases"]
     if phases:
         lines += ["", "## Where each pipeline execution's time went (s, rank 0)", ""]

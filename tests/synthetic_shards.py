@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import yaml
 
 from pipeline import REPO_ROOT
-from pipeline.base.vocabulary import kind_phases
+from pipeline.base.vocabulary import LAYER_PHASES, kind_phases
 from pipeline.bench.work import layer_config
 from pipeline.data.dataset import Dataset
 from pipeline.data.meta import (
+    Account,
     Contention,
     EmulationCopies,
     ExecutionMeta,
@@ -29,6 +30,7 @@ from pipeline.data.meta import (
     Memory,
     NVLink,
     Provenance,
+    RankAccount,
     Sanity,
     Timing,
     Versions,
@@ -61,11 +63,16 @@ def shard_table(
     job_id: str | None = None,
     windows: int | None = None,
     level: float | None = None,
+    gemm: str | None = None,
+    account: bool = False,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
-    preset: the shape the execution stage would run, a row per rank x phase x window, random times.
-    ``windows`` overrides the preset's count, as a scale's ``min_timed_ms`` calibration does;
-    ``level`` fixes the forward phase's per-iteration ms (default: uniform on 0.5 to 20)."""
+    preset: the shape the execution stage would run, a row per rank x phase x window, random times
+    (with ``account``, a random phase account of every rank too: the page then draws its bars).
+    ``windows`` overrides the preset's count, as a scale's
+    ``min_timed_ms`` calibration does; ``level`` fixes the forward phase's per-iteration ms (default:
+    uniform on 0.5 to 20); ``gemm`` the grouped-GEMM backend recorded (default: ``cute-sm100`` on a
+    GPU, ``torch`` on the CPU; ``cute-sm90`` is Hopper's, without block-scaled MMA)."""
     w, v = execution.workload, execution.variant
     preset = scale_preset(scale, ranks)
     shape, plan = shape_for(w, preset), preset.timing
@@ -105,7 +112,10 @@ def shard_table(
         "device": [device] * n,
     }
     table = pa.table(columns, schema=SCHEMA)
-    meta = shard_metadata(execution, attempt, job_id, shape, plan, device, rng, scale=scale)
+    combined = forward * relative["combined"]
+    meta = shard_metadata(execution, attempt, job_id, shape, plan, device, rng, scale=scale, gemm=gemm)
+    if account:
+        meta = replace(meta, account=synthetic_account(shape, combined, device != "cpu", rng))
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta.to_json(), sort_keys=True).encode()})
 
 
@@ -119,6 +129,7 @@ def shard_metadata(
     rng: np.random.Generator,
     *,
     scale: str = "full",
+    gemm: str | None = None,
 ) -> ExecutionMeta:
     """The shard's metadata, with random diagnostics."""
     w = execution.workload
@@ -151,7 +162,7 @@ def shard_metadata(
             plan=plan,
         ),
         kernels=Kernels(
-            gemm="cute-sm100" if on_gpu else "torch",
+            gemm=gemm or ("cute-sm100" if on_gpu else "torch"),
             mxfp8=None if execution.variant.precision == "bf16" else "synthetic",
             swiglu_backward=None if w.kind == "inference" else "synthetic",
         ),
@@ -171,6 +182,24 @@ def shard_metadata(
         sanity=Sanity(True, 1e-7, 1e-5, {"y": 1e-7}, 32, 0.5),
         policy=policy.describe(shape.nominal_tokens, shape.top_k),
     )
+
+
+def synthetic_account(shape: Shape, iteration_ms: float, on_gpu: bool, rng: np.random.Generator) -> Account:
+    """Every rank's random phase account of an iteration about ``iteration_ms`` long: the phases a
+    Dirichlet draw of it, the unclaimed time a few percent; no communication on one rank."""
+    ranks = []
+    for rank in range(shape.ranks):
+        profiled = iteration_ms * float(rng.lognormal(0.0, 0.05))
+        share = rng.dirichlet(np.ones(len(LAYER_PHASES) + 1))
+        phases = dict(zip(LAYER_PHASES, (profiled * share[:-1]).tolist(), strict=True))
+        if shape.ranks == 1:
+            phases |= {"dispatch": 0.0, "combine": 0.0}
+        unclaimed = profiled - sum(phases.values())
+        rows = tuple(shape.tracked_rows) if rank == 0 else tuple(t * shape.top_k for t in shape.layer_tokens)
+        kernels = int(rng.integers(100, 400)) if on_gpu else None
+        spans = (profiled * 0.95, profiled, profiled * 1.1)
+        ranks.append(RankAccount(rank, 3, spans, 1, 1, profiled, phases, unclaimed, rows, kernels, kernels))
+    return Account(tuple(ranks), None, False)
 
 
 def saved_state(execution: Execution, shape: Shape) -> tuple[LayerState, ...]:

@@ -46,8 +46,11 @@ MULTIPLIER = {"inference": 1, "training": 3, "packing": 30}
 
 def _write(dataset: Path, execution: Execution, attempt: int, rng: np.random.Generator) -> Path:
     if execution.execution_id == GPU_FREE:  # scale=ci: d_model and d_ff shrink, rows keep the nominal d_ff
-        return write_table(dataset, shard_table(execution, attempt, rng, ranks=2, scale="ci", device="cpu"))
-    return write_table(dataset, shard_table(execution, attempt, rng, ranks=4, device="NVIDIA H200"))
+        shard = shard_table(execution, attempt, rng, ranks=2, scale="ci", device="cpu", account=True)
+        return write_table(dataset, shard)
+    return write_table(
+        dataset, shard_table(execution, attempt, rng, ranks=4, device="NVIDIA H200", account=True)
+    )
 
 
 def _submit(dataset: Path, execution_id: str, attempt: int) -> None:
@@ -159,12 +162,19 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         assert _close(row["peakAllocatedGiB"], peak and peak / 2**30)
         if row["execution_id"] == GPU_FREE:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
-            assert row["device"] == "cpu" and row["predictedMS"] == row["measuredOverPredicted"] == ""
+            assert row["device"] == "cpu" and row["speedOfLightMS"] == row["layerSOLPct"] == ""
+            assert row["communication"] == "gloo all-to-all, 2 ranks, 1 node"
         else:
-            predicted = cost.predicted_ms(layer, "h200", dispatch=dispatch)
-            assert _close(row["predictedMS"], predicted) and _close(
-                row["measuredOverPredicted"], ms / predicted
+            # these shards' kernels (cute-sm100) multiply MXFP8 natively: the FP8 peak; rows cross between
+            # the 4 launched ranks only
+            launched = cost.LayerShape(**{**average_gpu.__dict__, "ranks": int(row["ranks"])})
+            peak = cost.HARDWARE["h200"].peak(
+                "fp8_tflops" if e.variant.precision == "mxfp8" else "bf16_tflops"
             )
+            light = cost.speed_of_light_ms(launched, "h200", dispatch=dispatch, routed_tflops=peak)
+            assert _close(row["speedOfLightMS"], light) and _close(row["layerSOLPct"], 100 * light / ms)
+            assert row["communication"] == "nccl all-to-all, 4 ranks, 1 node"
+            assert row["mxfp8Products"] == ("native block-scaled" if e.variant.precision == "mxfp8" else "")
         # What ran, beside the nominal identity columns.
         spread = _slowest_combined_windows(shard)
         assert _close(row["windowMinMS"], min(spread)) and _close(row["windowMaxMS"], max(spread))
@@ -229,6 +239,42 @@ def test_pairs_speedup_and_selection(published: Path) -> None:
         assert chosen == [fastest]
 
 
+def test_each_row_publishes_its_slowest_rank_s_phase_account(published: Path) -> None:
+    """The account of the rank whose timed median is published, from the raw metadata: its phases and
+    unclaimed time add up to its profiled iteration, which the row sets beside the timed one."""
+    document = json.loads((published / JSON_NAME).read_text())
+    accounts = {a["execution_id"]: a for a in document["accounts"]}
+    for row in _rows(published / CSV_NAME):
+        shard = (
+            published / "shards" / f"execution={row['execution_id']}" / f"attempt-{row['attempt']}.parquet"
+        )
+        per_rank: dict[int, list[float]] = defaultdict(list)
+        for raw in pq.read_table(shard).to_pylist():
+            if raw["phase"] == "combined":
+                per_rank[raw["rank"]].append(raw["window_ms"] / raw["iterations"])
+        slowest = max(sorted(per_rank), key=lambda r: statistics.median(per_rank[r]))
+        recorded = json.loads(pq.read_schema(shard).metadata[b"execution"])["account"]["ranks"]
+        (mine,) = [a for a in recorded if a["rank"] == slowest]
+        assert _close(row["profiledMS"], mine["profiled_ms"])
+        assert _close(row["profiledOverTimed"], mine["profiled_ms"] / statistics.median(per_rank[slowest]))
+        for phase, ms in mine["phases"].items():
+            assert _close(row[f"phase{phase.capitalize()}MS"], ms), phase
+        parts = sum(float(row[c] or 0) for c in row if c.startswith("phase") and c.endswith("MS"))
+        assert math.isclose(parts, float(row["profiledMS"]), rel_tol=1e-4)
+        account = accounts[row["execution_id"]]
+        assert account["rank"] == slowest and [p["phase"] for p in account["phases"]][:3] == [
+            "fprop",
+            "dgrad",
+            "wgrad",
+        ]
+        # on the H200 rows, each phase's %SOL is its work at the peaks over its time
+        if row["device"] == "NVIDIA H200":
+            fprop = next(p for p in account["phases"] if p["phase"] == "fprop")
+            peak = cost.HARDWARE["h200"].peak("fp8_tflops" if row["precision"] == "mxfp8" else "bf16_tflops")
+            at_peaks = max(fprop["flops"] / (peak * 1e12), fprop["bytes"] / (4.8e12))
+            assert math.isclose(fprop["sol_pct"], 100 * 1e3 * at_peaks / fprop["ms"], rel_tol=1e-4)
+
+
 def test_skipped_files_and_missing_executions_are_reported(published: Path) -> None:
     meta = json.loads((published / JSON_NAME).read_text())["meta"]
     skipped = {s["path"]: s["reason"] for s in meta["shards_skipped"]}
@@ -255,7 +301,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 5
+    assert meta["schema_version"] == 6
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path, rng: np.random.Generator) -> None:
@@ -294,7 +340,8 @@ def test_regeneration_is_byte_identical(published: Path, tmp_path: Path) -> None
     shutil.copytree(Dataset(published).ledger_dir, Dataset(moved).ledger_dir)
     again = aggregate(moved, tmp_path / "out", workers=1)
     names = sorted(p.name for p in again.files)
-    assert len(names) == 3 + 3 + 1 + 1  # CSVs, JSON; EP8 and EP32 figures; saved-state figure; page; manifest
+    # CSVs, JSON; the speedups, EP8 and EP32 time and phase figures, the saved-state figure; page; manifest
+    assert len(names) == 3 + 1 + 2 + 2 + 1 + 1 + 1
     assert "report.html" in names
     for name in names:
         assert (tmp_path / "out" / name).read_bytes() == (published / name).read_bytes(), name
@@ -314,11 +361,27 @@ def test_report_page_is_self_contained_and_shows_the_dataset(published: Path) ->
     page = (published / "report.html").read_text()
     assert re.search(r"https?://", page) is None and "<script" not in page
     sources = re.findall(r'<img [^>]*src="([^"]*)"', page)
-    figures = ("mok-comparison-ep8.png", "mok-comparison-ep32.png", "mok-comparison-saved-state.png")
+    figures = (
+        "mok-comparison-speedups.png",  # the answer first
+        "mok-comparison-ep8.png",
+        "mok-comparison-ep32.png",
+        "mok-comparison-phases-ep8.png",
+        "mok-comparison-phases-ep32.png",
+        "mok-comparison-saved-state.png",
+    )
     assert sources == [
         f"data:image/png;base64,{base64.b64encode((published / f).read_bytes()).decode()}" for f in figures
     ]
     assert str(published) not in page  # nothing depends on where the dataset lives
+    # the page opens with the answer: the conditions, the counts per EP and precision, each speedup
+    headings = re.findall(r"<h2>([^<]*)</h2>", page)
+    assert headings[:3] == ["The answer", "What ran", "Deviations from the report"]
+    answer = page[page.index("<h2>The answer</h2>") : page.index("<h2>What ran</h2>")]
+    assert "Conditions: device " in answer and "communication " in answer
+    chosen = [p for p in _rows(published / PAIRS_NAME) if p["selected"] == "true"]
+    assert f"Of {len(chosen)} matched workloads, Dist-MoE is faster in " in answer
+    for pair in chosen:
+        assert f"<td>{pair['workload_id']}</td>" in answer
     grid = page[page.index("Completeness of the matrix") : page.index("Iteration time per EP")]
     assert grid.count(">missing<") == 3 and grid.count(">done<") == 14
     for path in (
@@ -508,16 +571,19 @@ def test_figures_read_at_a_glance(published: Path) -> None:
     fig = time_figure(32, rows, pairs)
     panels = [ax for ax in fig.axes if ax.get_title().startswith("EP32")]
     assert [ax.get_title() for ax in panels] == [
-        "EP32 training BF16",
-        "EP32 training MXFP8",
-        "EP32 packing BF16",
-        "EP32 packing MXFP8",
+        "EP32 training BF16, 4 ranks",
+        "EP32 training MXFP8, 4 ranks",
+        "EP32 packing BF16, 4 ranks",
+        "EP32 packing MXFP8, 4 ranks",
     ]
-    assert "device NVIDIA H200, scale=full" in fig.get_suptitle()
+    assert "device NVIDIA H200, scale=full, 4 ranks" in fig.get_suptitle()
     # a panel is labelled by the dtype that ran where it is not the report's BF16 (the CPU scales)
     cpu = [{**r, "dtype": "float32"} if r["ep"] == 32 and r["kind"] == "packing" else r for r in rows]
     titles = [ax.get_title() for ax in time_figure(32, cpu, pairs).axes if ax.get_title().startswith("EP32")]
-    assert titles[2:] == ["EP32 packing BF16, ran float32", "EP32 packing MXFP8, ran float32"]
+    assert titles[2:] == [
+        "EP32 packing BF16, 4 ranks, ran float32",
+        "EP32 packing MXFP8, 4 ranks, ran float32",
+    ]
     (table_axes,) = [ax for ax in fig.axes if ax.get_title() == TABLE_TITLE]
     (table,) = table_axes.tables
     texts = [cell.get_text().get_text() for cell in table.get_celld().values()]

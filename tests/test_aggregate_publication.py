@@ -282,20 +282,21 @@ def test_a_fault_at_any_call_leaves_the_previous_publication_byte_identical(
 def test_a_commit_that_cannot_be_undone_says_so_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every rename from the fifth on fails: the commit stops after four (the two figures, the pairs
-    and the executions CSV), and putting the previous files back (renames too) fails; the line says
-    that the folder may mix the two and how to tell."""
+    """Every rename from the JSON's on fails: the commit stops after the figures and the CSVs, and
+    putting the previous files back (renames too) fails; the line says that the folder may mix the
+    two and how to tell."""
     dataset = tmp_path / "dataset"
     _five(dataset)
     assert main([str(dataset)]) == 0
     _add_sixth(dataset)
     capsys.readouterr()
     real = os.replace
-    calls = []
+    failing = []
 
     def replace(src: Any, dst: Any, **kwargs: Any) -> None:
-        calls.append(dst)
-        if len(calls) >= 5 and str(dataset) in os.path.abspath(dst):
+        if os.path.basename(dst) == JSON_NAME:
+            failing.append(dst)
+        if failing and str(dataset) in os.path.abspath(dst):
             raise OSError(errno.EIO, os.strerror(errno.EIO), src)
         real(src, dst, **kwargs)
 
@@ -311,9 +312,9 @@ def test_a_commit_that_cannot_be_undone_says_so_in_one_line(
 def test_a_crash_during_the_commit_leaves_the_previous_manifest_which_names_what_differs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A crash (simulated: an exception nothing catches, at the fifth rename, the JSON's) leaves each
-    file whole and the manifest the previous one, which tells the files that changed; the next run
-    publishes the whole set."""
+    """A crash (simulated: an exception nothing catches, at the JSON's rename, after the figures and
+    the CSVs) leaves each file whole and the manifest the previous one, which tells the files that
+    changed; the next run publishes the whole set."""
 
     class Crash(BaseException):
         pass
@@ -328,7 +329,7 @@ def test_a_crash_during_the_commit_leaves_the_previous_manifest_which_names_what
 
     def replace(src: Any, dst: Any, **kwargs: Any) -> None:
         calls.append(dst)
-        if len(calls) == 5:
+        if os.path.basename(dst) == JSON_NAME:
             raise Crash
         real(src, dst, **kwargs)
 

@@ -93,7 +93,7 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         ("dtype", "float32 (4)"),
         ("collective", "gloo (4)"),
         ("grouped GEMM", "torch (4)"),
-        ("ranks", "2 of EP ranks (4)"),
+        ("ranks", "2 of EP ranks (gloo all-to-all, 2 ranks, 1 node) (4)"),
         ("CUDA graphs", "eager steps (4)"),
     ):
         assert deviations[what]["ran"] == ran and sorted(deviations[what]["executions"]) == sorted(
@@ -107,7 +107,12 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["device"] == "cpu" and row["ranks"] == "2" and row["d_ff"] == "3072"
         assert float(row["usefulTFLOPsPerGPU"]) > 0 and float(row["hbmModelTBs"]) > 0
-        assert row["predictedMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
+        assert row["speedOfLightMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
+        assert row["communication"] == "gloo all-to-all, 2 ranks, 1 node" and row["mxfp8Products"] == ""
+        # the account of the real execution: its phases and unclaimed time add up to its profiled iteration
+        parts = sum(float(row[c] or 0) for c in row if c.startswith("phase") and c.endswith("MS"))
+        assert parts == pytest.approx(float(row["profiledMS"]), rel=1e-4)
+        assert float(row["phaseFpropMS"]) > 0 and float(row["phaseDispatchMS"]) > 0
         ran = (row["scale"], row["tokens"], row["d_model"], row["d_ff_run"], row["dtype"], row["cudaGraphs"])
         assert ran == ("ci", "16", "64", "64", "float32", "false")
         assert (row["collective"], row["gemm"]) == ("gloo", "torch")

@@ -26,6 +26,7 @@ CASES = [
     ("run", [*ONE, "scale=ci", "scale.min_window_ms=nan"], "scale.min_window_ms must be a finite number"),
     ("run", [*ONE, "scale=ci", "scale.tokens=0"], "tokens"),
     ("run", [*ONE, "scale=ci", "seed=-1"], "seed must be >= 0"),
+    ("run", [*ONE, "scale=ci", "keep_traces=yes"], "keep_traces must be true or false, got 'yes'"),
     ("run", [*ONE, "scale=ci", "max_ranks=abc"], "max_ranks must be an integer"),
     ("run", [*ONE, "scale=ci", "device=tpu"], "device 'tpu'; allowed"),
     ("run", [*ONE, "scale=ci", "dataset_dir={f}"], "is a file, not a directory"),

@@ -178,17 +178,19 @@ def test_comparison_page_and_report_page_are_self_contained(sweeps, tmp_path, ca
     aggregate(first, tmp_path / "published")
     report = (tmp_path / "published" / REPORT_NAME).read_text()
     _self_contained(report)
-    assert report.count("<img ") == 3  # EP8, EP32, saved state
+    assert report.count("<img ") == 6  # speedups; EP8, EP32 times and phase accounts; saved state
     headings = re.findall(r"<h2>([^<]*)", report)
     assert headings == [
+        "The answer",
         "What ran",
         "Deviations from the report",
         "Choices the report does not state",
         "Completeness of the matrix",
         "Iteration time per EP degree",
+        "Where the time went",
         "Pairs",
         "Executions",
         "Saved state of the packing cases",
     ]
-    assert report.count("<table>") == 7  # every section a table but the figures'
+    assert report.count("<table>") == 10  # a table in every section, two in the answer
     assert "packing-ep32-f3072-profile-a-bf16-mok-native" in report and "ci (10)" in report

@@ -14,6 +14,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from pipeline.base.intervals import (
+    critical_count,
+    rank_sum_distribution,
+    ratio_interval,
+    ratio_of_ratios_interval,
+)
 from pipeline.base.metrics import slowest_rank
 from pipeline.tools.compare.classify import (
     bounds,
@@ -22,12 +28,6 @@ from pipeline.tools.compare.classify import (
     p_values,
     speedup_change,
     time_change,
-)
-from pipeline.tools.compare.statistics import (
-    critical_count,
-    rank_sum_distribution,
-    ratio_interval,
-    ratio_of_ratios_interval,
 )
 
 

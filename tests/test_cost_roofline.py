@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.base.gpu_presets import gpu_preset
-from pipeline.cost import LayerShape, speed_of_light
+from pipeline.cost import LayerShape, roofline
 
 D, F, E, K = 8192, 2048, 256, 8
 
@@ -27,23 +27,23 @@ def test_a_case_is_its_weights_tokens_and_routing_bytes_or_its_flops_at_the_peak
     gpu = gpu_preset(preset)
     memory_ms = moved / (gpu.peak("hbm_tb_s") * 1e12) * 1e3
     compute_ms = flops / (gpu.peak("bf16_tflops") * 1e12) * 1e3
-    got = speed_of_light(seed_003(tokens), preset)
+    got = roofline(seed_003(tokens), preset)
     assert (got.bytes, got.flops) == (pytest.approx(moved, rel=1e-12), pytest.approx(flops, rel=1e-12))
     assert got.ms == pytest.approx(max(memory_ms, compute_ms), rel=1e-12) and got.bound == bound
     assert got.memory_ms == pytest.approx(memory_ms) and got.compute_ms == pytest.approx(compute_ms)
 
 
 def test_what_else_a_layer_must_do_adds_to_it():
-    base = speed_of_light(seed_003(4096), "gb300")
-    shared = speed_of_light(seed_003(4096, num_shared=1), "gb300")
+    base = roofline(seed_003(4096), "gb300")
+    shared = roofline(seed_003(4096, num_shared=1), "gb300")
     assert shared.bytes - base.bytes == pytest.approx(3 * F * D * 2)  # its weights, once
     assert shared.flops - base.flops == pytest.approx(6 * 4096 * D * F)
-    ep8 = speed_of_light(seed_003(4096, ep=8), "gb300")  # an eighth of the experts, rows exchanged
+    ep8 = roofline(seed_003(4096, ep=8), "gb300")  # an eighth of the experts, rows exchanged
     rows = 4096 * K
     assert ep8.bytes == pytest.approx(base.bytes - E * 7 / 8 * 3 * F * D * 2 + 2 * rows * D * 2 * 7 / 8)
-    mx = speed_of_light(seed_003(4096, precision="mxfp8"), "gb300")  # one byte and a scale per 32
+    mx = roofline(seed_003(4096, precision="mxfp8"), "gb300")  # one byte and a scale per 32
     assert base.bytes - mx.bytes == pytest.approx(E * 3 * F * D * (2 - 33 / 32))
-    training = speed_of_light(seed_003(4096, kind="training"), "gb300")
+    training = roofline(seed_003(4096, kind="training"), "gb300")
     assert (training.flops, training.ms) == (pytest.approx(3 * base.flops), pytest.approx(3 * base.ms))
-    hot = speed_of_light(seed_003(4096, ep=8, layer_loads=(2.0,)), "gb300")
+    hot = roofline(seed_003(4096, ep=8, layer_loads=(2.0,)), "gb300")
     assert hot.flops == pytest.approx(2 * ep8.flops)  # the busiest GPU's rows

@@ -210,7 +210,7 @@ B200 = {
 
 
 def test_adding_a_preset_is_one_yaml_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Every reader of a preset sees a new file: the model's rates and device map, its prediction, the
+    """Every reader of a preset sees a new file: the model's rates and device map, its speed of light, the
     estimate's preset, the kept table's choice of preset and the published %SOL columns."""
     folder = _copy(tmp_path)
     (folder / "b200.yaml").write_text(yaml.safe_dump(B200))
@@ -222,7 +222,7 @@ def test_adding_a_preset_is_one_yaml_file(tmp_path: Path, monkeypatch: pytest.Mo
     ]
     assert cost.hardware_for_device("NVIDIA B200") == "b200"
     layer = cost.LayerShape("inference", 2048, 7168, 3072, 384, 6, 8, "bf16", [1.0])
-    assert cost.predicted_ms(layer, "b200") < cost.predicted_ms(layer, "h200")
+    assert cost.speed_of_light_ms(layer, "b200") < cost.speed_of_light_ms(layer, "h200")
     assert Preset.named("b200") == Preset("b200", 180.0, "sm_100a")
     assert estimates.preset_of("b200") == "b200" and estimates.preset_of("local-slurm") == "gb300"
     execution = EXECUTION_BY_ID["inference-ep8-f1536-bf16-mok-native"]

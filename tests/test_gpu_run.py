@@ -125,6 +125,7 @@ ORDER = [
     "timing default",
     "timing swiglu",
     "pipeline",
+    "account",
 ]
 
 
@@ -393,7 +394,14 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     assert_within_its_total(found)
     assert_each_step_had_its_reserve(found)
     phases = [r for r in found if r["stage"] == "pipeline" and r.get("name") == "phases"]
-    assert len(phases) == 1 and phases[0]["windows"] > 0  # where the execution's time went
+    assert len(phases) == 1 and phases[0]["windows"] > 0 and phases[0]["account"] > 0  # its time
+    # the account step: the single-GPU execution's phase account, adding up, its profile kept
+    (accounted,) = [r for r in found if r["stage"] == "account" and r.get("profiled_ms") is not None]
+    assert accounted["status"] == "pass" and accounted["name"] == "inference-ep8-f1536-bf16-mok-native"
+    parts = sum(v or 0 for v in accounted["phases"].values()) + accounted["unclaimed_ms"]
+    assert parts == pytest.approx(accounted["profiled_ms"], rel=1e-4)
+    assert accounted["phases"]["dispatch"] is None and accounted["phases"]["fprop"] > 0  # one rank: no comm
+    assert accounted["traces"] == ["traces/inference-ep8-f1536-bf16-mok-native/attempt-1/rank-0.json.gz"]
     # the multi-rank rehearsals: one rank's gloo loopback calls the exchange's all-to-alls (eagerly:
     # no CUDA graph on a CPU) and computes what one rank alone does; two CPU ranks route rows across
     # ranks through two executions' gates
@@ -415,6 +423,7 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     summary = (out / "summary.md").read_text()
     assert "The stages that run layers ran on: cute kernels" in summary and "To finish" not in summary
     assert "## Loopback" in summary and "## Ranks sharing one GPU" in summary
+    assert "## Where each execution's iteration went (phase account, ms)" in summary
     assert done.stdout.rstrip().endswith(summary.rstrip())
 
 

@@ -1,8 +1,8 @@
 """Datasets written by every earlier metadata version stay readable: ``tests/fixtures/datasets/schema-N``
 holds two executions of a real sweep written by the code of version N (1 and 2: commits 4870968 and
-9cad9a9, the last that wrote each, at ``scale=ci``; 3: commit 0936276 and 4: the commit before version
-5, at ``scale=cpu``), shards and ledger as that code left them (version 1's ledger is its
-``ledger.jsonl``). Each is read by ``status``, ``aggregate`` and
+9cad9a9, the last that wrote each, at ``scale=ci``; 3: commit 0936276, 4: the commit before version
+5 and 5: commit 1a6e3f1, the last before version 6, at ``scale=cpu``), shards and ledger as that code
+left them (version 1's ledger is its ``ledger.jsonl``). Each is read by ``status``, ``aggregate`` and
 ``compare`` with what it recorded as it recorded it and what it did not record unknown, never made up:
 empty cells, no deviation said. A comparison of one with a dataset of today's version (the same
 windows, written with today's metadata) finds nothing changed and says which conditions it could not
@@ -41,7 +41,7 @@ from pipeline.tools.compare import compare, load
 from pipeline.tools.compare.cli import main as compare_main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
-VERSIONS = (1, 2, 3, 4)
+VERSIONS = (1, 2, 3, 4, 5)
 BEFORE_3 = (1, 2)  # no collective, timing request, kernels, contention or emulation copies
 EXECUTIONS = ("inference-ep8-f1536-bf16-dist-moe-bf16", "inference-ep8-f1536-bf16-mok-native")
 DIST, MOK = EXECUTIONS
@@ -115,10 +115,11 @@ def test_an_earlier_version_reads_with_what_it_lacks_unknown(version: int) -> No
     for shard in scan.newest.values():
         meta = shard.meta
         assert meta.schema_version == version
-        assert (
-            meta.conditions.gpus == ()
-            and meta.conditions.unknown == f"not recorded (schema_version {version})"
-        )
+        unrecorded = f"not recorded (schema_version {version})"
+        said = "no GPU: the execution ran on cpu" if version == 5 else unrecorded  # 5 sampled its GPUs
+        assert meta.conditions.gpus == () and meta.conditions.unknown == said
+        assert meta.account.ranks == () and meta.account.unknown == unrecorded  # none profiled
+        assert meta.account.traces is False
         raw = _raw(version, shard.execution_id)
         if version in BEFORE_3:
             assert "contention" not in raw and meta.contention == Contention(None, None, None, None)
@@ -181,9 +182,12 @@ def test_status_and_aggregate_read_an_earlier_version(version: int, tmp_path: Pa
     published = json.loads((dataset / "mok-comparison.json").read_text())
     assert sorted(e["execution_id"] for e in published["executions"]) == list(EXECUTIONS)
     assert published["meta"]["shards_skipped"] == []
+    assert published["accounts"] == []  # no version before 6 profiled its iterations
     for row in published["executions"]:
         raw = _raw(version, row["execution_id"])
         assert (row["cpuWaitShare"] is None) == (version <= 3)
+        assert row["profiledMS"] is None and row["phaseFpropMS"] is None and row["phaseUnclaimedMS"] is None
+        assert row["communication"] == ("gloo all-to-all, 2 ranks, 1 node" if version > 2 else None)
         if version in BEFORE_3:
             assert {c: row[c] for c in UNRECORDED_BEFORE_3} == dict.fromkeys(UNRECORDED_BEFORE_3)
             sanity = raw.get("sanity", {})  # version 1 ran no gate: empty
@@ -229,8 +233,9 @@ def test_an_earlier_version_compares_with_today_s(version: int, tmp_path: Path, 
     # counted as differing
     unknown = {"base": len(EXECUTIONS) if version <= 3 else 0, "new": len(EXECUTIONS) if version == 3 else 0}
     assert conditions["unknown"] == unknown
+    said = "no GPU: the execution ran on cpu" if version == 5 else f"not recorded (schema_version {version})"
     for e in conditions["executions"].values():
-        assert e["base"]["gpu_unknown"] == f"not recorded (schema_version {version})"
+        assert e["base"]["gpu_unknown"] == said
     described = document["base"]["described"]
     n = len(EXECUTIONS)
     if version in BEFORE_3:
@@ -252,7 +257,7 @@ def test_an_unknown_version_is_refused_naming_it(version: object, named: str, tm
     dataset = _copy(4, tmp_path / "d")
     path = sorted((dataset / "shards").glob("*/*.parquet"))[0]
     _rewritten(path, {"schema_version": version})
-    message = f"unknown schema_version {named}; this reader reads 1, 2, 3, 4, 5"
+    message = f"unknown schema_version {named}; this reader reads 1, 2, 3, 4, 5, 6"
     (skipped,) = scan_shards(Dataset(dataset)).skipped
     assert message in skipped.reason
     with pytest.raises(MetaError, match=message.split(";")[0]):
@@ -280,6 +285,19 @@ def test_a_version_s_field_is_unknown_only_where_it_did_not_record_it(
         record = record[parent]
     record[name] = None
     with pytest.raises(MetaError, match=message):
+        ExecutionMeta.from_json(meta)
+
+
+def test_today_s_version_without_an_account_is_refused() -> None:
+    meta = _raw(5, DIST) | {"schema_version": ExecutionMeta.VERSION}
+    meta["account"] = {
+        "ranks": [],
+        "unknown": "not accounted: the execution profiled no iteration",
+        "traces": False,
+    }
+    assert ExecutionMeta.from_json(meta).account.unknown is not None
+    del meta["account"]
+    with pytest.raises(MetaError, match="metadata account is missing"):
         ExecutionMeta.from_json(meta)
 
 

@@ -31,8 +31,11 @@ def test_module_prints_the_published_json_keys():
         cwd=ROOT, capture_output=True, text=True, check=True,
     )  # fmt: skip
     result = json.loads(done.stdout)
-    assert list(result) == ["inputs", "outputs", "profile"]
+    assert list(result) == ["inputs", "outputs", "profile", "model"]
     assert list(result["inputs"]) == INPUT_KEYS
+    # the seed's 38 keys: 12 inputs, 25 outputs and the line that says what the model is
+    assert len(result["inputs"]) + len(result["outputs"]) + 1 == 38
+    assert result["model"].startswith("reduced-order model of one MoE layer: ")
     assert result["inputs"] == json.loads(PUBLISHED_FILE.read_text())
     assert list(result["outputs"])[0] == "format" and list(result["outputs"])[-1] == "verdict"
     assert len(result["outputs"]) == 25

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.base.gpu_presets import gpu_preset
-from pipeline.cost import LayerShape, speed_of_light
+from pipeline.cost import LayerShape, roofline
 from pipeline.data.reader import read_shard
 from pipeline.matrix.suite import load
 from pipeline.report.cases import case_rows
@@ -28,12 +28,12 @@ def test_a_case_is_its_speed_of_light_over_its_time_where_its_device_has_peaks(t
     for case in cases:
         w = SUITE.execution(str(case["execution_id"])).workload
         shape = LayerShape("inference", w.tokens, 8192, 2048, 256, 8, 1, "bf16", (1.0,), 0)
-        full = speed_of_light(shape, gpu_preset("gb300"))  # the dataset's preset: none, so the report's
+        full = roofline(shape, gpu_preset("gb300"))  # the dataset's preset: none, so the report's
         assert (case["fullScalePreset"], case["fullScaleSolMS"]) == ("gb300", pytest.approx(full.ms))
         assert case["caseMaxError"] is None  # the synthetic gate checked no case
         if preset is None:
             assert case["solPct"] is None and case["solMS"] is None
             continue
-        sol = speed_of_light(shape, preset).ms
+        sol = roofline(shape, preset).ms
         assert case["solMS"] == pytest.approx(sol)
         assert case["solPct"] == pytest.approx(100 * sol / float(case["iterationMS"]))

@@ -20,6 +20,7 @@ class SlowestRank:
 
     ms: float  # the slowest rank's median of per-iteration window times (the lowest rank on ties)
     windows: np.ndarray  # that rank's per-iteration window times, in the order of the rows
+    rank: int = 0  # which rank that is
 
     @property
     def spread(self) -> tuple[float, float]:
@@ -33,7 +34,7 @@ def slowest_rank(rank: np.ndarray, window_ms: np.ndarray, iterations: np.ndarray
     which is how consecutive windows depend on each other)."""
     ranks, medians, rank, per_iteration = _rank_medians(rank, window_ms, iterations)
     slowest = int(np.argmax(medians))
-    return SlowestRank(float(medians[slowest]), per_iteration[rank == ranks[slowest]])
+    return SlowestRank(float(medians[slowest]), per_iteration[rank == ranks[slowest]], int(ranks[slowest]))
 
 
 def _rank_medians(

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch.distributed as dist
@@ -16,7 +17,7 @@ from cutlass_kernels import compiles
 from pipeline import REPO_ROOT
 from pipeline.base.metrics import phase_ms
 from pipeline.base.saved_state import LayerState, SavedState
-from pipeline.bench import conditions, contention, distributed, graphs, nvlink, sanity
+from pipeline.bench import account, conditions, contention, distributed, graphs, nvlink, sanity
 from pipeline.bench.diagnostics import (
     device_name,
     git_sha,
@@ -27,21 +28,25 @@ from pipeline.bench.diagnostics import (
     versions,
 )
 from pipeline.bench.kernels import kernels
-from pipeline.bench.plants import planted
+from pipeline.bench.plants import planted, slowed
 from pipeline.bench.spec import JobSpec
+from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import Shared, build_work
 from pipeline.data import ledger
 from pipeline.data.meta import (
+    Account,
     Conditions,
     ExecutionMeta,
     Memory,
     NVLink,
     Provenance,
+    RankAccount,
     Timing,
 )
 from pipeline.data.schema import Identity, RankWindows
 from pipeline.data.writer import write_shard
+from pipeline.moe import ranges
 
 NVLINK_SAMPLE_S = 1.0
 
@@ -67,6 +72,7 @@ class RankResult:
     peak_allocated_bytes: int | None
     peak_rss_bytes: int
     conditions: Conditions  # the GPU's clocks, throttling and sharing during the windows
+    account: RankAccount | str  # its phase account, or why it has none
 
 
 def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Shared) -> Summary | None:
@@ -82,6 +88,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     started_at = ledger.now()
     with phases("build"):
         work = build_work(spec.execution, shape, ctx.rank, ctx.device, spec.seed, shared)
+    ranges.slow(slowed(execution_id, ctx.rank))  # a slow phase a test plants; else none
     with phases("gate"), planted(execution_id, ctx.rank):  # a fault a test plants (bench.plants)
         case = (work.xs[0], *work.routes[0]) if spec.check == "case" else None
         verdict = sanity.gate(work.stack, work.grads is not None, spec.seed, case=case)
@@ -96,15 +103,22 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     ended_at = ledger.now()
     combined_ms = float(np.median(times["combined"])) / plan.iterations
     repetitions = nvlink.repetitions(combined_ms, NVLINK_SAMPLE_S, ctx.device)
+    saved = work.saved_state()
+    rates = nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions)
+    peaks = peak_allocated_bytes(ctx.device), peak_rss_bytes()  # before the account's eager iteration
+    keep = bool(spec.config.get("keep_traces", False))
+    with phases("account"):
+        accounted = rank_account(ctx, spec, steps, work.steps(), (combined_ms, plan.iterations), saved, keep)
     mine = RankResult(
         windows=RankWindows(ctx.rank, ctx.job_id, device_name(ctx.device), times),
         host=ctx.hostname,
         cpu_wait_share=host.wait_share(),
-        saved_state=work.saved_state(),
-        nvlink=nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions),
-        peak_allocated_bytes=peak_allocated_bytes(ctx.device),
-        peak_rss_bytes=peak_rss_bytes(),
+        saved_state=saved,
+        nvlink=rates,
+        peak_allocated_bytes=peaks[0],
+        peak_rss_bytes=peaks[1],
         conditions=gpu.record(),
+        account=accounted,
     )
     gathered: list[RankResult | None] = [None] * ctx.world_size
     dist.all_gather_object(gathered, mine)
@@ -145,6 +159,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
             sanity=verdict,
             policy=work.policy(),
             conditions=conditions.merged([r.conditions for r in ranks]),
+            account=merged_account([r.account for r in ranks], keep),
         )
         identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
         path = write_shard(dataset, identity, [r.windows for r in ranks], meta)
@@ -186,6 +201,43 @@ class Phases:
         parts = {**self.seconds, "record": time.monotonic() - self.began - timed, "compile": compiling}
         rounded = {k: round(v, 3) for k, v in parts.items()}
         return f"phases {execution_id} " + json.dumps({**rounded, "compiles": kernels})
+
+
+def rank_account(
+    ctx: distributed.Context,
+    spec: JobSpec,
+    steps: Steps,
+    eager: Steps,
+    timed: tuple[float, int],
+    saved: list[SavedState],
+    keep: bool,
+) -> RankAccount | str:
+    """This rank's phase account (:mod:`pipeline.bench.account`) of a few iterations replayed after the
+    windows (``timed``: this rank's timed median and the iterations of a window), its profile kept in
+    the dataset when ``keep``; or why it has none."""
+    combined_ms, window = timed
+    iterations = account.count(combined_ms, ctx.device)
+    where = spec.dataset.trace_path(spec.execution_id, spec.attempt, ctx.rank)
+
+    def trace(path: Path) -> None:
+        try:
+            account.gzipped(path, where)
+        except OSError as err:  # a profile not kept costs the account nothing: the dataset lists none
+            print(f"{spec.execution_id}: rank {ctx.rank}'s profile not kept: {err}", flush=True)
+
+    found, why = account.profiled(steps, eager, ctx.device, iterations, trace if keep else None)
+    if why is not None:
+        return why
+    try:
+        return account.rank_account(ctx.rank, found, tuple(s.routed_rows for s in saved), combined_ms, window)
+    except ValueError as err:  # an iteration the profile did not show whole
+        return f"no account: {err}"
+
+
+def merged_account(per_rank: list[RankAccount | str], traces: bool) -> Account:
+    """Every rank's account, and the first reason a rank has none."""
+    why = next((a for a in per_rank if isinstance(a, str)), None)
+    return Account(tuple(a for a in per_rank if not isinstance(a, str)), why, traces)
 
 
 def iteration_ms(ranks: list[RankWindows], iterations: int) -> dict[str, float]:

@@ -1,10 +1,13 @@
-"""Faults planted in a group's execution, so that what a failure, a hang and a wrong exchange cost can
-be shown on the real processes, process group and ledger (``MOE_BENCH_PLANT=KIND:EXECUTION_ID:RANK``,
-in the environment the jobs inherit; several separated by commas). They act on that rank while the
-execution's correctness gate runs: ``error`` raises as the gate begins, while the other ranks enter its
-collectives; ``hang`` sleeps there for good; ``split`` counts one row the rank receives to the next of
-its experts (the all-to-all's splits per source stay whole, the experts' groups are off by one row);
-``perm`` regroups the received rows off by one row (on more than one rank, where rows are regrouped).
+"""Faults planted in a group's execution, so that what a failure, a hang, a wrong exchange and a slow
+phase cost can be shown on the real processes, process group and ledger
+(``MOE_BENCH_PLANT=KIND:EXECUTION_ID:RANK``, in the environment the jobs inherit; several separated by
+commas). The first four act on that rank while the execution's correctness gate runs: ``error``
+raises as the gate begins, while the other ranks enter its collectives; ``hang`` sleeps there for good;
+``split`` counts one row the rank receives to the next of its experts (the all-to-all's splits per
+source stay whole, the experts' groups are off by one row); ``perm`` regroups the received rows off by
+one row (on more than one rank, where rows are regrouped). ``slow-<phase>`` (a layer phase, e.g.
+``slow-combine``) makes that phase :data:`SLOW_S` longer on that rank every time it runs, timed windows
+and phase account alike (:func:`pipeline.moe.ranges.slow`).
 Nothing is planted unless the variable names the execution."""
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ from typing import Any
 
 import torch
 
+from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.moe.dispatch import DispatchPlan
 
 PLANT_ENV = "MOE_BENCH_PLANT"
-KINDS = ("error", "hang", "split", "perm")
+SLOW = "slow-"
+KINDS = ("error", "hang", "split", "perm", *(f"{SLOW}{p}" for p in LAYER_PHASES))
+SLOW_S = 0.04  # a slow phase's extra seconds each time it runs: far above a CPU host's noise
 
 
 class PlantedError(RuntimeError):
@@ -30,15 +36,10 @@ class PlantedError(RuntimeError):
 
 @contextlib.contextmanager
 def planted(execution_id: str, rank: int) -> Iterator[None]:
-    """Apply, for the block, a fault planted for ``execution_id`` on ``rank``, if any; a ValueError
-    for a plant that names no kind of :data:`KINDS`."""
-    kinds = []
-    for text in filter(None, os.environ.get(PLANT_ENV, "").split(",")):
-        kind, execution, where = (text.split(":") + ["", ""])[:3]
-        if kind not in KINDS or not where.isdigit():
-            raise ValueError(f"{PLANT_ENV} entry {text!r}: want KIND:EXECUTION_ID:RANK, KIND one of {KINDS}")
-        if (execution, int(where)) == (execution_id, rank):
-            kinds.append(kind)
+    """Apply, for the block (the gate), a fault planted for ``execution_id`` on ``rank``, if any: an
+    error, a hang, a wrong split or regrouping; a ValueError for a plant that names no kind of
+    :data:`KINDS`."""
+    kinds = [kind for kind in _mine(execution_id, rank) if not kind.startswith(SLOW)]
     if "error" in kinds:
         raise PlantedError(f"planted error on rank {rank}")
     while "hang" in kinds:
@@ -47,6 +48,23 @@ def planted(execution_id: str, rank: int) -> Iterator[None]:
         for kind in kinds:
             stack.enter_context(_wrong_plans(wrong_split if kind == "split" else off_by_one))
         yield
+
+
+def slowed(execution_id: str, rank: int) -> dict[str, float]:
+    """The layer phases planted slow for ``execution_id`` on ``rank``, each with its extra seconds."""
+    return {kind.removeprefix(SLOW): SLOW_S for kind in _mine(execution_id, rank) if kind.startswith(SLOW)}
+
+
+def _mine(execution_id: str, rank: int) -> list[str]:
+    """The kinds planted for ``execution_id`` on ``rank``; a ValueError for a plant of no kind."""
+    kinds = []
+    for text in filter(None, os.environ.get(PLANT_ENV, "").split(",")):
+        kind, execution, where = (text.split(":") + ["", ""])[:3]
+        if kind not in KINDS or not where.isdigit():
+            raise ValueError(f"{PLANT_ENV} entry {text!r}: want KIND:EXECUTION_ID:RANK, KIND one of {KINDS}")
+        if (execution, int(where)) == (execution_id, rank):
+            kinds.append(kind)
+    return kinds
 
 
 def wrong_split(recv_counts: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,10 @@ could not be written; 2 for bad input, refused before anything is written (a pat
 directory, a folder to publish into that cannot be written: the dataset without --out, or --out).
 The full-scale estimate columns are those kept (``pipeline/data/estimates.py``); ``--estimate`` first
 computes the missing ones with ``python -m pipeline.estimate --dataset DATASET_DIR``, a process of its
-own, so publishing itself never imports the estimate (torch, fake CUDA, a C++ build).
+own, so publishing itself never imports the estimate (torch, fake CUDA, a C++ build). ``--rates FILE``
+first keeps a kernel-rate table measured on the dataset's device (the device run writes one) in the
+dataset (``kernel-rates.json``), beside which every row of that device publishes its expectation; a
+table that does not read is refused in one line (exit 2) before anything is written.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pipeline import REPO_ROOT
 from pipeline.base.exits import BAD_INPUT, FAILED, OK, ArgumentParser, help_text, prog
 from pipeline.base.folders import check_writable
 from pipeline.base.printable import printable
+from pipeline.data import rates as kernel_rates
 from pipeline.data.dataset import Dataset
 from pipeline.report import Aggregate, aggregate
 from pipeline.report.provenance import mixed_text
@@ -91,14 +95,32 @@ def main(argv: list[str] | None = None) -> int:
         help="first compute the full-scale estimates not yet kept (python -m pipeline.estimate --dataset "
         "DATASET, seconds of CPU each); without it only the kept ones are published, the others empty",
     )
+    parser.add_argument(
+        "--rates",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="first keep this kernel-rate table (JSON, measured on the dataset's device: the device run's "
+        "kernel-rates.json) in the dataset; its rows publish the expectation from it",
+    )
     args = parser.parse_args(argv)
     problem = _problem(args.dataset, args.out, args.workers)
+    if problem is None and args.rates is not None:
+        try:
+            rates = kernel_rates.load(args.rates)
+            check_writable(args.dataset)  # the table is kept in the dataset, wherever --out publishes
+        except kernel_rates.RatesError as err:
+            problem = f"--rates {err}"
+        except ValueError as err:
+            problem = f"--rates: dataset {err}"
     if problem is not None:
         _say(problem)
         return BAD_INPUT
     if not Dataset(args.dataset).shard_files():
         _say(f"{args.dataset} holds no shards: nothing to publish")
         return FAILED
+    if args.rates is not None:
+        kernel_rates.keep(Dataset(args.dataset), rates)
     if args.estimate:
         _estimate(args.dataset)
     try:

@@ -16,7 +16,13 @@ the weighted scatter-add reads them and writes the T float32 token rows), and th
 same GEMM passes over T rows, in the layer dtype). Activations in the layer dtype take
 ``element_bytes`` per element; GEMM operands in MXFP8 one E4M3 byte per element plus one E8M0 scale
 byte per 32 along K; the FP8 wire the same for D. Training and each packing layer count 3x forward
-(the report's coarse model).
+(the report's coarse model). Communication counts only where it ran: on one launched rank (``ranks``
+1) rows go to no other rank, so the all-to-all staging of the dispatch and the combine is no pass.
+
+The phase account's work (:func:`phase_work`) splits the same passes by the layer's phases
+(:data:`pipeline.base.vocabulary.LAYER_PHASES`) for one rank's tokens and received rows, with the
+backward's passes of its own (data- and weight-gradient GEMMs, the SwiGLU backward, the gradients'
+all-to-alls and scatters) and the useful FLOPs of each GEMM phase.
 
 One convention, the report's for useful TFLOP/s: ``iteration_bytes`` is the **cluster-average GPU**'s,
 whose routed rows are T x K in every layer (the tracked GPU's f and the others' (EP - f) / (EP - 1)
@@ -28,10 +34,11 @@ that GPU's time.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pipeline.base.checks import choice, experts_layout, integer, real
-from pipeline.base.vocabulary import FORWARD_EQUIVALENTS, KINDS, MX_BLOCK, PRECISIONS
+from pipeline.base.vocabulary import FORWARD_EQUIVALENTS, KINDS, LAYER_PHASES, MX_BLOCK, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class LayerShape:
     layer_loads: tuple[float, ...]
     num_shared: int = 1
     element_bytes: int = 2  # the layer dtype's: 2 for bfloat16, 4 for float32
+    ranks: int = 0  # ranks launched (0: ep): rows cross to ranks - 1 others, none on one
 
     def __post_init__(self) -> None:
         choice("kind", self.kind, KINDS)
@@ -61,6 +69,10 @@ class LayerShape:
         if self.element_bytes not in (2, 4):
             raise ValueError(f"element_bytes must be 2 (bfloat16) or 4 (float32), got {self.element_bytes!r}")
         experts_layout(self.num_experts, self.top_k, self.ep, names=("num_experts", "top_k", "ep"))
+        ranks = integer("ranks", self.ranks, low=0) or self.ep
+        if ranks > self.ep:
+            raise ValueError(f"ranks must be at most ep={self.ep}, got {ranks}")
+        object.__setattr__(self, "ranks", ranks)
         loads = tuple(self.layer_loads)
         if self.kind == "packing" and not loads:
             raise ValueError("layer_loads must hold one load factor per packing layer, got none")
@@ -81,6 +93,16 @@ class LayerShape:
         """Forward passes' worth of GEMM work per timed layer."""
         return FORWARD_EQUIVALENTS[self.kind]
 
+    @property
+    def communicates(self) -> bool:
+        """Whether rows cross between ranks (more than one rank launched)."""
+        return self.ranks > 1
+
+    @property
+    def remote_share(self) -> float:
+        """The share of a rank's routed rows that another rank holds the experts of."""
+        return (self.ranks - 1) / self.ranks
+
 
 def row_bytes(elements: int, precision: str) -> float:
     """Bytes of one row of ``elements`` values along K in ``precision``."""
@@ -92,28 +114,114 @@ def row_bytes(elements: int, precision: str) -> float:
 def forward_terms(s: LayerShape, load: float, dispatch: str = "bf16") -> dict[str, float]:
     """Logical bytes of one layer forward on a GPU whose routed rows are ``load`` x T x K, per pass
     (the module docstring lists them); ``dispatch`` is the wire precision ("mxfp8" for FP8 payloads)."""
+    return _terms(s, float(s.tokens), load * s.tokens * s.top_k, dispatch)
+
+
+def _terms(s: LayerShape, tokens: float, rows: float, dispatch: str) -> dict[str, float]:
+    """:func:`forward_terms` of ``tokens`` token rows and ``rows`` received rows."""
     choice("dispatch", dispatch, PRECISIONS)
     d, f, e = s.d_model, s.d_ff, float(s.element_bytes)
-    rows, tokens, sets = load * s.tokens * s.top_k, float(s.tokens), s.num_experts / s.ep
+    sets = s.num_experts / s.ep
     wire = row_bytes(d, dispatch) if dispatch == "mxfp8" else e * d
     operand_d, operand_f = _operand(d, s.precision, e), _operand(f, s.precision, e)
     mx = s.precision == "mxfp8"
     shared = float(s.num_shared)
+    staged = 1.0 if s.communicates else 0.0
     return {
         "dispatch_gather": tokens * d * e + rows * wire,
-        "dispatch_all_to_all": 2 * rows * wire + 2 * rows * wire,  # send + receive, regroup
+        "dispatch_all_to_all": staged * (2 * rows * wire + 2 * rows * wire),  # send + receive, regroup
         "quantize_rows": rows * (d * e + operand_d) if mx and dispatch != "mxfp8" else 0.0,
         "gemm1": rows * operand_d + sets * 2 * f * operand_d + rows * 2 * f * e,
         "swiglu": rows * (2 * f * e + f * e),
         "quantize_activation": rows * (f * e + operand_f) if mx else 0.0,
         "gemm2": rows * operand_f + sets * d * operand_f + rows * d * e,
-        "combine": 2 * rows * d * e + rows * d * e + tokens * d * 4.0,
+        "combine": staged * 2 * rows * d * e + rows * d * e + tokens * d * 4.0,
         "shared_expert": shared * (
             tokens * d * e + 2 * f * d * e + tokens * 2 * f * e  # GEMM-1
             + tokens * 3 * f * e  # SwiGLU
             + tokens * f * e + d * f * e + tokens * d * e  # GEMM-2
         ),
     }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PhaseWork:
+    """One phase's work in one iteration on one rank: useful FLOPs (no padding, no recompute), logical
+    HBM bytes, the bytes that cross to other ranks, and what its FLOPs run on (``routed``: the routed
+    GEMMs' product, ``dense``: the layer dtype's; None for a phase of bytes only)."""
+
+    flops: float = 0.0
+    bytes: float = 0.0
+    link_bytes: float = 0.0
+    tensor: str | None = None
+
+    def __add__(self, other: PhaseWork) -> PhaseWork:
+        return PhaseWork(
+            self.flops + other.flops,
+            self.bytes + other.bytes,
+            self.link_bytes + other.link_bytes,
+            self.tensor or other.tensor,
+        )
+
+
+def phase_work(
+    s: LayerShape, tokens: Sequence[float], rows: Sequence[float], dispatch: str = "bf16"
+) -> dict[str, PhaseWork]:
+    """Each layer phase's work in one iteration on a rank fed ``tokens[l]`` token rows whose experts
+    receive ``rows[l]`` rows in timed layer l (forward, and the backward where the kind has one):
+    the forward's passes of :func:`forward_terms` by phase, the backward's own (each GEMM's data and
+    weight gradient, 6 x rows x D x F FLOPs each; the SwiGLU backward reading dA and H, writing dH and
+    A; MXFP8's fake quantization of A; the gradients' all-to-alls in the layer dtype and their
+    scatters; the shared expert's 12 x T x D x F FLOPs). ``other`` has no work of its own."""
+    if len(tokens) != len(s.layer_loads) or len(rows) != len(s.layer_loads):
+        raise ValueError(
+            f"need tokens and rows for {len(s.layer_loads)} layer(s), got {len(tokens)}, {len(rows)}"
+        )
+    out = {p: PhaseWork() for p in LAYER_PHASES}
+    for t, r in zip(tokens, rows, strict=True):
+        for phase, work in _layer_work(s, float(t), float(r), dispatch).items():
+            out[phase] = out[phase] + work
+    return out
+
+
+def _layer_work(s: LayerShape, t: float, r: float, dispatch: str) -> dict[str, PhaseWork]:
+    d, f, e, shared = s.d_model, s.d_ff, float(s.element_bytes), float(s.num_shared)
+    sets = s.num_experts / s.ep
+    terms = _terms(s, t, r, dispatch)
+    wire = row_bytes(d, dispatch) if dispatch == "mxfp8" else e * d
+    remote = s.remote_share if s.communicates else 0.0
+    gemm_flops = 6.0 * r * d * f
+    work = {
+        "fprop": PhaseWork(gemm_flops, terms["gemm1"] + terms["gemm2"], tensor="routed"),
+        "swiglu": PhaseWork(bytes=terms["swiglu"]),
+        "quantize": PhaseWork(bytes=terms["quantize_rows"] + terms["quantize_activation"]),
+        "permute": PhaseWork(bytes=terms["dispatch_gather"] + r * d * e + t * d * 4.0),
+        "dispatch": PhaseWork(bytes=terms["dispatch_all_to_all"], link_bytes=remote * r * wire),
+        "combine": PhaseWork(bytes=terms["combine"] - r * d * e - t * d * 4.0, link_bytes=remote * r * d * e),
+        "shared": PhaseWork(6.0 * t * d * f * shared, terms["shared_expert"], tensor="dense"),
+    }
+    if not FORWARD_EQUIVALENTS[s.kind] > 1:
+        return work
+    staged = 1.0 if s.communicates else 0.0
+    backward = {
+        "dgrad": PhaseWork(
+            gemm_flops,
+            r * d * e + sets * d * f * e + r * f * e + r * 2 * f * e + sets * 2 * f * d * e + r * d * e,
+            tensor="dense",
+        ),
+        "wgrad": PhaseWork(
+            gemm_flops,
+            r * d * e + r * f * e + sets * d * f * e + r * 2 * f * e + r * d * e + sets * 2 * f * d * e,
+            tensor="dense",
+        ),
+        "swiglu": PhaseWork(bytes=6 * r * f * e),
+        "quantize": PhaseWork(bytes=2 * r * f * e if s.precision == "mxfp8" else 0.0),
+        "permute": PhaseWork(bytes=2 * r * d * e + t * d * (4.0 + e)),
+        "dispatch": PhaseWork(bytes=staged * 4 * r * d * e, link_bytes=remote * r * d * e),
+        "combine": PhaseWork(bytes=staged * 2 * r * d * e, link_bytes=remote * r * d * e),
+        "shared": PhaseWork(12.0 * t * d * f * shared, 2 * terms["shared_expert"], tensor="dense"),
+    }
+    return {p: work.get(p, PhaseWork()) + backward.get(p, PhaseWork()) for p in {*work, *backward}}
 
 
 def _operand(elements: int, precision: str, element_bytes: float) -> float:

@@ -2,7 +2,7 @@
 device's datasheet peaks, the roofline that seed 003's records measure their %SOL against.
 
 What one layer forward must do on the busiest GPU (load g of the balanced T x K routed rows, as
-:func:`pipeline.cost.prediction.busiest_load` takes it) and nothing more:
+:func:`pipeline.cost.speed_of_light.busiest_load` takes it) and nothing more:
 
 - **bytes**: its experts' weights streamed once (E/EP routed experts of W1 [2F, D] and W2 [D, F],
   in the layer dtype, or MXFP8 with one scale byte per 32 along K; the S shared experts' in the layer
@@ -15,7 +15,9 @@ What one layer forward must do on the busiest GPU (load g of the balanced T x K 
 The layer's time is the larger of its compute time and its memory time, summed over the timed layers;
 a backward counts 3x the forward (the report's coarse model, as the byte model). Neither padding nor
 the intermediate activations (a fused kernel keeps them on chip) nor communication time is in it: it
-is a bound no implementation beats, not a prediction (:mod:`pipeline.cost.prediction` predicts).
+is a bound no implementation beats, tighter than the layer's speed of light
+(:mod:`pipeline.cost.speed_of_light`), which counts the implementation's passes over memory and its
+communication.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from pipeline.base.gpu_presets import GpuPreset
 from pipeline.cost.hardware import preset
 from pipeline.cost.layer_cost import LayerShape, row_bytes
-from pipeline.cost.prediction import busiest_load
+from pipeline.cost.speed_of_light import busiest_load
 
 ROUTING_BYTES = 8 + 4  # per routed row: an int64 expert index and a float32 weight
 
@@ -64,7 +66,7 @@ def forward_flops(s: LayerShape, load: float) -> tuple[float, float]:
     return per_row * load * s.tokens * s.top_k, per_row * s.num_shared * s.tokens
 
 
-def speed_of_light(s: LayerShape, hardware: str | GpuPreset) -> Roofline:
+def roofline(s: LayerShape, hardware: str | GpuPreset) -> Roofline:
     """The roofline of one timed iteration of ``s`` on ``hardware`` (a preset or its name)."""
     hw = preset(hardware) if isinstance(hardware, str) else hardware
     flops = moved = compute = memory = total = 0.0

@@ -9,6 +9,8 @@
   claims/<execution_id>/attempt-<n>.json                who writes that attempt (pipeline.data.claims)
   claims/.owners/<sweep>.json                           a live writer's heartbeat
   hydra/                                                Hydra's run and multirun folders
+  traces/<execution_id>/attempt-<n>/rank-<r>.json.gz    a rank's profile (keep_traces=true), Chrome format
+  kernel-rates.json                                     the device's measured kernel rates, where given
 ```
 
 Paths recorded inside the dataset (ledger, published metadata) are relative to its root, so a dataset
@@ -24,7 +26,8 @@ from pathlib import Path, PurePosixPath
 from pipeline.base.folders import check_path, check_writable
 
 SHARDS, LEDGER, CLAIMS, OWNERS = "shards", "ledger", "claims", ".owners"
-LOGS, ARRAYS, HYDRA = "logs", "arrays", "hydra"
+LOGS, ARRAYS, HYDRA, TRACES = "logs", "arrays", "hydra", "traces"
+RATES = "kernel-rates.json"
 _ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)(\.[a-z]+)")
 _SHARD_FOLDER = "execution="
 
@@ -62,6 +65,8 @@ class Dataset:
         self.logs_dir = self.root / LOGS
         self.arrays_dir = self.logs_dir / ARRAYS
         self.hydra_dir = self.root / HYDRA
+        self.traces_dir = self.root / TRACES
+        self.rates_path = self.root / RATES  # the kernel-rate table (pipeline.data.rates)
 
     @classmethod
     def existing(cls, root: str | os.PathLike[str]) -> Dataset:
@@ -155,6 +160,12 @@ class Dataset:
     def log_dir(self, execution_id: str, attempt: int) -> Path:
         """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
         return self.logs_dir / safe_name(execution_id, "execution id") / f"attempt-{attempt}"
+
+    def trace_path(self, execution_id: str, attempt: int, rank: int) -> Path:
+        """``traces/<execution_id>/attempt-<n>/rank-<r>.json.gz``: one rank's profile of the phase
+        account, kept on request (a Chrome / Perfetto trace, gzipped; data to open, never run)."""
+        folder = self.traces_dir / safe_name(execution_id, "execution id") / f"attempt-{attempt}"
+        return folder / f"rank-{rank}.json.gz"
 
     # paths recorded in the dataset
     def relative(self, path: Path) -> str:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from pipeline.base.bounds import at_least
 from pipeline.base.implementations import candidate
 from pipeline.base.saved_state import LayerState, Policy
+from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.data.codec import JsonRecord, RecordError, decode
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import Shape, TimingPlan
@@ -199,6 +200,75 @@ def unknown_conditions(why: str) -> Conditions:
 # What an execution that did not sample its GPUs records (the default of ExecutionMeta.conditions).
 NOT_SAMPLED = unknown_conditions("not sampled: the execution did not sample its GPUs during the windows")
 
+# How far a rank's phases and unclaimed time may sum from its profiled iteration (rounding only).
+ACCOUNT_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class RankAccount:
+    """One rank's phase account (:mod:`pipeline.bench.account`): the spans of its profiled iterations
+    (``spans_ms``), the run of them it accounts (``first``, ``length``: the one whose mean is nearest
+    its timed median) and per iteration of that run its span (``profiled_ms``), each layer phase's
+    time and the time no phase claimed, which add up to it; the rows its experts received in each
+    timed layer (each phase's work follows from them); on a GPU the kernels of an iteration and how
+    many were named (by the op that launched them, or in a CUDA graph by their eager twin), None on
+    CPUs."""
+
+    rank: int
+    iterations: int
+    spans_ms: tuple[float, ...]
+    first: int
+    length: int
+    profiled_ms: float
+    phases: dict[str, float]  # every phase of LAYER_PHASES -> ms
+    unclaimed_ms: float
+    routed_rows: tuple[int, ...]
+    kernels: int | None
+    named_kernels: int | None
+
+    def __post_init__(self) -> None:
+        at_least(self, 0, "rank", "first", "profiled_ms", "unclaimed_ms", "kernels", "named_kernels")
+        at_least(self, 1, "iterations", "length")
+        if len(self.spans_ms) != self.iterations or self.first + self.length > self.iterations:
+            raise ValueError(
+                f"spans_ms must hold the {self.iterations} iterations' spans, the run among them"
+            )
+        run = self.spans_ms[self.first : self.first + self.length]
+        if abs(sum(run) / self.length - self.profiled_ms) > ACCOUNT_TOLERANCE * max(self.profiled_ms, 1e-9):
+            raise ValueError(f"profiled_ms {self.profiled_ms} is not the mean span of its run {list(run)}")
+        if set(self.phases) != set(LAYER_PHASES):
+            raise ValueError(f"phases must name exactly {', '.join(LAYER_PHASES)}, got {sorted(self.phases)}")
+        if any(not v >= 0 for v in self.phases.values()) or any(r < 0 for r in self.routed_rows):
+            raise ValueError("phase times and routed rows must be >= 0")
+        total = sum(self.phases.values()) + self.unclaimed_ms
+        if abs(total - self.profiled_ms) > ACCOUNT_TOLERANCE * max(self.profiled_ms, 1e-9) + 1e-9:
+            raise ValueError(f"phases and unclaimed add up to {total} ms, not profiled_ms {self.profiled_ms}")
+
+
+@dataclass(frozen=True)
+class Account:
+    """The execution's phase account: one per rank that profiled, and why any (or all) are missing
+    (``unknown``: not recorded by the shard's schema version, or the profiler did not run); ``traces``
+    whether each rank's profile was kept in the dataset (``Dataset.trace_path``)."""
+
+    ranks: tuple[RankAccount, ...]
+    unknown: str | None
+    traces: bool
+
+    def __post_init__(self) -> None:
+        if not self.ranks and self.unknown is None:
+            raise ValueError("an account without a rank must say why (unknown)")
+        if len({r.rank for r in self.ranks}) != len(self.ranks):
+            raise ValueError("an account holds one record per rank")
+
+    def of(self, rank: int) -> RankAccount | None:
+        """Rank ``rank``'s account, if it has one."""
+        return next((r for r in self.ranks if r.rank == rank), None)
+
+
+# What an execution that profiled nothing records (the default of ExecutionMeta.account).
+NOT_ACCOUNTED = Account((), "not accounted: the execution profiled no iteration", False)
+
 
 @dataclass(frozen=True)
 class ExecutionMeta(JsonRecord):
@@ -206,9 +276,11 @@ class ExecutionMeta(JsonRecord):
 
     # 2: saved state with one meaning per field, the policy; 3: provenance's collective, the timing
     # requested, kernels, contention, emulation copies; 4: contention as the timing thread's CPU wait
-    # share; 5: the GPUs' conditions during the windows
-    VERSION: ClassVar[int] = 5
-    READABLE: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5)  # earlier ones: see ``upgraded``
+    # share; 5: the GPUs' conditions during the windows; 6: the phase account
+    VERSION: ClassVar[int] = 6
+    READABLE: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)  # earlier ones: see ``upgraded``
+    # the fields today's version must hold (earlier ones read as unknown, ``upgraded``)
+    SINCE_5: ClassVar[tuple[str, ...]] = ("conditions", "account")
 
     schema_version: int
     execution_id: str
@@ -229,6 +301,7 @@ class ExecutionMeta(JsonRecord):
     sanity: Sanity | None  # None: not recorded (schema_version 1, 2 written before the gate)
     policy: Policy | None  # None: not recorded (schema_version 1)
     conditions: Conditions = NOT_SAMPLED
+    account: Account = NOT_ACCOUNTED
 
     def __post_init__(self) -> None:
         if self.schema_version not in self.READABLE:
@@ -249,8 +322,9 @@ class ExecutionMeta(JsonRecord):
         version = data.get("schema_version") if isinstance(data, dict) else None
         if not isinstance(data, dict) or version not in cls.READABLE or isinstance(version, bool):
             raise MetaError(_unreadable(version))
-        if version == cls.VERSION and "conditions" not in data:
-            raise MetaError("metadata conditions is missing")
+        lacking = [k for k in cls.SINCE_5 if k not in data] if version == cls.VERSION else []
+        if lacking:
+            raise MetaError(f"metadata {lacking[0]} is missing")
         try:
             return decode(cls, upgraded(data))
         except RecordError as err:
@@ -294,7 +368,8 @@ def _unreadable(version: object) -> str:
 def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     """Metadata of a readable earlier version in today's fields, what it did not record unknown:
 
-    - 4 recorded no GPU conditions: ``conditions`` unknown, naming the version;
+    - 5 recorded no phase account: ``account`` unknown, naming the version;
+    - 4 also recorded no GPU conditions: ``conditions`` unknown, naming the version;
     - 3 also measured contention as the machine's runnable processes per core, which flagged quiet
       hosts (the gloo threads are runnable beside the ranks) and is not the CPU wait share:
       ``cpu_wait_share`` and ``oversubscribed`` unknown (its cores and ranks per host stay);
@@ -308,7 +383,11 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     if version == ExecutionMeta.VERSION:
         return data
     out = dict(data)
-    out["conditions"] = {"gpus": [], "unknown": f"not recorded (schema_version {version})"}
+    unrecorded = f"not recorded (schema_version {version})"
+    out["account"] = {"ranks": [], "unknown": unrecorded, "traces": False}
+    if version == 5:
+        return out
+    out["conditions"] = {"gpus": [], "unknown": unrecorded}
     if version == 3 and isinstance(data.get("contention"), dict):
         contention = {k: v for k, v in data["contention"].items() if k != "runnable_per_core"}
         out["contention"] = contention | {"cpu_wait_share": None, "oversubscribed": None}

@@ -67,9 +67,10 @@ SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x
 
 def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
     """The matrix cell, shape and timing of one composed config, every run key checked: the scale's
-    keys typed and bounded, the seed, the device word, the dataset folder's type (a ValueError names
-    what is wrong); ``python -m pipeline.list`` checks a selection the same way. (Whether the routing
-    plans are feasible, the plan checks: building them takes seconds per execution at full scale.)"""
+    keys typed and bounded, the seed, the trace switch, the device word, the dataset folder's type (a
+    ValueError names what is wrong); ``python -m pipeline.list`` checks a selection the same way.
+    (Whether the routing plans are feasible, the plan checks: building them takes seconds per
+    execution at full scale.)"""
     execution, shape, timing = resolve(config)
     seed = config.get("seed")
     check_number("seed", seed, integer=True)
@@ -79,6 +80,8 @@ def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
             "seed must be >= 0 and < 2**32 (the seeds of weights, inputs and routing derive from it), "
             f"got {seed}"
         )
+    if not isinstance(config.get("keep_traces", False), bool):
+        raise ValueError(f"keep_traces must be true or false, got {config.get('keep_traces')!r}")
     if config.get("device") not in DEVICES:  # which device exists is the job's host to say
         raise ValueError(f"device {config.get('device')!r}; allowed: {', '.join(DEVICES)}")
     if not isinstance(config.get("dataset_dir"), str):

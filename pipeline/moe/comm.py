@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from pipeline.moe.ranges import phase
+
 
 @dataclass(frozen=True)
 class Group:
@@ -69,12 +71,26 @@ def all_to_all_rows(
     recv_splits: list[int],
     group: Group,
     into: torch.Tensor | None = None,
+    *,
+    name: str,
 ) -> torch.Tensor:
     """Send ``rows`` [N, ...] in ``send_splits`` chunks to the ranks; receive ``recv_splits`` chunks,
-    into the front of the flat uint8 buffer ``into`` when it is large enough (else a new tensor).
-    A single rank keeps its rows (no copy); a loopback sends them to itself."""
+    into the front of the flat uint8 buffer ``into`` when it is large enough (else a new tensor): the
+    communication of layer phase ``name`` (``dispatch`` or ``combine``). A single rank keeps its rows
+    (no copy, no communication); a loopback sends them to itself."""
     if not group.exchanges:
         return rows
+    with phase(name):
+        return _all_to_all(rows, send_splits, recv_splits, group, into)
+
+
+def _all_to_all(
+    rows: torch.Tensor,
+    send_splits: list[int],
+    recv_splits: list[int],
+    group: Group,
+    into: torch.Tensor | None,
+) -> torch.Tensor:
     rows = rows.contiguous()
     wire = rows.view(rows.shape[0], math.prod(rows.shape[1:])).view(torch.uint8)
     size = sum(recv_splits) * wire.shape[1]
@@ -87,7 +103,8 @@ def all_to_all_rows(
 
 
 class AllToAll(torch.autograd.Function):
-    """Differentiable all-to-all: the backward sends gradients back along the reversed splits."""
+    """Differentiable all-to-all: the backward sends gradients back along the reversed splits; both
+    directions are the communication of the layer phase ``name`` (``dispatch`` or ``combine``)."""
 
     @staticmethod
     def forward(
@@ -96,12 +113,14 @@ class AllToAll(torch.autograd.Function):
         send_splits: list[int],
         recv_splits: list[int],
         group: Group,
-        into: torch.Tensor | None = None,
+        into: torch.Tensor | None,
+        name: str,
     ):
-        ctx.splits, ctx.group = (send_splits, recv_splits), group
-        return all_to_all_rows(rows, send_splits, recv_splits, group, into)
+        ctx.splits, ctx.group, ctx.name = (send_splits, recv_splits), group, name
+        return all_to_all_rows(rows, send_splits, recv_splits, group, into, name=name)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         send_splits, recv_splits = ctx.splits
-        return all_to_all_rows(grad, recv_splits, send_splits, ctx.group), None, None, None, None
+        back = all_to_all_rows(grad, recv_splits, send_splits, ctx.group, name=ctx.name)
+        return back, None, None, None, None, None

@@ -14,6 +14,7 @@ import torch
 
 from cutlass_kernels import MXTensor, quantize_mx
 from pipeline.moe.comm import AllToAll, Group, all_to_all_rows, exchange_counts
+from pipeline.moe.ranges import phase
 
 
 @dataclass(frozen=True)
@@ -108,27 +109,33 @@ class _DispatchFP8(torch.autograd.Function):
     def forward(
         ctx, x: torch.Tensor, plan: DispatchPlan, group: Group, scratch: torch.Tensor | None, mode: str
     ):
-        q = quantize_mx(x, mode)
+        with phase("quantize"):
+            q = quantize_mx(x, mode)
         data_into, scale_into = _split_scratch(scratch, plan.received_rows * q.data.shape[1])
-        data = all_to_all_rows(
-            q.data[plan.token_of_row], plan.send_splits, plan.recv_splits, group, data_into
-        )
-        scale = all_to_all_rows(
-            q.scale[plan.token_of_row], plan.send_splits, plan.recv_splits, group, scale_into
-        )
+        with phase("permute"):
+            data_rows, scale_rows = q.data[plan.token_of_row], q.scale[plan.token_of_row]
+        sends = (plan.send_splits, plan.recv_splits, group)
+        data = all_to_all_rows(data_rows, *sends, data_into, name="dispatch")
+        scale = all_to_all_rows(scale_rows, *sends, scale_into, name="dispatch")
         received = MXTensor(data, scale)
         if plan.perm is not None:
-            received = received.index_rows(plan.perm)
+            with phase("permute"):
+                received = received.index_rows(plan.perm)
         ctx.mark_non_differentiable(received.data, received.scale)
         ctx.plan, ctx.group, ctx.tokens = plan, group, x.shape[0]
-        return received.dequantize(x.dtype), received.data, received.scale
+        with phase("quantize"):
+            values = received.dequantize(x.dtype)
+        return values, received.data, received.scale
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor, _data: None, _scale: None):
         plan = ctx.plan
-        back = all_to_all_rows(_take(grad, plan.perm_inverse), plan.recv_splits, plan.send_splits, ctx.group)
-        dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
-        dx.index_add_(0, plan.token_of_row, back)
+        with phase("permute"):
+            grad = _take(grad, plan.perm_inverse)
+        back = all_to_all_rows(grad, plan.recv_splits, plan.send_splits, ctx.group, name="dispatch")
+        with phase("permute"):
+            dx = torch.zeros(ctx.tokens, grad.shape[1], dtype=grad.dtype, device=grad.device)
+            dx.index_add_(0, plan.token_of_row, back)
         return dx, None, None, None, None
 
 
@@ -155,11 +162,13 @@ def dispatch(
     if fp8 is not None:
         rows, data, scale = _DispatchFP8.apply(x, plan, group, scratch, fp8)
         return rows, MXTensor(data, scale)
-    rows = x.index_select(0, plan.token_of_row)
+    with phase("permute"):
+        rows = x.index_select(0, plan.token_of_row)
     if not group.exchanges:
         return rows, None
-    rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group, scratch)
-    return _take(rows, plan.perm), None
+    rows = AllToAll.apply(rows, plan.send_splits, plan.recv_splits, group, scratch, "dispatch")
+    with phase("permute"):
+        return _take(rows, plan.perm), None
 
 
 def combine(
@@ -167,10 +176,12 @@ def combine(
 ) -> torch.Tensor:
     """Expert outputs (grouped by local expert) back to their tokens' ranks, each scaled by its routing
     weight and summed per token (float32 accumulation): [T, D] in float32."""
-    back = (
-        y
-        if not group.exchanges
-        else AllToAll.apply(_take(y, plan.perm_inverse), plan.recv_splits, plan.send_splits, group)
-    )
-    scaled = back.float() * weight.reshape(-1)[plan.order].unsqueeze(-1)
-    return scaled.new_zeros(tokens, y.shape[1]).index_add(0, plan.token_of_row, scaled)
+    if not group.exchanges:
+        back = y
+    else:
+        with phase("permute"):
+            y = _take(y, plan.perm_inverse)
+        back = AllToAll.apply(y, plan.recv_splits, plan.send_splits, group, None, "combine")
+    with phase("permute"):  # the weighted scatter-add to the tokens
+        scaled = back.float() * weight.reshape(-1)[plan.order].unsqueeze(-1)
+        return scaled.new_zeros(tokens, y.shape[1]).index_add(0, plan.token_of_row, scaled)

@@ -19,6 +19,7 @@ import torch
 from cutlass_kernels import MXTensor, fake_quantize, swiglu, swiglu_mx
 from cutlass_kernels.api import grouped_gemm, grouped_gemm_dgrad, grouped_gemm_mx, grouped_gemm_wgrad
 from cutlass_kernels.swiglu_torch import swiglu_backward
+from pipeline.moe.ranges import phase
 from pipeline.moe.swiglu import swiglu_backward_fused
 
 
@@ -70,14 +71,23 @@ class GroupedSwiGLU(torch.autograd.Function):
         fused: bool,
     ) -> torch.Tensor:
         if mx is None:
-            h = grouped_gemm(x, w1, offs, backend=backend)
-            y = grouped_gemm(swiglu(h), w2, offs, backend=backend)
+            with phase("fprop"):
+                h = grouped_gemm(x, w1, offs, backend=backend)
+            with phase("swiglu"):
+                a = swiglu(h)
+            with phase("fprop"):
+                y = grouped_gemm(a, w2, offs, backend=backend)
         else:
-            h = grouped_gemm_mx(
-                mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w1_values
-            )
-            a = swiglu_mx(h, mx.mode, backend)  # quantized as the down projection multiplies it
-            y = grouped_gemm_mx(a, mx.w2, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w2_values)
+            with phase("fprop", mx=True):
+                h = grouped_gemm_mx(
+                    mx.rows, mx.w1, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w1_values
+                )
+            with phase("swiglu"):  # quantized as the down projection multiplies it, in the same pass
+                a_mx = swiglu_mx(h, mx.mode, backend)
+            with phase("fprop", mx=True):
+                y = grouped_gemm_mx(
+                    a_mx, mx.w2, offs, out_dtype=x.dtype, backend=backend, b_values=mx.w2_values
+                )
         ctx.save_for_backward(x, offs)
         # Kept off save_for_backward: a policy buffer is written again by later layers' forwards (other
         # rows of a shared slot), which autograd's version check would take for a change of these rows.
@@ -85,7 +95,8 @@ class GroupedSwiGLU(torch.autograd.Function):
         ctx.weights = (w1, w2) if mx is None else (mx.w1_values, mx.w2_values)
         ctx.mx, ctx.retained, ctx.backend, ctx.release, ctx.fused = mx, retained, backend, release, fused
         if mx is not None:  # the overflow rows' MX inputs, for an exact recompute
-            ctx.mx_tail = mx.rows.index_rows(slice(retained, None))
+            with phase("quantize"):
+                ctx.mx_tail = mx.rows.index_rows(slice(retained, None))
         if release is not None:
             weakref.finalize(ctx, release)
         return y
@@ -97,13 +108,19 @@ class GroupedSwiGLU(torch.autograd.Function):
         h = torch.cat([ctx.h_kept, GroupedSwiGLU._recompute(ctx, x, w1, offs)])
         ctx.h_kept = None
         dy = dy.contiguous()
-        da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend)
-        dh, a = (swiglu_backward_fused if ctx.fused else swiglu_backward)(da, h)
+        with phase("dgrad"):
+            da = grouped_gemm_dgrad(dy, w2, offs, backend=ctx.backend)
+        with phase("swiglu"):
+            dh, a = (swiglu_backward_fused if ctx.fused else swiglu_backward)(da, h)
         if ctx.mx is not None:
-            a = fake_quantize(a, ctx.mx.mode)
-        dw2 = grouped_gemm_wgrad(dy, a, offs, backend=ctx.backend)
-        dx = grouped_gemm_dgrad(dh, w1, offs, backend=ctx.backend)
-        dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
+            with phase("quantize"):
+                a = fake_quantize(a, ctx.mx.mode)
+        with phase("wgrad"):
+            dw2 = grouped_gemm_wgrad(dy, a, offs, backend=ctx.backend)
+        with phase("dgrad"):
+            dx = grouped_gemm_dgrad(dh, w1, offs, backend=ctx.backend)
+        with phase("wgrad"):
+            dw1 = grouped_gemm_wgrad(dh, x, offs, backend=ctx.backend)
         if ctx.release is not None:
             ctx.release()
         return dx, dw1, dw2, None, None, None, None, None, None, None
@@ -114,10 +131,12 @@ class GroupedSwiGLU(torch.autograd.Function):
         tail = tail_offsets(offs, start)
         if ctx.mx is not None:
             mx = ctx.mx
-            return grouped_gemm_mx(
-                ctx.mx_tail, mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend, b_values=mx.w1_values
-            )
-        return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
+            with phase("fprop", mx=True):  # recompute: a forward GEMM again (no useful work)
+                return grouped_gemm_mx(
+                    ctx.mx_tail, mx.w1, tail, out_dtype=x.dtype, backend=ctx.backend, b_values=mx.w1_values
+                )
+        with phase("fprop"):
+            return grouped_gemm(x[start:], w1, tail, backend=ctx.backend)
 
 
 def _keep(h: torch.Tensor, retained: int, store: torch.Tensor | None) -> torch.Tensor:

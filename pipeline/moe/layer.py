@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from cutlass_kernels import quantize_mx
+from pipeline.moe import ranges
 from pipeline.moe.comm import Group
 from pipeline.moe.config import MoEConfig
 from pipeline.moe.dispatch import DispatchPlan, combine, dispatch
@@ -65,6 +66,10 @@ class MoELayer(torch.nn.Module):
         return sum(t.numel() * t.element_size() for t in self._mx_weights[2:])
 
     def forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor) -> torch.Tensor:
+        with ranges.layer():
+            return self._forward(x, topk_idx, topk_weight)
+
+    def _forward(self, x: torch.Tensor, topk_idx: torch.Tensor, topk_weight: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         self._check_input(x)
         tokens = x.shape[0]
@@ -78,9 +83,12 @@ class MoELayer(torch.nn.Module):
         granted = self.policy.reserve(self.index, plan.received_rows, budget_tokens, cfg.top_k, hold)
         state = self.saved_state = granted.state
         release = Release(self.policy.release, state.retained_rows) if hold else None
-        mx = self._mx_operands(rows, rows_mx)
-        if mx is not None and rows_mx is None:  # the GEMMs multiply these values (straight-through)
-            rows = _straight_through(rows, mx.rows.dequantize(cfg.dtype))
+        mx = None
+        if self._mx_weights is not None:
+            with ranges.phase("quantize"):
+                mx = self._mx_operands(rows, rows_mx)
+                if rows_mx is None:  # the GEMMs multiply these values (straight-through)
+                    rows = _straight_through(rows, mx.rows.dequantize(cfg.dtype))
         kept = state.retained_rows if hold else 0  # without autograd nothing is saved
         out = grouped_swiglu(
             rows, self.w1, self.w2, plan.offs, kept, mx, cfg.backend, release, granted.store,
@@ -88,7 +96,9 @@ class MoELayer(torch.nn.Module):
         )  # fmt: skip
 
         y = combine(out, topk_weight, plan, self.group, tokens).to(x.dtype)
-        return y + shared_swiglu(x, self.shared_w1, self.shared_w2)
+        with ranges.phase("shared"):
+            shared = shared_swiglu(x, self.shared_w1, self.shared_w2)
+        return y + shared
 
     def _dispatch_plan(self, topk_idx: torch.Tensor, topk_weight: torch.Tensor, tokens: int) -> DispatchPlan:
         """Validate the routing and build its plan (one count exchange, host-synchronizing); reused
@@ -115,9 +125,8 @@ class MoELayer(torch.nn.Module):
             )
         self._plan_cache = (topk_idx, topk_idx._version, plan)
 
-    def _mx_operands(self, rows: torch.Tensor, rows_mx) -> MXOperands | None:
-        if self._mx_weights is None:
-            return None
+    def _mx_operands(self, rows: torch.Tensor, rows_mx) -> MXOperands:
+        assert self._mx_weights is not None
         mode = self.cfg.mx_scale_mode
         w1, w2, w1_values, w2_values = self._mx_weights
         received = rows_mx if rows_mx is not None else quantize_mx(rows.detach(), mode)

@@ -14,6 +14,11 @@ import re
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+import numpy as np
+
+from pipeline.base.metrics import phases
+from pipeline.cost import KernelRates
+from pipeline.data import rates as kernel_rates
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
@@ -21,6 +26,7 @@ from pipeline.data.schema import SCHEMA_VERSION
 from pipeline.matrix import counts
 from pipeline.matrix.assumptions import assumptions
 from pipeline.report import cases, executions, pairs
+from pipeline.report.accounts import PhaseAccount
 from pipeline.report.deviations import deviations
 from pipeline.report.document import Counts, Document, LaunchedCounts, Meta, Missing, PackingEvidence
 from pipeline.report.figures import figure_files, is_figure_name
@@ -59,23 +65,30 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     skipped = list(scan.skipped)
     rows: list[Row] = []
     states: list[PackingEvidence] = []
+    accounts: list[PhaseAccount] = []
     estimated = executions.estimated_columns(scan.newest.values())
+    rates, rates_note = _rates(folder)
+    windows: dict[str, np.ndarray] = {}
     for execution_id in sorted(scan.newest):
         shard = scan.newest[execution_id]
         shard_file = folder.relative(shard.path)
         try:
-            row = executions.execution_row(shard)
+            reduced = phases(shard.phase, shard.rank, shard.window_ms, shard.iterations)
+            row, account = executions.execution(shard, reduced, rates, kept_traces(folder, shard))
+            windows[execution_id] = reduced["combined"].windows
         except ValueError as exc:
             skipped.append(Skipped(shard_file, f"metrics cannot be computed ({exc})"))
             continue
         rows.append({**row, **estimated[execution_id], "shard": shard_file})
+        if account is not None:
+            accounts.append(account)
         if shard.identity.kind == "packing":
             states.append(packing_evidence(shard))
     skipped = sorted(
         (Skipped(s.path, dataset_relative(s.reason, folder)) for s in skipped), key=lambda s: s.path
     )
     suite = scan.suite  # what the dataset's first intent recorded (the report's before suites)
-    pair_rows = pairs.pair_rows(rows) if "pairs" in suite.publishes else []
+    pair_rows = pairs.pair_rows(rows, windows) if "pairs" in suite.publishes else []
     ledger = launched(folder)
     present = {str(r["execution_id"]) for r in rows}
     missing = sorted(set(ledger.execution_ids) - present)  # launched, no valid shard
@@ -99,10 +112,12 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
             shards_skipped=tuple(skipped),
             assumptions=assumptions(suite),
             deviations=tuple(deviations(scan.newest[str(r["execution_id"])] for r in rows)),
+            kernel_rates=rates_note,
         ),
         executions=tuple(rows),
         pairs=tuple(pair_rows),
         saved_state=tuple(states),
+        accounts=tuple(accounts),
     )
     files = {CSV_NAME: csv_text(rows, executions.COLUMNS).encode()}
     if "pairs" in suite.publishes:
@@ -112,7 +127,7 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
         files[cases.CASES_NAME] = csv_text(case_rows, cases.COLUMNS).encode()
     files[JSON_NAME] = json_text(document.to_json()).encode()
     if figures:
-        pngs = figure_files(rows, pair_rows, states) if "pairs" in suite.publishes else {}
+        pngs = figure_files(rows, pair_rows, states, paired="pairs" in suite.publishes)
         files |= pngs
         own = [cases.section(case_rows)] if "cases" in suite.publishes else []
         files[REPORT_NAME] = report_html(document, scan.newest, pngs, suite, own).encode()
@@ -121,6 +136,29 @@ def aggregate(dataset: Path, out: Path | None = None, *, figures: bool = True, w
     return Aggregate(
         files=written, skipped=skipped, missing=missing, document=document, mixed=mixed(published)
     )
+
+
+def _rates(folder: Dataset) -> tuple[KernelRates | None, str | None]:
+    """The dataset's measured kernel rates and what the document says of them (their device and
+    source; a table that cannot be read is not used, and the document says why)."""
+    try:
+        rates = kernel_rates.kept(folder)
+    except kernel_rates.RatesError as err:
+        return None, dataset_relative(f"not used: {err}", folder)
+    return rates, None if rates is None else f"{rates.device}: {rates.source}"
+
+
+def kept_traces(folder: Dataset, shard: Shard) -> tuple[str, ...]:
+    """The profiles a shard's account kept (``keep_traces``), as paths relative to the dataset: each
+    rank's that is a regular file inside it (data for a person to open; nothing here reads them)."""
+    if not shard.meta.account.traces:
+        return ()
+    found = []
+    for rank in sorted(r.rank for r in shard.meta.account.ranks):
+        path = folder.trace_path(shard.execution_id, shard.attempt, rank)
+        if path.is_file() and not path.is_symlink() and folder.inside(path):
+            found.append(folder.relative(path))
+    return tuple(found)
 
 
 def published_name(name: str) -> bool:

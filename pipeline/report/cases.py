@@ -67,10 +67,10 @@ def _case(row: Row, shard: Shard, suite: Suite) -> Row:
     run = (
         None
         if device is None
-        else cost.speed_of_light(layer_shape(ident.kind, ident.precision, meta.shape), device)
+        else cost.roofline(layer_shape(ident.kind, ident.precision, meta.shape), device)
     )
     full_preset = preset_of(meta.provenance.cluster)
-    full = cost.speed_of_light(
+    full = cost.roofline(
         cost.LayerShape(
             w.kind,
             w.tokens,

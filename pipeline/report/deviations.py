@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from pipeline.data.reader import Shard
+from pipeline.report import communication
 
 # What the report measured, in the terms each check compares against.
 REPORT_DTYPE = "bfloat16"
@@ -75,9 +76,9 @@ CHECKS = (
         "all-to-all and barriers cost what this collective costs on this host",
         lambda s: (
             None
-            if s.meta.provenance.collective in (None, REPORT_COLLECTIVE)
+            if s.meta.provenance.collective in (None, REPORT_COLLECTIVE) or not communication.ran(s)
             else s.meta.provenance.collective
-        ),
+        ),  # on one rank no collective carries rows: the ranks check says so
     ),
     _Check(
         "grouped GEMM",
@@ -99,9 +100,15 @@ CHECKS = (
     ),
     _Check(
         "ranks",
-        "EP GPUs, the slowest of them reduced",
-        "the slowest GPU is chosen among the launched ranks, not among EP",
-        lambda s: None if s.meta.shape.ranks == s.meta.shape.ep else f"{s.meta.shape.ranks} of EP ranks",
+        "EP GPUs, the slowest of them reduced, rows crossing between all of them",
+        "the slowest GPU is chosen among the launched ranks, not among EP, and rows cross only between "
+        "them: on one rank no collective runs and nothing crosses a link (communication none: 1 rank; "
+        "no all-to-all is predicted or counted, NVLink is empty)",
+        lambda s: (
+            None
+            if s.meta.shape.ranks == s.meta.shape.ep
+            else f"{s.meta.shape.ranks} of EP ranks ({communication.of_shard(s)})"
+        ),
     ),
     _Check(
         "tracked rank's tokens",

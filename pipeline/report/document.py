@@ -9,6 +9,7 @@ from pipeline.base.saved_state import LayerState, Policy
 from pipeline.data.codec import JsonRecord
 from pipeline.data.scan import Skipped
 from pipeline.matrix.assumptions import Assumption
+from pipeline.report.accounts import PhaseAccount
 from pipeline.report.deviations import Deviation
 from pipeline.report.publish import Row
 
@@ -52,6 +53,7 @@ class Meta:
     shards_skipped: tuple[Skipped, ...]
     assumptions: tuple[Assumption, ...]  # the matrix's choices the report does not state
     deviations: tuple[Deviation, ...]  # where what ran differs from what the report measured
+    kernel_rates: str | None  # the dataset's measured kernel rates behind the expectation (its source)
 
 
 @dataclass(frozen=True)
@@ -77,9 +79,11 @@ class PackingEvidence:
 
 @dataclass(frozen=True)
 class Document(JsonRecord):
-    """``mok-comparison.json``: meta, one row per execution and per pair, packing evidence."""
+    """``mok-comparison.json``: meta, one row per execution and per pair, packing evidence, and each
+    execution's phase account."""
 
     meta: Meta
     executions: tuple[Row, ...]
     pairs: tuple[Row, ...]
     saved_state: tuple[PackingEvidence, ...]
+    accounts: tuple[PhaseAccount, ...]

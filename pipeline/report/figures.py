@@ -1,4 +1,6 @@
-"""Published figures: iteration time per EP (MoK vs the selected Dist-MoE pipeline) and saved state.
+"""Published figures: iteration time per EP (MoK vs the selected Dist-MoE pipeline), where each
+execution's time went (its phase account, one stacked bar per execution) and saved state. Titles and
+panels say what ran: the device, scale and ranks, and MXFP8 products that were not native.
 
 Each implementation is drawn in its record's colours and named by its label
 (:mod:`pipeline.base.implementations`); an implementation in no pair is drawn beside the pair, its fastest
@@ -25,11 +27,13 @@ from pipeline.base.implementations import (
     reference,
 )
 from pipeline.base.printable import printable
-from pipeline.base.vocabulary import KINDS, PRECISIONS
+from pipeline.base.vocabulary import KINDS, LAYER_PHASES, PRECISIONS, UNCLAIMED
+from pipeline.cost.products import NATIVE
 from pipeline.matrix import WORKLOADS
+from pipeline.report.accounts import UNCLAIMED_COLUMN, phase_column
 from pipeline.report.document import PackingEvidence
 from pipeline.report.pairs import CANDIDATE_ID, REFERENCE_ID, fastest
-from pipeline.report.publish import Row, number
+from pipeline.report.publish import Row, number, optional_number
 
 PALE = 0.35  # opacity of recomputed rows (hatching renders too slowly)
 # Saved-state axes reach this far above the tallest bar: room for a panel's three lines of text.
@@ -41,12 +45,30 @@ BAR, LAYER_STEP = 0.38, 0.4
 PNG_METADATA = {"Software": None}
 TABLE_TITLE = f"paired values: {candidate().label} / {reference().label}"
 SAVED_STATE_NAME = "mok-comparison-saved-state.png"
+SPEEDUPS_NAME = "mok-comparison-speedups.png"
+TIE_COLOUR, SLOWER_COLOUR = "#b0b0b0", "#c0392b"  # the speedups figure's outcomes but the faster
 _MATRIX_ORDER = {w.name: i for i, w in enumerate(WORKLOADS)}
+# The phase account's stacks, in order, each in a colour of its own (the default cycle's ten),
+# unclaimed grey.
+STACKS = (*LAYER_PHASES, UNCLAIMED)
+STACK_COLOURS = dict(zip(STACKS, [f"C{i}" for i in range(10)] + ["#bbbbbb"], strict=True))
 
 
-def figure_files(rows: list[Row], pairs: list[Row], states: list[PackingEvidence]) -> dict[str, bytes]:
-    """One time figure per EP and the saved-state figure: file name -> PNG bytes, in EP order."""
-    files = {f"mok-comparison-ep{ep}.png": png(time_figure(ep, rows, pairs)) for ep in _eps(rows)}
+def figure_files(
+    rows: list[Row], pairs: list[Row], states: list[PackingEvidence], *, paired: bool = True
+) -> dict[str, bytes]:
+    """With ``paired`` (a suite that publishes pairs) the speedups and one time figure per EP; then one
+    phase-account figure per EP with an account, and the saved-state figure: file name -> PNG bytes,
+    in EP order."""
+    files = {}
+    if paired and any(p["selected"] for p in pairs):
+        files[SPEEDUPS_NAME] = png(speedup_figure(pairs, rows))
+    if paired:
+        files |= {f"mok-comparison-ep{ep}.png": png(time_figure(ep, rows, pairs)) for ep in _eps(rows)}
+    for ep in _eps(rows):
+        mine = _accounted([r for r in rows if r["ep"] == ep])
+        if mine:
+            files[f"mok-comparison-phases-ep{ep}.png"] = png(phase_figure(ep, mine))
     if states:
         files[SAVED_STATE_NAME] = png(saved_state_figure(states, pairs, rows))
     return files
@@ -54,7 +76,10 @@ def figure_files(rows: list[Row], pairs: list[Row], states: list[PackingEvidence
 
 def is_figure_name(name: str) -> bool:
     """Whether ``name`` is the name of a published figure."""
-    return name == SAVED_STATE_NAME or re.fullmatch(r"mok-comparison-ep[1-9][0-9]*\.png", name) is not None
+    return (
+        name in (SAVED_STATE_NAME, SPEEDUPS_NAME)
+        or re.fullmatch(r"mok-comparison-(phases-)?ep[1-9][0-9]*\.png", name) is not None
+    )
 
 
 def _eps(rows: list[Row]) -> list[int]:
@@ -183,11 +208,22 @@ def _offset(column: int, columns: int, step: float) -> float:
 
 
 def _panel_title(ep: int, kind: str, precision: str, mine: list[Row]) -> str:
-    """``EP32 training BF16``, and the dtype that ran where it is not the report's BF16: at the CPU
-    scales the BF16 and MXFP8 panels ran float32 layers (MXFP8 products of dequantized operands)."""
-    label = f"EP{ep} {kind} {precision.upper()}"
-    ran = sorted({str(r["dtype"]) for r in mine if r["kind"] == kind and r["precision"] == precision})
-    return label if ran in ([], ["bfloat16"]) else _shown(f"{label}, ran {', '.join(ran)}")
+    """``EP32 training BF16, 1 rank``, and what ran otherwise than the report: the dtype where it is not
+    BF16 (at the CPU scales the panels ran float32 layers) and MXFP8 products that were not native
+    (``emulated: BF16 tensor cores`` on Hopper, the ``float32 reference``)."""
+    panel = [r for r in mine if r["kind"] == kind and r["precision"] == precision]
+    label = f"EP{ep} {kind} {precision.upper()}, {_ranks(panel or mine)}"  # an empty panel: the EP's
+    ran = sorted({str(r["dtype"]) for r in panel})
+    notes = [] if ran in ([], ["bfloat16"]) else [f"ran {', '.join(ran)}"]
+    notes += sorted({f"MXFP8 {p}" for r in panel if (p := r.get("mxfp8Products")) not in (None, NATIVE)})
+    return _shown(", ".join([label, *notes]))
+
+
+def _ranks(rows: list[Row]) -> str:
+    """``1 rank``, ``2 ranks``, ``1-8 ranks``: the ranks that ran ``rows``."""
+    counts = sorted({_int(r, "ranks") for r in rows}) or [0]
+    shown = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"{shown} rank{'' if counts == [1] else 's'}"
 
 
 def _paired_table(
@@ -224,10 +260,104 @@ def _paired_table(
 
 
 def _provenance(rows: list[Row]) -> str:
-    """Where and at which scale the rows ran, for a title."""
+    """Where, at which scale and on how many ranks the rows ran, and MXFP8 products that were not
+    native, for a title."""
     devices = sorted({str(r.get("device")) for r in rows})
     scales = sorted({str(r.get("scale")) for r in rows})
-    return _shown(f"device {', '.join(devices)}, scale={', '.join(scales)}")
+    emulated = sorted({str(p) for r in rows if (p := r.get("mxfp8Products")) not in (None, NATIVE)})
+    text = f"device {', '.join(devices)}, scale={', '.join(scales)}, {_ranks(rows)}"
+    return _shown(text + "".join(f", MXFP8 {p}" for p in emulated))
+
+
+def speedup_figure(pairs: list[Row], rows: list[Row]) -> Figure:
+    """The answer at a glance: each matched workload's speedup (MoK time / the selected Dist-MoE
+    pipeline's) with its 95% interval from the windows, grouped by EP and precision, 1 marked: right
+    of it Dist-MoE is faster."""
+    chosen = sorted(
+        (p for p in pairs if p["selected"]),
+        key=lambda p: (_workload_order(str(p["workload_id"])), str(p["workload_id"])),
+    )
+    fig = Figure(figsize=(9.0, 1.3 + 0.2 * len(chosen)), layout="constrained")
+    ax = fig.add_subplot()
+    cand, ref = candidate(), reference()
+    for y, pair in enumerate(chosen):
+        speedup = number(pair, "speedup")
+        low, high = optional_number(pair, "speedupLow"), optional_number(pair, "speedupHigh")
+        # faster in the candidate's colour, slower in red, a tie (or no interval) in light grey
+        colour = TIE_COLOUR if low is None or high is None or low <= 1 <= high else cand.colour
+        colour = SLOWER_COLOUR if high is not None and high < 1 else colour
+        if low is not None and high is not None:
+            ax.plot([low, high], [y, y], color=colour, linewidth=2)
+        ax.plot([speedup], [y], "o", color=colour, markersize=4)
+    ax.axvline(1.0, color="#333333", linewidth=0.8)
+    ax.set_xscale("log")
+    labels = [_shown(f"{p['workload_id']} ({p['pipeline']})") for p in chosen]
+    ax.set_yticks(range(len(chosen)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(
+        f"speedup: {reference().label} time / {cand.label} time (log scale; > 1: {cand.label} faster)",
+        fontsize=8,
+    )
+    ax.grid(axis="x", alpha=0.3, which="both")
+    fig.suptitle(
+        f"{cand.label} against {ref.label}, 95% intervals from the windows ({cand.label} faster in its "
+        f"colour, slower in red, ties grey)\n{_provenance(rows)}",
+        fontsize=10,
+    )
+    return fig
+
+
+def _workload_order(workload_id: str) -> tuple[int, int, str]:
+    """Matrix order of a matched workload (its shape's), its precision after."""
+    shape, _, precision = workload_id.rpartition("-")
+    kind = shape.split("-", 1)[0]
+    return (*_shape_order((kind, shape))[:2], precision)
+
+
+def _accounted(rows: list[Row]) -> list[Row]:
+    """The rows with a phase account, in matrix order: kind, shape, precision, the reference first."""
+    order = {i.name: n for n, i in enumerate(implementations())}
+    return sorted(
+        (r for r in rows if r.get("profiledMS") is not None),
+        key=lambda r: (*_shape_order(_shape(r)), PRECISIONS.index(str(r["precision"])),
+                       order.get(str(r["implementation"]), len(order)), str(r["pipeline"])),
+    )  # fmt: skip
+
+
+def phase_figure(ep: int, rows: list[Row]) -> Figure:
+    """Where each execution's profiled iteration went: one bar per execution (MoK beside the Dist-MoE
+    pipelines of its matched workload), stacked by phase as shares of the iteration, the profiled and
+    timed milliseconds at its end; one panel per kind."""
+    kinds = [k for k in KINDS if any(r["kind"] == k for r in rows)]
+    heights = [sum(r["kind"] == k for r in rows) for k in kinds]
+    fig = Figure(figsize=(11.0, 1.2 + 0.24 * len(rows) + 0.5 * len(kinds)), layout="constrained")
+    axes = fig.subplots(len(kinds), 1, squeeze=False, gridspec_kw={"height_ratios": heights})
+    for ax, kind in zip(axes[:, 0], kinds, strict=True):
+        mine = [r for r in rows if r["kind"] == kind]
+        labels = []
+        for y, row in enumerate(mine):
+            profiled = number(row, "profiledMS")
+            left = 0.0
+            for stack in STACKS:
+                column = UNCLAIMED_COLUMN if stack == UNCLAIMED else phase_column(stack, "MS")
+                part = (optional_number(row, column) or 0.0) / profiled
+                ax.barh(y, part, left=left, height=0.8, color=STACK_COLOURS[stack])
+                left += part
+            timed = number(row, "iterationMS")
+            ax.text(1.01, y, f"{profiled:.3g} ms (timed {timed:.3g})", va="center", fontsize=7)
+            record = implementation(str(row["implementation"]))
+            shape = _label(_shape(row)[1], ep)
+            labels.append(_shown(f"{shape} {str(row['precision']).upper()} {record.label} {row['pipeline']}"))
+        ax.set_yticks(range(len(mine)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1.25)
+        ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0], ["0", "25%", "50%", "75%", "100%"], fontsize=7)
+        ax.set_title(_shown(f"EP{ep} {kind}, {_ranks(mine)}"), fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    legend = [Patch(color=STACK_COLOURS[s], label=s) for s in STACKS]
+    fig.legend(handles=legend, loc="outside lower center", ncols=len(legend), fontsize=7)
+    fig.suptitle(f"EP{ep}: where the profiled iteration went, by phase; {_provenance(rows)}", fontsize=10)
+    return fig
 
 
 def _shown(text: str) -> str:

@@ -1,9 +1,13 @@
 """``report.html``: the published dataset as one page a person can open from disk.
 
-What ran (device, scale, provenance), how complete the launched matrix is, the per-EP time figures,
-the pairs with their speedups, every execution's times, and the saved-state evidence of the packing
-cases. It is built from the aggregate's document, its figures and the shards' metadata only, and
-names no absolute path, so the same shards give the same bytes wherever the dataset lives.
+It opens with the answer: per EP and precision, how many matched workloads Dist-MoE wins, loses or
+ties (a win: the whole 95% interval of MoK time / Dist-MoE time from the windows above 1), each
+speedup with its interval, the headline figure and the conditions in one line (device, ranks, scale,
+what was emulated). Then what ran (device, scale, provenance), the deviations and choices, how
+complete the launched matrix is, the per-EP time figures, where each execution's time went (the phase
+account), the pairs, every execution's times, and the saved-state evidence of the packing cases. It is
+built from the aggregate's document, its figures and the shards' metadata only, and names no absolute
+path, so the same shards give the same bytes wherever the dataset lives.
 """
 
 from __future__ import annotations
@@ -11,12 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from pipeline.base.gpu_presets import PEAKS, gpu_preset, preset_for_device
+from pipeline.base.implementations import candidate, reference
+from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.data.reader import Shard
 from pipeline.matrix import REPORT, Execution, Suite
 from pipeline.report import html
+from pipeline.report.accounts import UNCLAIMED_COLUMN, phase_column
 from pipeline.report.document import Document, Meta, PackingEvidence
 from pipeline.report.executions import SOL_COLUMNS
-from pipeline.report.provenance import describe, mixed, mixed_text, time_span
+from pipeline.report.figures import SPEEDUPS_NAME
+from pipeline.report.provenance import conditions_line, describe, mixed, mixed_text, time_span
 from pipeline.report.publication import MANIFEST_NAME
 from pipeline.report.publish import Row, number, optional_number
 
@@ -35,16 +43,24 @@ def report_html(
     whose pairs (where it publishes them) and ``sections`` of its own the page shows."""
     published = [shards[str(r["execution_id"])] for r in document.executions]
     saved = {name: data for name, data in pngs.items() if "saved-state" in name}
-    times = {name: data for name, data in pngs.items() if name not in saved}  # in EP order
+    accounts = {name: data for name, data in pngs.items() if "-phases-" in name}
+    times = {
+        name: data
+        for name, data in pngs.items()
+        if name not in saved and name not in accounts and name != SPEEDUPS_NAME
+    }  # in EP order
+    paired = "pairs" in suite.publishes  # else the suite's own sections (its cases) are the answer
     return html.page(
         TITLE,
         [
+            *([_answer(document, published, pngs.get(SPEEDUPS_NAME))] if paired else sections),
             _what_ran(document.meta, published),
             _deviations(document.meta),
             _assumptions(document.meta),
             _completeness(document.meta, document.executions, suite),
-            *(_paired(times, document.pairs) if "pairs" in suite.publishes else []),
-            *sections,
+            *(_paired(times, document.pairs) if paired else []),
+            _accounts(document.executions, accounts, document.meta.kernel_rates),
+            *(sections if paired else []),
             _executions(document.executions),
             _saved_state(document.saved_state, saved),
         ],
@@ -62,6 +78,134 @@ def _paired(times: Mapping[str, bytes], pairs: Sequence[Row]) -> list[str]:
         *(html.image(data, f"figure {name}") for name, data in times.items()),
     )
     return [figures, _pairs(pairs)]
+
+
+# A matched workload's outcome from its speedup's interval (MoK time / Dist-MoE time).
+WIN, LOSS, TIE = "Dist-MoE faster", "Dist-MoE slower", "tie"
+
+
+def outcome(pair: Row) -> str:
+    """Win where the whole interval lies above 1, loss where below, else (or without one) a tie."""
+    low, high = optional_number(pair, "speedupLow"), optional_number(pair, "speedupHigh")
+    if low is not None and low > 1:
+        return WIN
+    if high is not None and high < 1:
+        return LOSS
+    return TIE
+
+
+def _answer(document: Document, shards: list[Shard], figure: bytes | None) -> str:
+    """The answer first: the conditions, the counts per EP and precision, each speedup, the figure."""
+    chosen = [p for p in document.pairs if p["selected"]]
+    cand, ref = candidate().label, reference().label
+    if not chosen:
+        return html.section(
+            "The answer",
+            html.paragraph(f"No matched workload has both a {ref} and a {cand} execution published yet."),
+            html.paragraph(conditions_line(shards)),
+        )
+    by_id = {str(r["execution_id"]): r for r in document.executions}
+    groups: dict[tuple[int, str], list[Row]] = {}
+    for pair in chosen:
+        row = by_id[str(pair["dist_execution_id"])]
+        groups.setdefault((int(number(row, "ep")), str(row["precision"])), []).append(pair)
+    counts = [outcome(p) for p in chosen]
+    summary: list[list[html.Cell]] = []
+    for (ep, precision), mine in sorted(groups.items()):
+        found = [outcome(p) for p in mine]
+        speedups = sorted(number(p, "speedup") for p in mine)
+        summary.append(
+            [
+                f"EP{ep}",
+                precision.upper(),
+                str(len(mine)),
+                (str(found.count(WIN)), "higher" if found.count(WIN) else ""),
+                (str(found.count(LOSS)), "lower" if found.count(LOSS) else ""),
+                str(found.count(TIE)),
+                f"{speedups[0]:.3g}-{speedups[-1]:.3g}" if len(speedups) > 1 else f"{speedups[0]:.3g}",
+            ]
+        )
+    each: list[list[html.Cell]] = []
+    for (ep, precision), mine in sorted(groups.items()):
+        for p in mine:
+            low, high = optional_number(p, "speedupLow"), optional_number(p, "speedupHigh")
+            interval = (
+                "no interval (too few windows)" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
+            )
+            verdict = outcome(p)
+            css = "higher" if verdict == WIN else "lower" if verdict == LOSS else ""
+            each.append(
+                [f"EP{ep}", precision.upper(), str(p["workload_id"]), str(p["pipeline"]),
+                 (html.number(number(p, "speedup"), 3), css), interval, (verdict, css)]
+            )  # fmt: skip
+    columns = ["EP", "precision", "matched workloads", f"{cand} faster", f"{cand} slower", "ties", "speedups"]
+    parts = [
+        html.paragraph(conditions_line(shards)),
+        html.paragraph(
+            f"Of {len(chosen)} matched workloads, {cand} is faster in {counts.count(WIN)}, slower in "
+            f"{counts.count(LOSS)} and ties in {counts.count(TIE)}: speedup = {ref} time / {cand} time "
+            f"of the workload's fastest {cand} pipeline, faster or slower where its whole 95% interval "
+            "(the Hodges-Lehmann interval of the two slowest ranks' window times, as pipeline.compare "
+            "states a ratio) lies above or below 1."
+        ),
+        html.table(columns, summary, numeric=columns[2:6]),
+    ]
+    if figure is not None:
+        parts.append(html.image(figure, f"figure {SPEEDUPS_NAME}"))
+    speedup_columns = [
+        "EP",
+        "precision",
+        "matched workload",
+        f"{cand} pipeline",
+        "speedup",
+        "95% interval",
+        "outcome",
+    ]
+    parts.append(html.table(speedup_columns, each, numeric=["speedup"]))
+    return html.section("The answer", *parts)
+
+
+def _accounts(rows: Sequence[Row], pngs: Mapping[str, bytes], rates: str | None) -> str:
+    """Where each execution's time went: the phase-account figures and a table of the phases."""
+    accounted = [r for r in rows if r.get("profiledMS") is not None]
+    if not accounted:
+        return html.section(
+            "Where the time went", html.paragraph("No execution recorded a phase account (older shards).")
+        )
+    names = [*(phase_column(p, "MS") for p in LAYER_PHASES), UNCLAIMED_COLUMN]
+    columns = [
+        "execution",
+        "profiled ms",
+        "timed ms",
+        *(n.removeprefix("phase").removesuffix("MS") for n in names),
+    ]
+    columns += ["speed of light ms", "expected ms"]
+    body: list[list[html.Cell]] = [
+        [
+            str(r["execution_id"]),
+            html.number(number(r, "profiledMS")),
+            html.number(number(r, "iterationMS")),
+            *(html.number(optional_number(r, n), 3) for n in names),
+            html.number(optional_number(r, "speedOfLightMS")),
+            html.number(optional_number(r, "expectedMS")),
+        ]
+        for r in accounted
+    ]
+    source = "none: the dataset carries no measured kernel rates" if rates is None else rates
+    return html.section(
+        "Where the time went",
+        html.paragraph(
+            "Each execution's slowest rank replayed a few iterations under the profiler after its timing "
+            "windows; the time of the median one is divided among the layer's phases (the routed GEMMs by "
+            "op, the shared expert, the dispatch's and the combine's communication, MXFP8 quantization, "
+            "the SwiGLU, gathers and scatters of rows, the rest of the layer) and what no phase claims; "
+            "they add up to the profiled iteration, shown beside the timed one. Communication that did "
+            "not run is empty. Speed of light: the layer at the preset's datasheet peaks; expected: its "
+            f"cost at the kernel rates measured on the device ({source})."
+        ),
+        *(html.image(data, f"figure {name}") for name, data in pngs.items()),
+        html.table(columns, body, numeric=columns[1:]),
+    )
 
 
 def _what_ran(meta: Meta, shards: list[Shard]) -> str:
@@ -223,7 +367,8 @@ def _executions(rows: Sequence[Row]) -> str:
             "Times are the slowest rank's median over its timing windows, per iteration; host: the share of "
             "its runnable time the most denied rank waited for a core while it was timed, marked where "
             "the host was oversubscribed. %SOL: each rate as a percentage of its peak on the device's "
-            "preset (useful TFLOP/s over the dense tensor peak of the precision, MXFP8 at the FP8 one; the "
+            "preset (useful TFLOP/s over the dense tensor peak of the product that ran: MXFP8 at the FP8 one "
+            "where it ran natively, at the BF16 one where it was emulated on BF16 tensor cores; the "
             "HBM model's TB/s over the HBM peak; NVLink GB/s over the per-direction link peak), empty where "
             "no preset is the device."
         ),

@@ -6,7 +6,8 @@ command line sets them), read from each shard's composed config, the scale's tim
 them, not the iterations per window each execution calibrated to (they vary from run to run by
 design). ``SETTINGS`` are those two datasets must share for their times to be comparable (the
 comparison lists any that differ): the comparable ones, the device, the git sha, the DSL's version;
-the rest describe the run. A value a shard does not record reads ``unknown``.
+the rest describe the run. A value known to be absent reads ``none`` (CUDA, NCCL and the driver on a CPU
+run, a DSL that is not installed); one that could have been recorded and was not reads ``unknown``.
 """
 
 from __future__ import annotations
@@ -15,24 +16,43 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pipeline.cost.products import mxfp8_products
 from pipeline.data.comparable import KEYS, Comparable, text
 from pipeline.data.reader import Shard
+from pipeline.report.communication import of_shard
 
 UNKNOWN = "unknown"
+ABSENT = "none"  # known not to exist (no CUDA on a CPU run), as against not recorded
 SETTINGS = (*KEYS, "device", "git_sha", "cutlass_dsl")
+
+
+def _on_gpu(shard: Shard, value: Any) -> Any:
+    """A GPU component's recorded value; ``none`` on a CPU run, where it does not exist."""
+    return ABSENT if value is None and shard.identity.device == "cpu" else value
+
+
+def _gemm(shard: Shard) -> str | None:
+    return None if shard.meta.kernels is None else shard.meta.kernels.gemm
 
 
 FIELDS: dict[str, Callable[[Shard], Any]] = {
     "device": lambda shard: shard.identity.device,
     "git_sha": lambda shard: shard.meta.provenance.git_sha,
-    "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl,
+    "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl or ABSENT,
     "torch": lambda shard: shard.meta.provenance.versions.torch,
-    "cuda": lambda shard: shard.meta.provenance.versions.cuda,
-    "nccl": lambda shard: shard.meta.provenance.versions.nccl,
+    "cuda": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.cuda),
+    "nccl": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.nccl),
+    "driver": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.driver),
     "python": lambda shard: shard.meta.provenance.versions.python,
     "backend": lambda shard: shard.meta.provenance.backend,
     "collective": lambda shard: shard.meta.provenance.collective,
-    "gemm": lambda shard: None if shard.meta.kernels is None else shard.meta.kernels.gemm,
+    "communication": of_shard,
+    "gemm": _gemm,
+    "mxfp8_products": lambda shard: (
+        ABSENT
+        if shard.identity.precision == "bf16"
+        else mxfp8_products(shard.identity.precision, _gemm(shard))
+    ),
     "hosts": lambda shard: shard.meta.provenance.hosts,
     "cuda_graphs": lambda shard: shard.meta.timing.cuda_graphs,
 }  # after the comparable settings (``KEYS``), which come from the composed config
@@ -72,6 +92,36 @@ def mixed(shards: Iterable[Shard]) -> dict[str, dict[str, int]]:
 def mixed_text(settings: dict[str, dict[str, int]]) -> str:
     """``scale: ci (1), full (14); seed: 0 (14), 1 (1)``."""
     return "; ".join(f"{k}: {', '.join(f'{v} ({n})' for v, n in c.items())}" for k, c in settings.items())
+
+
+def conditions_line(shards: Iterable[Shard]) -> str:
+    """The conditions in one line: device, ranks and what crossed between them, scale and dtype, the
+    grouped GEMM and how MXFP8 products ran (each distinct value, with its executions where several)."""
+    shards = list(shards)
+
+    def values(get: Callable[[Shard], Any]) -> str:
+        counts = Counter(value_text(get(s)) for s in shards)
+        if len(counts) == 1:
+            return next(iter(counts))
+        return ", ".join(f"{v} ({n})" for v, n in sorted(counts.items()))
+
+    scale = values(lambda s: (s.meta.config.get("scale") or {}).get("name"))
+    mxfp8 = [s for s in shards if s.identity.precision == "mxfp8"]
+    products = (
+        "none ran"
+        if not mxfp8
+        else ", ".join(
+            f"{v} ({n})" if len(c) > 1 else v
+            for c in [Counter(value_text(FIELDS["mxfp8_products"](s)) for s in mxfp8)]
+            for v, n in sorted(c.items())
+        )
+    )
+    graphs = values(lambda s: "yes" if s.meta.timing.cuda_graphs else "no")
+    return (
+        f"Conditions: device {values(FIELDS['device'])}; communication {values(of_shard)}; scale={scale} "
+        f"with {values(lambda s: s.meta.shape.dtype)} layers; grouped GEMM {values(_gemm)}; MXFP8 "
+        f"products {products}; CUDA graphs {graphs}; {len(shards)} executions."
+    )
 
 
 def time_span(shards: Iterable[Shard]) -> tuple[str, str] | None:

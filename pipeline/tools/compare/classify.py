@@ -9,7 +9,7 @@ when all three hold:
   stratum's run-to-run scatter, a t test with the noise's degrees of freedom), after the family's
   multiplicity control (``pipeline/tools/compare/family.py``);
 - its windows alone tell the two sides apart: the exact rank interval of the windows
-  (``pipeline/tools/compare/statistics.py``) excludes 1. Exact for independent windows of any
+  (``pipeline/base/intervals.py``) excludes 1. Exact for independent windows of any
   distribution, it cannot see run-to-run noise, so it is a guard, not the test.
 
 The bound a ratio had to pass is the larger of ``1 + threshold`` and what its noise allows at the
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pipeline.base.intervals import Interval
 from pipeline.tools.compare.family import ALPHA
 from pipeline.tools.compare.special import t_isf, t_sf
-from pipeline.tools.compare.statistics import Interval
 
 DEFAULT_THRESHOLD = 0.05
 TIME_CLASSES = ("slower", "faster", "unchanged")  # ratios of times: above 1 is worse

@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pipeline.base.intervals import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 from pipeline.report import pairs
 from pipeline.report.provenance import SETTINGS
 from pipeline.tools.compare import conditions, family
@@ -42,7 +43,6 @@ from pipeline.tools.compare.noise import (
     windows,
 )
 from pipeline.tools.compare.side import METRICS, Side
-from pipeline.tools.compare.statistics import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
 
 METHOD = (
     "ratio of the published slowest-rank medians; noise per ratio: its windows (median variance "

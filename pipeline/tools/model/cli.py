@@ -76,7 +76,7 @@ def load_inputs(path: Path) -> dict[str, object]:
 
 def summary(result: dict) -> str:
     """A readable report: inputs, outputs with units, and the verdict last."""
-    lines = ["Reduced-order MoE layer model", "", "inputs:"]
+    lines = ["Reduced-order MoE layer model", result["model"], "", "inputs:"]
     lines += [f"  {k:<22} {v}" for k, v in result["inputs"].items()]
     lines += ["", "outputs:"]
     for key, value in result["outputs"].items():

@@ -67,6 +67,13 @@ PRINTED = {
 }
 LOAD_DECIMALS = 4
 DOCUMENT_KEYS = ("inputs", "outputs", "profile", "model")
+# What the model is, in one line: the document's ``model`` key.
+MODEL = (
+    "reduced-order model of one MoE layer: top-k routing into capacity buffers under a Normal(1, "
+    "load_imbalance) expert load (tokens over capacity dropped, empty slots padded), two-matrix expert "
+    "FFNs computed on every slot at compute_tops against a dense FFN of the same weights, and the "
+    "expert-parallel all-to-all of the buffers' remote share at network_bw_gb_s, added with no overlap"
+)
 # The summary the published profile carries beside its curves, in its order (capacity_norm: the
 # capacity on the loads' scale, in units of the mean load).
 PROFILE_SUMMARY = (
@@ -268,8 +275,9 @@ def document_inputs(values: Mapping[str, object]) -> Mapping[str, object]:
 
 
 def run(values: Mapping[str, object]) -> dict[str, object]:
-    """The model's whole answer in the published document's form: ``{"inputs", "outputs", "profile"}``.
-    ``values`` is the inputs object or a published document."""
+    """The model's whole answer in the published document's form: ``{"inputs", "outputs", "profile",
+    "model"}`` (``model``: the line that says what the model is). ``values`` is the inputs object or
+    a published document."""
     m = ModelInputs.from_mapping(document_inputs(values))
     outputs = printed(evaluate(m))
-    return {"inputs": m.as_dict(), "outputs": outputs, "profile": profile(m, outputs)}
+    return {"inputs": m.as_dict(), "outputs": outputs, "profile": profile(m, outputs), "model": MODEL}

@@ -1,4 +1,5 @@
-"""Distribution-free confidence intervals for time ratios, from two samples of window times.
+"""Distribution-free confidence intervals for time ratios, from two samples of window times: what a
+comparison of two datasets (``pipeline.compare``) and the published page's speedups both state.
 
 A timing sample here is the per-iteration window times of one execution's slowest rank: five
 windows at the report's scale, more where a scale asks for them. The interval for the ratio
