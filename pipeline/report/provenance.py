@@ -38,7 +38,7 @@ def _gemm(shard: Shard) -> str | None:
 FIELDS: dict[str, Callable[[Shard], Any]] = {
     "device": lambda shard: shard.identity.device,
     "git_sha": lambda shard: shard.meta.provenance.git_sha,
-    "cutlass_dsl": lambda shard: shard.meta.provenance.versions.cutlass_dsl or ABSENT,
+    "cutlass_dsl": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.cutlass_dsl),
     "torch": lambda shard: shard.meta.provenance.versions.torch,
     "cuda": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.cuda),
     "nccl": lambda shard: _on_gpu(shard, shard.meta.provenance.versions.nccl),
