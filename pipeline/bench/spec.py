@@ -31,6 +31,7 @@ class JobSpec:
     config: dict[str, Any]  # the resolved Hydra config, recorded in the shard as composed
     overrides: list[str]  # the command-line overrides that select it (the ledger records them)
     deadline_s: float = 900.0  # still running after this long, it is hung (its group sets it from the plan)
+    owner: str | None = None  # the sweep that claimed this attempt (pipeline.data.claims), once claimed
 
     @property
     def execution_id(self) -> str:
