@@ -84,7 +84,7 @@ def test_a_special_file_as_a_heartbeat_is_never_opened_for_reading(tmp_path):
     ("owner", "why"),
     [
         ({**ELSEWHERE.__dict__, "sweep": "../../../outside"}, "sweep '../../../outside' is not a plain name"),
-        ({**ELSEWHERE.__dict__, "host": "\x1b[31mred"}, "host '\\\\x1b[31mred' is not a plain line"),
+        ({**ELSEWHERE.__dict__, "host": "\x1b[31mred"}, "host '\\x1b[31mred' is not a plain line"),
         ({**ELSEWHERE.__dict__, "pid": -1}, "is no process's"),
         ({**ELSEWHERE.__dict__, "pid": "7"}, "owner.pid must be an integer"),
     ],

@@ -24,6 +24,7 @@ what is not a claim is named by :func:`unreadable` and otherwise left alone. Not
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -47,7 +48,9 @@ _SMALL = 64 * 1024  # a claim or a heartbeat is a few hundred bytes: a bigger fi
 _JOB = ".job-"  # <sweep>.job-<job id>: the heartbeat of one of a sweep's local jobs
 
 
+@functools.cache
 def boot_id() -> str:
+    """This host's boot id (a process's pid and start time name it within one boot)."""
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
