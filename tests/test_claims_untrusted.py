@@ -197,6 +197,8 @@ def test_an_owner_on_another_host_lives_by_its_own_or_its_jobs_heartbeat(tmp_pat
     assert claims.job_alive(dataset, ELSEWHERE.sweep, "4242", now=now)
     assert not claims.job_alive(dataset, ELSEWHERE.sweep, "4242", now=now + claims.STALE_S)
     assert not claims.alive(dataset, ELSEWHERE, now=now + claims.STALE_S)
+    forged(dataset, beat='{"at": 1e300}')  # its own heartbeat forged: no time to say, still no traceback
+    assert claims.life(dataset, ELSEWHERE, now=now).describe().startswith("silent since 1e+300 (no time)")
     # on its own host the process decides, whatever its heartbeat says: a stopped sweep lives
     me = claims.Owner.this_process()
     assert me.host == socket.gethostname()

@@ -181,7 +181,11 @@ class Life:
 
 
 def _clock(at: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    """``at`` as a UTC time; a time no clock can read (a forged 1e300) as the number it is."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    except (OverflowError, OSError, ValueError):
+        return f"{at:g} (no time)"
 
 
 def life(dataset: Dataset, owner: Owner, now: float | None = None) -> Life:
@@ -288,14 +292,6 @@ def highest_attempt(dataset: Dataset, execution_id: str) -> int:
     """The highest attempt number taken in ``execution_id``'s claims (0 for none): every file named as
     a claim counts, readable or not, since its name is taken."""
     return max((n for n, _ in _numbered(dataset, execution_id)), default=0)
-
-
-def superseded(dataset: Dataset, execution_id: str, attempt: int, owner: Owner) -> Claim | None:
-    """The claim of another writer on a later attempt of ``execution_id`` than ``attempt`` (which
-    ``owner`` claimed), if any: a sweep that was silent long enough for others to take over what it
-    claimed finds here that it no longer owns it."""
-    claim = newest(dataset, execution_id)
-    return claim if claim is not None and claim.attempt > attempt and claim.owner != owner else None
 
 
 def _read(path: Path, execution_id: str) -> Claim | str:

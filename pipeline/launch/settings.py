@@ -95,19 +95,9 @@ MIN_TIMEOUT_MIN, MAX_TIMEOUT_MIN = 1, 43_200  # Slurm's unit (whole minutes); 30
 # The keys whose values reach the job's sbatch script as text: options of sbatch and srun, and the
 # setup's shell lines. A resubmission takes them from today's configuration, never from a dataset
 # unless the operator names them (what a dataset records is data, never a command).
-SITE_KEYS = (
-    "partition",
-    "account",
-    "qos",
-    "constraint",
-    "exclude",
-    "gres",
-    "mem_per_gpu",
-    "setup",
-    "srun_args",
-    "additional_parameters",
-    "name",
-    "comment",
+SITE_KEYS = tuple(
+    "partition account qos constraint exclude gres mem_per_gpu setup srun_args additional_parameters name "
+    "comment".split()
 )
 # Keys of the launcher config that say how this sweep goes out, not how its jobs run: not recorded.
 SWEEP_KEYS = ("resume",)
