@@ -212,6 +212,7 @@ def _at_scale(source: Path, to: Path, scale: str, factor: float, when: str) -> P
     return to
 
 
+@pytest.mark.slow
 def test_a_series_is_split_where_the_settings_change_and_no_step_is_judged_across(reruns, tmp_path, capsys):
     """Three runs and a fourth at another scale, every time x4.165: before, "slower forwardMS at D3
     x4.165" and exit 1, without a word of the scale; now the text, the JSON and the page say the

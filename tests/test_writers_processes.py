@@ -66,6 +66,11 @@ def on_another_host(*arguments: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
+def beats(dataset: Path) -> list[Path]:
+    """The heartbeat files (not one being written: its temporary name starts with a dot)."""
+    return [p for p in (dataset / "claims" / ".owners").iterdir() if not p.name.startswith(".")]
+
+
 def shards(dataset: Path) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in sorted((dataset / "shards").glob("execution=*/*.parquet")):
@@ -107,7 +112,7 @@ def test_a_stalled_sweep_keeps_what_its_job_runs_and_leaves_what_it_never_starte
     try:
         wait_for(lambda: bool(records(dataset, ledger.Started)))
         os.kill(running.pid, signal.SIGSTOP)
-        (beat,) = [p for p in (dataset / "claims" / ".owners").iterdir() if ".job-" not in p.name]
+        (beat,) = [p for p in beats(dataset) if ".job-" not in p.name]
         beat.write_text(json.dumps({"at": time.time() - claims.STALE_S - 1}))
 
         status = on_another_host("pipeline.status", str(dataset), "--json")
@@ -122,7 +127,7 @@ def test_a_stalled_sweep_keeps_what_its_job_runs_and_leaves_what_it_never_starte
 
         hold.unlink()  # the first job finishes while its sweep is still stopped
         wait_for(lambda: len(records(dataset, ledger.Finished)) == 2)
-        wait_for(lambda: not any(".job-" in p.name for p in (dataset / "claims" / ".owners").iterdir()))
+        wait_for(lambda: not any(".job-" in p.name for p in beats(dataset)))
         taken = on_another_host("pipeline.resubmit", str(dataset))
         assert taken.returncode == 0, taken.stdout[-2000:] + taken.stderr[-2000:]
         assert taken.stdout.splitlines()[-1] == "2 execution(s) resubmitted", taken.stdout

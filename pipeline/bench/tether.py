@@ -90,10 +90,12 @@ class Peer:
 
 @dataclass(frozen=True)
 class Peers:
-    """The ranks of this rank's job, as each said through the job's store when the job began."""
+    """The ranks of this rank's job, as each said through the job's store when the job began, and
+    this rank's parent then (a local job's controller)."""
 
     rank: int
     ranks: tuple[Peer, ...]
+    parent: tuple[int, int | None]  # pid and start of this rank's parent
 
     @classmethod
     def exchange(cls, store: dist.Store, rank: int, world_size: int) -> Peers:
@@ -103,12 +105,17 @@ class Peers:
         keys = [f"peer/{r}" for r in range(world_size)]
         store.wait(keys)
         said = [json.loads(store.get(k)) for k in keys]
-        return cls(rank, tuple(Peer(r, *s) for r, s in enumerate(said)))
+        parent = os.getppid()
+        return cls(rank, tuple(Peer(r, *s) for r, s in enumerate(said)), (parent, process_start(parent)))
 
     def dead(self) -> Peer | None:
         """The first other rank of this host whose process is gone, or None (ranks on other hosts
-        are not seen: a scheduler ends their step)."""
-        return next((p for p in self.ranks if p.rank != self.rank and p.gone()), None)
+        are not seen: a scheduler ends their step). None too once this rank's parent is gone: the
+        whole job is ending (its controller was killed; :func:`tether` ends this rank), and no rank
+        died on its own."""
+        dead = next((p for p in self.ranks if p.rank != self.rank and p.gone()), None)
+        # looked at after the peer: a rank its tether ended died after the controller that ended it
+        return dead if dead is None or process_start(self.parent[0]) == self.parent[1] else None
 
     def says(self, dead: Peer) -> bool:
         """Whether this rank speaks for the job when ``dead`` died: the lowest rank not known gone."""
