@@ -1,7 +1,9 @@
 """A dataset is untrusted input: reading it never runs what it holds, and no path or name read from it
 leads outside it. A real sweep's dataset is tampered with as a hostile copy would be (a crafted
 pickle wherever submitit keeps one and where a record points, records naming paths and ids that lead
-out, a truncated record) and every command that only reads it is run on it."""
+out, a truncated record) and every command that only reads it is run on it. Then the writers: every
+command, those that write included, on twelve crafted copies whose claims, heartbeats and folders
+are forged, special or lead out (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -297,6 +299,10 @@ def test_every_command_on_a_crafted_dataset_ends_at_once_in_one_line_and_writes_
         lines = said["resubmit"].splitlines()
         assert "nothing to run" in lines  # and the count says what went out: nothing
         assert lines[-1] == "0 execution(s) resubmitted (1 another writer's, of the 1 failed or missing)"
+        dry = said["resubmit --dry-run"].splitlines()  # the dry run says the same
+        assert (
+            dry[-1] == "0 execution(s) would be resubmitted (1 another writer's, of the 1 failed or missing)"
+        )
     else:
         assert ends["resubmit"] == ends["run --resume"] == 1 and not shard  # refused, named
         assert (

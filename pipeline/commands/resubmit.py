@@ -42,7 +42,7 @@ from pipeline.launch.groups import check_limits
 from pipeline.launch.jobs import FAILED
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.settings import SITE_KEYS, LaunchSettings, resubmission
-from pipeline.launch.sweep import check_folders, check_shared, claimed, run
+from pipeline.launch.sweep import check_folders, check_shared, claimed, other_writers, run
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.survey import MISSING, ExecutionStatus, dataset_survey
 
@@ -237,13 +237,16 @@ def resubmit(
         ]
         if dry_run:
             check_shared([batch.planned[0].dataset])
-            going = 0
+            going, writers = 0, other_writers(list(batch.planned))
             for p in batch.planned:
                 try:
                     check_folders(p)
                 except ValueError as err:
                     print(printable(f"resubmit: {p.execution_id} would not be written ({err}): skipped"))
                     refused += 1
+                    continue
+                if writers[id(p)]:
+                    print(printable(f"resubmit: {p.execution_id} is {writers[id(p)]}: skipped"))
                     continue
                 print(f"would resubmit {p.execution_id} as attempt {p.attempt} (was {was[p.execution_id]})")
                 going += 1

@@ -199,6 +199,14 @@ def check_folders(p: JobSpec) -> None:
         p.dataset.check_folder(folder)
 
 
+def other_writers(planned: list[JobSpec]) -> dict[int, str]:
+    """id of each planned spec -> why another writer has its execution now (a live sweep's claim, a
+    job still pending or running; ``""``: none): what :func:`claimed` would skip, asked without
+    claiming (a dry run)."""
+    jobs = _live_jobs(planned)
+    return {id(p): _writer(p, jobs) for p in planned}
+
+
 def _claim(p: JobSpec, jobs: dict[tuple[Dataset, str], str], owner: claims.Owner) -> int | str:
     """The attempt of ``p``'s execution that ``owner`` claimed, or why another writer has it."""
     for _ in range(CLAIM_TRIES):
