@@ -192,3 +192,36 @@ def test_a_run_to_run_estimate_of_few_executions_never_reads_as_zero(base, tmp_p
     out = capsys.readouterr().out
     assert "no run-to-run estimate (fewer than 8 times)" in out and "runs no estimate" in out
     assert "runs 0.000" not in out and not math.isnan(0.0)
+
+
+@pytest.mark.slow
+def test_any_finite_value_a_shard_records_is_bounded_before_arithmetic(base, tmp_path, capsys) -> None:
+    """A GPU clock of 1e308 MHz on one side and 5e-324 on the other (and wait shares as absurd): before,
+    compare's text died with ``math domain error``; now such a value is no measurement (unknown), and
+    compare (text, JSON, page) and history read both sides to the end."""
+    huge, tiny = _copy(base, tmp_path / "huge"), _copy(base, tmp_path / "tiny")
+    for folder, value in ((huge, 1e308), (tiny, 5e-324)):
+        for e in SUBSET:
+            _with(folder, e.execution_id, conditions=_gpus(value), contention={"cpu_wait_share": value})
+    assert Measured.of(_shard(huge)).sm_clock_mhz is None and Measured.of(_shard(tiny)).sm_clock_mhz is None
+    for arguments in (
+        [huge, tiny],
+        [tiny, huge],
+        [tiny, huge, "--json"],
+        [huge, tiny, "--out", tmp_path / "page"],
+    ):
+        assert main([str(a) for a in arguments]) == 0
+        out, err = capsys.readouterr()
+        assert "Traceback" not in out + err
+    document = compare(load(huge), load(tiny), 0.05)
+    assert all(t["clock_ratio"] is None and t["change"] == "unchanged" for t in document["times"])
+    from pipeline.tools.history.cli import main as history
+
+    assert history([str(base), str(huge), str(tiny), "--out", str(tmp_path / "history")]) == 0
+    assert "Traceback" not in "".join(capsys.readouterr())
+
+
+def _shard(folder: Path):
+    from pipeline.data.reader import read_shard
+
+    return read_shard(next(folder.glob("shards/*/*.parquet")))

@@ -194,3 +194,57 @@ def test_bad_input_is_refused_in_one_line(reruns, tmp_path, capsys) -> None:
             main(argv)
         err = capsys.readouterr().err
         assert exit_.value.code == 2 and message in err and err.count("\n") == 1, err
+
+
+def _at_scale(source: Path, to: Path, scale: str, factor: float, when: str) -> Path:
+    """``source``'s executions again, as a run at another scale would record them: its config names
+    ``scale``, its windows are ``factor`` times longer, measured at ``when``."""
+    for name, table in _tables(source).items():
+        meta = json.loads(table.schema.metadata[METADATA_KEY])
+        meta["config"]["scale"]["name"] = scale
+        meta["started_at"] = meta["ended_at"] = when
+        column = table.schema.get_field_index("window_ms")
+        scaled = pa.array(table.column(column).to_numpy() * factor)
+        table = table.set_column(column, table.schema.field(column), scaled)
+        path = to / "shards" / name / "attempt-1.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table.replace_schema_metadata({METADATA_KEY: json.dumps(meta).encode()}), path)
+    return to
+
+
+@pytest.mark.slow
+def test_a_series_is_split_where_the_settings_change_and_no_step_is_judged_across(reruns, tmp_path, capsys):
+    """Three runs and a fourth at another scale, every time x4.165: before, "slower forwardMS at D3
+    x4.165" and exit 1, without a word of the scale; now the text, the JSON and the page say the
+    settings change at D3, every series stops before it, and nothing is slower. compare on the last
+    pair calls each time inconclusive, naming the scale."""
+    other = _at_scale(reruns[2], tmp_path / "cpu", "cpu", 4.165, "2026-12-09T02:00:00+00:00")
+    out = tmp_path / "out"
+    assert main([*map(str, reruns[:3]), str(other), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    said = (
+        "settings change at D3 (scale: full -> cpu): every series is split there; no step is judged across it"
+    )
+    assert said in text.splitlines()
+    document = json.loads((out / "history.json").read_text())
+    assert document["settings_changes"] == [{"at": 3, "change": "scale: full -> cpu"}]
+    assert document["counts"]["steps"] == 0 and not document["open_slower"]
+    assert all(p["dataset"] < 3 for e in document["series"] for p in e["points"])
+    assert {e["settings"].split()[0] for e in document["series"]} == {"scale=full"}
+    assert (
+        "Settings change at D3 (scale: full -&gt; cpu): every series is split there"
+        in (out / "history.html").read_text()
+    )
+    # with a fourth run at the first scale after it, that one joins the first three again
+    again = _at_scale(reruns[3], tmp_path / "full-again", "full", 1.0, "2026-12-10T02:00:00+00:00")
+    document = history(ordered([load(r) for r in (*reruns[:3], other, again)]), 0.05)
+    assert [c["at"] for c in document["settings_changes"]] == [3, 4]
+    assert {p["dataset"] for e in document["series"] for p in e["points"]} == {0, 1, 2, 4}
+
+    from pipeline.tools.compare.cli import main as compare
+
+    assert compare([str(reruns[2]), str(other)]) == 0
+    text = capsys.readouterr().out
+    assert "settings differ: scale: full -> cpu" in text
+    assert "0 slower, 0 faster, 0 unchanged, 25 inconclusive" in text
+    assert "measured slower; settings differ (scale full -> cpu)" in text

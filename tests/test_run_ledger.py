@@ -58,7 +58,8 @@ def test_an_unfinished_write_is_ignored(tmp_path):
     [
         ({"event": "queued"}, "unknown ledger event 'queued'; allowed: submitted, started"),
         ({"event": "started", "execution_id": ID, "attempt": 1}, "ledger event 'started': job_id is missing"),
-        ({**submitted(1).to_json(), "attempt": 0}, "attempt must be >= 1, got 0"),
+        ({**submitted(1).to_json(), "attempt": 0}, "attempt must be >= 1 and <= 1,000,000, got 0"),
+        ({**submitted(1).to_json(), "attempt": 10**20}, "attempt must be >= 1 and <= 1,000,000, got 1"),
         ({**submitted(1).to_json(), "attempt": True}, "attempt must be an integer, got True"),
         (
             {"event": "intended", "executions": [], "settings": {}, "comparable": {"values": {}}},

@@ -1,6 +1,7 @@
 """``python -m pipeline.run``: the ci sweep end to end, bad overrides, and a failing execution."""
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -22,9 +23,13 @@ from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.report.deviations import deviations
 
 
-def run(*arguments: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def run(*arguments: str, timeout: int = 600, plant: str = "") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.run", *arguments], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pipeline.run", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "MOE_BENCH_PLANT": plant},
     )
 
 
@@ -195,19 +200,21 @@ def test_bad_overrides_fail_before_anything_is_launched(tmp_path, arguments, exp
 
 @pytest.mark.slow
 def test_a_failed_execution_exits_non_zero_and_names_its_log(tmp_path):
-    # A time limit under one second rounds to zero: submitit kills the ranks as soon as they start.
+    # An error planted on rank 0 as the execution's gate begins (pipeline.bench.plants).
     done = run(
         "workload=inference-ep8-f1536",
         "variant=mok-bf16",
         "scale=ci",
         f"dataset_dir={tmp_path}",
-        "hydra.launcher.timeout_min=0.001",
         timeout=300,
+        plant="error:inference-ep8-f1536-bf16-mok-native:0",
     )
     log = tmp_path / "logs" / "inference-ep8-f1536-bf16-mok-native" / "attempt-1"
     assert done.returncode == 1
     (failed,) = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
-    assert failed.startswith("FAILED  inference-ep8-f1536-bf16-mok-native  ")
+    assert failed.startswith(
+        "FAILED  inference-ep8-f1536-bf16-mok-native  PlantedError: planted error on rank 0"
+    )
     assert f"  log: {log}  [1/1 ended: 0 done, 1 failed, 0 running;" in failed
     assert done.stdout.splitlines()[-1] == "1 executions: 0 done, 1 failed"
     assert not list(tmp_path.glob("shards/**/*.parquet"))

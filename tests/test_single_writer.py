@@ -212,7 +212,7 @@ def test_an_attempt_is_claimed_once_and_its_owner_lives_as_long_as_its_sweep(tmp
     assert not claims.alive(dataset, claim.owner)  # its process has ended (and it kept no heartbeat)
     me = claims.Owner.this_process()
     assert not claims.alive(dataset, me)  # no heartbeat: no sweep of mine is running
-    with claims.Heartbeat(dataset, me):
+    with claims.Heartbeat(dataset, me.sweep):
         assert claims.alive(dataset, me)
     assert not claims.alive(dataset, me)  # the sweep ended
     # an owner on another host lives while its heartbeat is fresh; a copied heartbeat does not revive it

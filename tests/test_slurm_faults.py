@@ -91,13 +91,12 @@ def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_bac
     resubmit_and_finish(tmp_path)
 
 
-def test_exception_in_an_execution_is_failed_in_sacct(tmp_path):
-    # A file where rank 0 must create the shard folder: writing the shard raises inside the job.
-    (tmp_path / "shards").mkdir()
-    (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
+def test_exception_in_an_execution_is_failed_in_sacct(tmp_path, monkeypatch):
+    # An error planted on rank 0 as the gate begins (pipeline.bench.plants): it raises inside the job.
+    monkeypatch.setenv("MOE_BENCH_PLANT", f"error:{MOK}:0")
     submit(tmp_path, "mok-bf16")
     line = wait_for_state(tmp_path, MOK, "failed")
-    assert "FileExistsError" in " ".join(line)
+    assert "PlantedError: planted error on rank 0" in " ".join(line)
     wait_for("sacct to record the failure", lambda: sacct_state(job_of(tmp_path, 1)).startswith("FAILED|1:0"))
 
 

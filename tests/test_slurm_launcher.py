@@ -1,10 +1,21 @@
 """Launcher settings on the local Slurm cluster: what the command line asks lands in the sbatch
 script and in Slurm's own records; an unknown key submits nothing."""
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
+import yaml
+
+from pipeline.compose import job_config
+from pipeline.compose.select import select
+from pipeline.data import ledger
+from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
+from pipeline.launch.settings import SlurmLauncherConf, effective
 from tests.slurm_support import (
+    REPO,
+    WORKLOAD,
     needs_cluster,
     output,
     python_module,
@@ -129,3 +140,54 @@ def test_status_names_a_failed_attempts_nodes_and_resubmit_keeps_off_them(tmp_pa
     assert line[line.index("attempt") + 1] == "2"
     ran_on = nodes_of(second["job_id"])
     assert len(ran_on) == 2 and not set(ran_on) & set(nodes), (ran_on, nodes)
+
+
+def test_resubmit_runs_todays_configuration_never_the_shell_lines_a_dataset_records(tmp_path):
+    """A dataset whose ledger records a Slurm submission with a setup line (here one that leaves a
+    marker), srun arguments and an sbatch parameter of a stranger's: the dry run says each is not
+    reused, or, with --reuse-recorded, names it first; the job resubmit sends holds today's
+    configuration only, runs, and leaves no marker."""
+    dataset, marker = tmp_path / "dataset", tmp_path / "marker"
+    (overrides, config), *_ = select(
+        [WORKLOAD, "variant=mok-bf16", "scale=ci", "cluster=local-slurm", f"dataset_dir={dataset}"]
+    )
+    preset = yaml.safe_load((REPO / "conf" / "cluster" / "local-slurm.yaml").read_text())
+    today = effective(asdict(SlurmLauncherConf()), preset, [])
+    stranger = {
+        "setup": [f"touch {marker}"],
+        "srun_args": ["--label"],
+        "additional_parameters": {"mail-user": "stranger@example.org"},
+    }
+    settings = {**today.to_json(), **stranger}
+    comparable = Comparable.of_config(job_config(config))
+    ledger.append(
+        Dataset(dataset), ledger.Intended((ledger.Intention(MOK, tuple(overrides)),), settings, comparable)
+    )
+    record = ledger.Submitted(
+        MOK, 1, "999999999", list(overrides), "slurm", "local-slurm", f"logs/{MOK}/attempt-1", settings
+    )
+    ledger.append(Dataset(dataset), record)  # a job Slurm never knew: failed
+
+    dry = python_module("pipeline.resubmit", str(dataset), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    lines = dry.stdout.splitlines()
+    assert lines[0] == f"would resubmit {MOK} as attempt 2 (was failed)" and "touch" not in lines[1]
+    for key, value in stranger.items():
+        said = f"  recorded {key}={json.dumps(value)} not reused (today's configuration instead; "
+        assert f"{said}--reuse-recorded {key} reuses it)" in lines, dry.stdout
+    named = python_module("pipeline.resubmit", str(dataset), "--dry-run", "--reuse-recorded", "setup")
+    assert named.stdout.splitlines()[0] == (
+        f'reusing the dataset\'s recorded setup: ["touch {marker}"] (--reuse-recorded setup)'
+    )
+    assert f"setup=['touch {marker}']" in named.stdout
+
+    again = python_module("pipeline.resubmit", str(dataset))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == f"resubmitting {MOK} as attempt 2 (was failed)"
+    (script,) = Path(dataset, "logs", "arrays").glob("*/*_submission.sh")
+    text = script.read_text()
+    assert "#SBATCH --partition=bench" in text and "#SBATCH --no-requeue" in text
+    for word in ("touch", "--label", "mail-user", "stranger"):
+        assert word not in text, text
+    wait_for_state(dataset, MOK, "done", timeout=180)
+    assert not marker.exists()

@@ -1,5 +1,6 @@
 """``pipeline.status`` and ``pipeline.resubmit`` on the local launcher, and their answers to bad input."""
 
+import os
 import subprocess
 import sys
 from dataclasses import asdict, replace
@@ -89,16 +90,35 @@ def test_local_execution_done_missing_then_resubmitted(tmp_path):
 
 @pytest.mark.slow
 def test_local_failure_shows_the_error_and_the_log(tmp_path):
-    (tmp_path / "shards").mkdir()
-    (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
-    run = run_mok(tmp_path)
+    planted = {**os.environ, "MOE_BENCH_PLANT": f"error:{MOK}:1"}  # pipeline.bench.plants
+    run = subprocess.run(
+        [sys.executable, "-m", "pipeline.run", *ONE_EXECUTION, f"dataset_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=planted,
+    )
     assert run.returncode == 1
     code, words = status_words(tmp_path)
     assert (code, words[0]) == (1, "failed")
     line = " ".join(words)
-    assert "FileExistsError" in line
+    assert "PlantedError: planted error on rank 1 (rank 1)" in line
     log = words[-1]
     assert log.startswith(str(tmp_path / "logs" / MOK / "attempt-1")) and log.endswith("_0_log.err")
+
+
+@pytest.mark.slow
+def test_a_file_where_a_folder_belongs_refuses_the_run_before_anything_is_launched(tmp_path):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / f"execution={MOK}").write_text("in the way\n")
+    run = run_mok(tmp_path)
+    assert run.returncode == 2
+    (line,) = run.stderr.splitlines()
+    assert line == (
+        f"pipeline.run: nothing was launched; shards/execution={MOK} in {tmp_path} is a file, where the "
+        "layout keeps a folder: nothing is written there; remove it"
+    )
+    assert not (tmp_path / "ledger").exists() and not (tmp_path / "logs").exists()
 
 
 def test_resubmission_groups_executions_by_their_recorded_settings(tmp_path):

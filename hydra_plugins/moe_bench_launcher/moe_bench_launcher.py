@@ -15,6 +15,7 @@ from omegaconf import DictConfig
 from pipeline.bench.spec import JobSpec
 from pipeline.compose import compose_jobs, job_config, output
 from pipeline.compose.launcher import claimed_sweep, cluster_of, launcher_settings, refusals
+from pipeline.launch.groups import check_limits
 from pipeline.launch.plan import Outcome, plan
 from pipeline.launch.sweep import ExecutionFailed, run
 
@@ -43,6 +44,7 @@ class MoEBenchLauncher(Launcher):
                 raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
             jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
             planned = plan(jobs, settings[0])
+            check_limits(planned, settings[0])
         config_of = {_key(p): cfg for p, cfg in zip(planned, configs, strict=True)}
         with claimed_sweep("pipeline.run", planned, self.config.hydra.launcher) as sweep:
             folders = {}
@@ -52,6 +54,9 @@ class MoEBenchLauncher(Launcher):
             for p in [*sweep.done, *(q for q, _ in sweep.owned)]:
                 e = _key(p)
                 returns[e] = job_return(Outcome(p, None, None), config_of[e], folders[e])
+            for p, why in sweep.unwritable:  # --resume skipped it: the sweep ends in exit status 1
+                e = _key(p)
+                returns[e] = job_return(Outcome(p, None, f"not written: {why}"), config_of[e], folders[e])
             callbacks = self.hydra_context.callbacks
             for p in sweep.to_run:
                 e = _key(p)
@@ -70,18 +75,21 @@ def _key(p: JobSpec) -> tuple[str, str]:
 
 
 def job_return(outcome: Outcome, cfg: DictConfig, folder: Path) -> JobReturn:
-    """Hydra's record of one job; a failed one carries the error the sweeper raises at the end (one
-    submitted without waiting, or skipped as done by ``--resume``, counts as completed: Hydra's
-    sweeper raises on anything else)."""
+    """Hydra's record of one job; a failed or missing one carries the error the sweeper raises at the
+    end (one submitted without waiting, skipped as done by ``--resume`` or left to another writer
+    counts as completed: Hydra's sweeper raises on anything else)."""
     planned = outcome.planned
     value: object
-    if outcome.error is None:
+    if not outcome.failed:
         status, value = JobStatus.COMPLETED, outcome.summary
-    else:
+    elif outcome.error is not None:
         status = JobStatus.FAILED
         value = ExecutionFailed(
             f"{planned.execution.execution_id} failed ({outcome.error}); log: {planned.log_dir}"
         )
+    else:
+        status = JobStatus.FAILED
+        value = ExecutionFailed(f"{planned.execution.execution_id} never started ({outcome.missing})")
     return JobReturn(
         overrides=planned.overrides,
         cfg=cfg,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pipeline.base.folders import SHOWN, check_path, cut
+from pipeline.base.printable import printable
 
 OK, FAILED, BAD_INPUT = 0, 1, 2
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -163,7 +164,7 @@ def shorten(message: object) -> str:
 
 def refuse(command: str, message: object) -> int:
     """Say why ``command`` refuses its input, in one line on stderr; the status it then ends with."""
-    print(f"{command}: {shorten(message)}", file=sys.stderr, flush=True)
+    print(printable(f"{command}: {shorten(message)}"), file=sys.stderr, flush=True)
     return BAD_INPUT
 
 

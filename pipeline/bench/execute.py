@@ -220,9 +220,9 @@ def rank_account(
     where = spec.dataset.trace_path(spec.execution_id, spec.attempt, ctx.rank)
 
     def trace(path: Path) -> None:
-        try:
-            account.gzipped(path, where)
-        except OSError as err:  # a profile not kept costs the account nothing: the dataset lists none
+        try:  # only into the layout's own folder, inside the dataset (never through a link out)
+            account.gzipped(path, spec.dataset.check_folder(where.parent) / where.name)
+        except (OSError, ValueError) as err:  # a profile not kept costs the account nothing
             print(f"{spec.execution_id}: rank {ctx.rank}'s profile not kept: {err}", flush=True)
 
     found, why = account.profiled(steps, eager, ctx.device, iterations, trace if keep else None)

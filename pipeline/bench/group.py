@@ -12,28 +12,39 @@ execution ended, rank 0 records the failure (the earliest error of any rank), ev
 fresh process group and the group goes on. A hang costs at most the rest of the group: every rank
 watches its execution against the deadline the plan gave it; past it, rank 0 records the execution
 as failed (hung) and every rank ends the job, leaving the members that never started missing, for
-``pipeline.resubmit``.
+``pipeline.resubmit``. A rank that dies (killed, out of memory) ends its execution at once: the
+watchdog of every other rank on its host sees its process gone (:class:`pipeline.bench.tether.Peers`),
+the lowest rank left records the execution as failed naming the dead rank, and the job ends as after
+a hang.
+
+Rank 0 of a local job keeps the job's heartbeat beside its sweep's (:mod:`pipeline.data.claims`):
+another host, which cannot see the job's processes, knows by it that the job still runs, and that the
+sweep owns what it claimed even while the sweep itself is silent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import threading
 import time
 
+import submitit
 import torch
 import torch.distributed as dist
 
 from pipeline.bench import distributed
 from pipeline.bench.execute import Phases, Summary, execute
 from pipeline.bench.spec import JobSpec
-from pipeline.bench.tether import tether
+from pipeline.bench.tether import POLL_S, Peer, Peers, tether
 from pipeline.bench.work import Shared
-from pipeline.data import ledger
+from pipeline.data import claims, ledger
 
 HUNG_EXIT = 3  # the job's exit status when an execution passed its deadline
+DEAD_RANK_EXIT = 4  # the job's exit status when a rank died while an execution ran
+GRACE_S = 10.0  # the ranks but rank 0 end a hung job this much after its deadline: rank 0 says why
 
 
 def run_group(specs: list[JobSpec]) -> list[Summary | None]:
@@ -41,8 +52,17 @@ def run_group(specs: list[JobSpec]) -> list[Summary | None]:
     A failed execution is recorded and the group goes on; the job then ends in :class:`GroupFailed`."""
     if not specs:
         raise ValueError("a group holds at least one execution")
-    if specs[0].backend == "local":
-        tether()  # a sweep killed outright takes its job with it
+    with contextlib.ExitStack() as beating:
+        if specs[0].backend == "local":
+            tether()  # a sweep or a controller killed outright takes its ranks with it
+            env = submitit.JobEnvironment()
+            if env.global_rank == 0 and specs[0].owner is not None:
+                name = claims.job_beat_name(specs[0].owner, env.job_id)
+                beating.enter_context(claims.Heartbeat(specs[0].dataset, name))
+        return _run(specs)
+
+
+def _run(specs: list[JobSpec]) -> list[Summary | None]:
     phases = Phases()
     timeout = max(s.deadline_s for s in specs)
     with phases("init"):  # the device and the process group
@@ -55,11 +75,13 @@ def run_group(specs: list[JobSpec]) -> list[Summary | None]:
     try:
         with phases("connect"):  # the first collective: NCCL builds its communicator here
             dist.barrier()
+        assert ctx.store is not None
+        peers = Peers.exchange(ctx.store, ctx.rank, ctx.world_size)
         for index, spec in enumerate(specs):
             if index:
                 phases = Phases(first=False)
             summary, error = None, None
-            with Watchdog(ctx, spec):
+            with Watchdog(ctx, spec, peers):
                 try:
                     summary = execute(ctx, spec, phases, shared)
                 except Exception as err:  # this rank's; the group agrees on it below
@@ -119,11 +141,14 @@ def _record_failure(spec: JobSpec, job_id: str, failures: list[tuple[float, int,
 
 
 class Watchdog:
-    """Past ``spec``'s deadline, rank 0 records the execution as failed (hung) and every rank ends
-    the job: a kernel or a collective that never returns cannot be interrupted from inside."""
+    """While ``spec`` runs: a peer rank of this host that died ends the execution at once (the lowest
+    rank left records it as failed, naming the dead one); past the deadline rank 0 records it as
+    failed (hung). Either way every rank ends the job: a kernel or a collective that never returns
+    cannot be interrupted from inside. The ranks but rank 0 wait :data:`GRACE_S` longer at a
+    deadline, so that rank 0, not a rank that saw it go, says why the job ended."""
 
-    def __init__(self, ctx: distributed.Context, spec: JobSpec) -> None:
-        self.ctx, self.spec, self.done = ctx, spec, threading.Event()
+    def __init__(self, ctx: distributed.Context, spec: JobSpec, peers: Peers) -> None:
+        self.ctx, self.spec, self.peers, self.done = ctx, spec, peers, threading.Event()
         self.thread = threading.Thread(target=self._watch, name="deadline", daemon=True)
 
     def __enter__(self) -> Watchdog:
@@ -135,13 +160,31 @@ class Watchdog:
         self.thread.join()
 
     def _watch(self) -> None:
-        if self.done.wait(self.spec.deadline_s):
-            return
+        ends = time.monotonic() + self.spec.deadline_s + (GRACE_S if self.ctx.rank else 0.0)
+        while not self.done.wait(max(0.0, min(POLL_S, ends - time.monotonic()))):
+            if (dead := self.peers.dead()) is not None:
+                self._end_for(dead)
+            if time.monotonic() >= ends:
+                self._end_hung()
+
+    def _end_hung(self) -> None:
         if self.ctx.rank == 0:
             reason = f"still running after {self.spec.deadline_s:g} s, its deadline: hung"
-            record = ledger.Failed(self.spec.execution_id, self.spec.attempt, self.ctx.job_id, reason=reason)
-            try:
-                ledger.append(self.spec.dataset, record)
-            finally:
-                print(f"{self.spec.execution_id}: {reason}; the job ends", flush=True)
+            self._record(reason, "the job ends")
         os._exit(HUNG_EXIT)
+
+    def _end_for(self, dead: Peer) -> None:
+        if self.peers.says(dead):
+            records = ledger.read(self.spec.dataset)
+            if not ledger.ended(records, self.spec.execution_id, self.spec.attempt):  # not ended by rank 0
+                reason = f"rank {dead.rank} (pid {dead.pid} on {dead.host}) died while it ran"
+                self._record(reason, "the job ends")
+        os._exit(DEAD_RANK_EXIT)
+
+    def _record(self, reason: str, then: str) -> None:
+        spec = self.spec
+        record = ledger.Failed(spec.execution_id, spec.attempt, self.ctx.job_id, reason=reason)
+        try:
+            ledger.append(spec.dataset, record)
+        finally:
+            print(f"{spec.execution_id}: {reason}; {then}", flush=True)

@@ -1,13 +1,15 @@
 """Faults planted in a group's execution, so that what a failure, a hang, a wrong exchange and a slow
 phase cost can be shown on the real processes, process group and ledger
 (``MOE_BENCH_PLANT=KIND:EXECUTION_ID:RANK``, in the environment the jobs inherit; several separated by
-commas). The first four act on that rank while the execution's correctness gate runs: ``error``
+commas). The first five act on that rank while the execution's correctness gate runs: ``error``
 raises as the gate begins, while the other ranks enter its collectives; ``hang`` sleeps there for good;
-``split`` counts one row the rank receives to the next of its experts (the all-to-all's splits per
-source stay whole, the experts' groups are off by one row); ``perm`` regroups the received rows off by
-one row (on more than one rank, where rows are regrouped). ``slow-<phase>`` (a layer phase, e.g.
-``slow-combine``) makes that phase :data:`SLOW_S` longer on that rank every time it runs, timed windows
-and phase account alike (:func:`pipeline.moe.ranges.slow`).
+``hold`` waits there while the file ``MOE_BENCH_HOLD`` names exists (a test keeps an execution running
+for as long as it needs, then lets it go on); ``split`` counts one row the rank receives to the next
+of its experts (the all-to-all's splits per source stay whole, the experts' groups are off by one
+row); ``perm`` regroups the received rows off by one row (on more than one rank, where rows are
+regrouped). ``slow-<phase>`` (a layer phase, e.g. ``slow-combine``) makes that phase :data:`SLOW_S`
+longer on that rank every time it runs, timed windows and phase account alike
+(:func:`pipeline.moe.ranges.slow`).
 Nothing is planted unless the variable names the execution."""
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.moe.dispatch import DispatchPlan
 
 PLANT_ENV = "MOE_BENCH_PLANT"
+HOLD_ENV = "MOE_BENCH_HOLD"
+HOLD_POLL_S = 0.1
 SLOW = "slow-"
-KINDS = ("error", "hang", "split", "perm", *(f"{SLOW}{p}" for p in LAYER_PHASES))
+KINDS = ("error", "hang", "hold", "split", "perm", *(f"{SLOW}{p}" for p in LAYER_PHASES))
 SLOW_S = 0.04  # a slow phase's extra seconds each time it runs: far above a CPU host's noise
 
 
@@ -37,16 +41,23 @@ class PlantedError(RuntimeError):
 @contextlib.contextmanager
 def planted(execution_id: str, rank: int) -> Iterator[None]:
     """Apply, for the block (the gate), a fault planted for ``execution_id`` on ``rank``, if any: an
-    error, a hang, a wrong split or regrouping; a ValueError for a plant that names no kind of
+    error, a hang, a hold, a wrong split or regrouping; a ValueError for a plant that names no kind of
     :data:`KINDS`."""
     kinds = [kind for kind in _mine(execution_id, rank) if not kind.startswith(SLOW)]
     if "error" in kinds:
         raise PlantedError(f"planted error on rank {rank}")
     while "hang" in kinds:
         time.sleep(3600)
+    if "hold" in kinds:
+        held = os.environ.get(HOLD_ENV, "")
+        if not held:
+            raise ValueError(f"{PLANT_ENV}: a hold of {execution_id} waits on the file {HOLD_ENV} names")
+        while os.path.exists(held):
+            time.sleep(HOLD_POLL_S)
     with contextlib.ExitStack() as stack:
         for kind in kinds:
-            stack.enter_context(_wrong_plans(wrong_split if kind == "split" else off_by_one))
+            if kind in ("split", "perm"):
+                stack.enter_context(_wrong_plans(wrong_split if kind == "split" else off_by_one))
         yield
 
 

@@ -33,6 +33,7 @@ class JobSpec:
     overrides: list[str]  # the command-line overrides that select it (the ledger records them)
     deadline_s: float = 900.0  # still running after this long, it is hung (its group sets it from the plan)
     check: str = "slice"  # the gate: its slice, or its slice and the timed input (its suite's ``check``)
+    owner: str | None = None  # the sweep that claimed this attempt (pipeline.data.claims), once claimed
 
     @property
     def execution_id(self) -> str:

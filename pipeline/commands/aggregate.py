@@ -9,7 +9,8 @@ execution the dataset's sweeps meant (and every one a skipped file names) has a 
 when one has none, when the published executions differ in their comparable settings (a dataset from
 before its sweeps' intents fixed them), when the dataset holds no shard at all, or when the files
 could not be written; 2 for bad input, refused before anything is written (a path that is no
-directory, a folder to publish into that cannot be written: the dataset without --out, or --out).
+directory, a folder to publish into that cannot be written: the dataset without --out, or --out; an
+--out among the dataset's own records: its shards, ledger, logs, claims or hydra folder).
 The full-scale estimate columns are those kept (``pipeline/data/estimates.py``); ``--estimate`` first
 computes the missing ones with ``python -m pipeline.estimate --dataset DATASET_DIR``, a process of its
 own, so publishing itself never imports the estimate (torch, fake CUDA, a C++ build). ``--rates FILE``
@@ -31,7 +32,7 @@ from pipeline.base.exits import BAD_INPUT, FAILED, OK, ArgumentParser, help_text
 from pipeline.base.folders import check_writable
 from pipeline.base.printable import printable
 from pipeline.data import rates as kernel_rates
-from pipeline.data.dataset import Dataset
+from pipeline.data.dataset import Dataset, own_folder_problem
 from pipeline.report import Aggregate, aggregate
 from pipeline.report.provenance import mixed_text
 from pipeline.report.publication import PublishError
@@ -43,6 +44,8 @@ def _problem(dataset: Path, out: Path | None, workers: int) -> str | None:
         Dataset.existing(dataset)
     except ValueError as err:
         return str(err)
+    if out is not None and (problem := own_folder_problem("--out", out, [dataset])) is not None:
+        return problem
     try:
         check_writable(dataset if out is None else out)
     except ValueError as err:
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         return FAILED
     for skipped in result.skipped:
         _say(f"skipped {skipped.path}: {skipped.reason}", named=False)
-    if result.missing:
+    left = unpublished(result)
+    if result.missing and not set(result.missing) <= set(left):  # else the line below says it
         _say(f"missing {len(result.missing)} execution(s): {' '.join(result.missing)}", named=False)
     counts = result.document.meta.counts
     print(
@@ -147,7 +151,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if result.mixed:
         _say(f"settings differ between the published executions: {mixed_text(result.mixed)}", named=False)
-    left = unpublished(result)
     if left:
         _say(f"not published: {len(left)} execution(s) without a row: {' '.join(left)}", named=False)
     return FAILED if left or result.mixed else OK

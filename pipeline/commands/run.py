@@ -31,6 +31,7 @@ from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, output, regist
 from pipeline.compose.errors import one_line
 from pipeline.compose.launcher import RESUME, claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.compose.overrides import check as check_overrides
+from pipeline.launch.groups import check_limits
 from pipeline.launch.plan import plan
 from pipeline.launch.sweep import ExecutionFailed, run
 
@@ -44,10 +45,13 @@ def main(cfg: DictConfig) -> None:
     with refusals(PROG, cleanup=discard):
         settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
         planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
+        check_limits(planned, settings)
     with claimed_sweep(PROG, planned, hydra_cfg.launcher, discard) as sweep:
         outcomes = run(sweep.to_run, settings)
-    if any(o.error is not None for o in outcomes):
-        raise ExecutionFailed(f"{outcomes[0].planned.execution_id} failed")
+    if sweep.unwritable:
+        raise ExecutionFailed(f"{sweep.unwritable[0][0].execution_id} is not written")
+    if any(o.failed for o in outcomes):
+        raise ExecutionFailed(f"{outcomes[0].planned.execution_id} failed or never started")
 
 
 def cli(arguments: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ and checked by :func:`pipeline.launch.settings.effective`; a refusal ends the co
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -61,8 +62,9 @@ def claimed_sweep(
     """The one way into a sweep for both entry points: the planned executions' attempts claimed for
     this process (held until the block ends), a refusal (another writer has what the sweep means)
     ending ``command`` in one line, and a line for each execution ``--resume`` skips."""
-    with claimed(planned, resume_of(launcher)) as sweep:
-        with refusals(command, cleanup):
+    with contextlib.ExitStack() as held:
+        with refusals(command, cleanup):  # a shared folder of the dataset that is not its own refuses too
+            sweep = held.enter_context(claimed(planned, resume_of(launcher)))
             sweep.check()
         for line in sweep.skips(RESUME):
             print(line, flush=True)

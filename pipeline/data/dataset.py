@@ -28,7 +28,16 @@ from pipeline.base.folders import check_path, check_writable
 SHARDS, LEDGER, CLAIMS, OWNERS = "shards", "ledger", "claims", ".owners"
 LOGS, ARRAYS, HYDRA, TRACES = "logs", "arrays", "hydra", "traces"
 RATES = "kernel-rates.json"
-_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]*)(\.[a-z]+)")
+OWN_FOLDERS = (
+    SHARDS,
+    LEDGER,
+    LOGS,
+    CLAIMS,
+    HYDRA,
+    TRACES,
+)  # what the layout keeps: nothing else writes there
+MAX_ATTEMPT = 1_000_000  # attempt numbers are bounded: a number read beyond it names no attempt
+_ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]{0,6})(\.[a-z]+)")
 _SHARD_FOLDER = "execution="
 
 
@@ -45,10 +54,36 @@ def safe_name(name: str, what: str) -> str:
     return name
 
 
+def own_folder_problem(option: str, out: str | os.PathLike[str], datasets: list[Path]) -> str | None:
+    """Why ``out`` (a folder a command writes into) will not do as ``option``: it lies among the own
+    records of one of ``datasets`` (its shards, ledger, logs, claims or hydra folder), where every
+    reader would then meet a stranger's file; None when it does not."""
+    for root in datasets:
+        dataset = Dataset(root)
+        if (name := dataset.own_folder(Path(out))) is not None:
+            return (
+                f"{option} {str(out)!r} lies in the {name} folder of the dataset {str(root)!r}, which holds "
+                f"only the dataset's own records; allowed: a folder outside its {', '.join(OWN_FOLDERS)}"
+            )
+    return None
+
+
 def parse_attempt(file_name: str, suffix: str = ".parquet") -> int | None:
-    """n of ``attempt-<n><suffix>`` (n >= 1; a shard by default, ``.json`` a claim), else None."""
+    """n of ``attempt-<n><suffix>`` (1 <= n <= :data:`MAX_ATTEMPT`; a shard by default, ``.json`` a
+    claim), else None: a file numbered beyond the bound is no attempt, so it cannot push every later
+    attempt's number out of the integers a job, a shard and a scheduler take."""
     match = _ATTEMPT_FILE.fullmatch(file_name)
-    return int(match.group(1)) if match and match.group(2) == suffix else None
+    if match is None or match.group(2) != suffix:
+        return None
+    n = int(match.group(1))
+    return n if n <= MAX_ATTEMPT else None
+
+
+def check_attempt(attempt: int) -> int:
+    """``attempt`` when it is one the layout names (1 to :data:`MAX_ATTEMPT`); a ValueError otherwise."""
+    if not 1 <= attempt <= MAX_ATTEMPT:
+        raise ValueError(f"attempt must be >= 1 and <= {MAX_ATTEMPT:,}, got {attempt}")
+    return attempt
 
 
 class Dataset:
@@ -103,9 +138,7 @@ class Dataset:
 
     def shard_path(self, execution_id: str, attempt: int) -> Path:
         """``shards/execution=<id>/attempt-<n>.parquet``."""
-        if attempt < 1:
-            raise ValueError(f"attempt must be >= 1, got {attempt}")
-        return self.shard_dir(execution_id) / f"attempt-{attempt}.parquet"
+        return self.shard_dir(execution_id) / f"attempt-{check_attempt(attempt)}.parquet"
 
     def shard_files(self) -> list[Path]:
         """Every ``shards/execution=*/*.parquet`` file, sorted (named right or not: readers say why not)."""
@@ -114,7 +147,7 @@ class Dataset:
     def shard_attempts(self, execution_id: str) -> list[int]:
         """Attempt numbers of this execution's shard files, named as the contract names them."""
         folder = self.shard_dir(execution_id)
-        if not folder.is_dir():
+        if not folder.is_dir() or not self.inside(folder):
             return []
         return sorted(n for p in folder.iterdir() if (n := parse_attempt(p.name)) is not None)
 
@@ -153,9 +186,7 @@ class Dataset:
 
     def claim_path(self, execution_id: str, attempt: int) -> Path:
         """``claims/<execution_id>/attempt-<n>.json``."""
-        if attempt < 1:
-            raise ValueError(f"attempt must be >= 1, got {attempt}")
-        return self.claim_dir(execution_id) / f"attempt-{attempt}.json"
+        return self.claim_dir(execution_id) / f"attempt-{check_attempt(attempt)}.json"
 
     def log_dir(self, execution_id: str, attempt: int) -> Path:
         """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
@@ -194,3 +225,51 @@ class Dataset:
         """Whether ``path``, every link on the way followed, lies inside the dataset."""
         root = os.path.realpath(self.root)
         return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+    # where writers write
+    def execution_folders(self, execution_id: str) -> list[Path]:
+        """The folders a job of ``execution_id`` writes in: its shards, its claims, its logs."""
+        return [
+            self.shard_dir(execution_id),
+            self.claim_dir(execution_id),
+            self.log_dir(execution_id, 1).parent,
+        ]
+
+    def shared_folders(self) -> list[Path]:
+        """The folders every writer of the dataset shares."""
+        return [self.ledger_dir, self.owners_dir, self.arrays_dir, self.shards_dir, self.hydra_dir]
+
+    def check_folder(self, folder: Path) -> Path:
+        """``folder`` (of the layout) when a writer may write in it: it and every folder on the way
+        from the root that exists is a directory inside the dataset (what does not exist yet is made
+        inside it). A ValueError names the first that is a link out or no directory, and the remedy:
+        what a writer finds there was not put there by the layout."""
+        relative = Path(os.path.abspath(folder)).relative_to(self.root)
+        step = self.root
+        for name in relative.parts:
+            step = step / name
+            if not os.path.lexists(step):
+                break
+            where = step.relative_to(self.root).as_posix()
+            if not self.inside(step):
+                raise ValueError(
+                    f"{where} in {self.root} links out of the dataset (to {os.path.realpath(step)}): "
+                    f"nothing is written through it; remove the link"
+                )
+            if not step.is_dir():
+                kind = "a file" if step.is_file() else "not a directory"
+                raise ValueError(
+                    f"{where} in {self.root} is {kind}, where the layout keeps a folder: "
+                    "nothing is written there; remove it"
+                )
+        return folder
+
+    def own_folder(self, path: Path) -> str | None:
+        """The folder of the layout (``ledger``, ``shards``, ...) that ``path`` lies in, links
+        followed, or None: what a command publishes never goes among the dataset's own records."""
+        target = os.path.realpath(path)
+        for name in OWN_FOLDERS:
+            folder = os.path.realpath(self.root / name)
+            if os.path.commonpath([folder, target]) == folder:
+                return name
+        return None

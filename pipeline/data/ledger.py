@@ -30,7 +30,7 @@ from pipeline.data import claims
 from pipeline.data.atomic import atomic_write
 from pipeline.data.codec import RecordError, decode, encode
 from pipeline.data.comparable import Comparable
-from pipeline.data.dataset import Dataset, safe_name
+from pipeline.data.dataset import MAX_ATTEMPT, Dataset, check_attempt, safe_name
 
 JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")  # a pid, a Slurm job, or a Slurm array task
 
@@ -48,8 +48,7 @@ class _Record:
     event: ClassVar[str]
 
     def __post_init__(self) -> None:
-        if self.attempt < 1:
-            raise ValueError(f"attempt must be >= 1, got {self.attempt!r}")
+        check_attempt(self.attempt)  # bounded: a number read from a dataset becomes the next attempt's
         safe_name(self.execution_id, "execution id")  # names from a ledger become paths: plain ones only
         if not JOB_ID.fullmatch(self.job_id):
             raise ValueError(f"job id {self.job_id[:40]!r} is not a scheduler's (digits, or digits_digits)")
@@ -62,7 +61,10 @@ class _Record:
 class Submitted(_Record):
     """An attempt handed to a scheduler. ``backend`` runs it (``local`` or ``slurm``), on the
     ``cluster`` preset; ``log_dir`` is relative to the dataset; ``settings`` is the JSON of the sweep's
-    launch settings (:class:`pipeline.launch.settings.LaunchSettings`), which a resubmission replays."""
+    launch settings (:class:`pipeline.launch.settings.LaunchSettings`), whose numbers a resubmission
+    replays (never its shell lines: :mod:`pipeline.commands.resubmit`). ``owner`` names the sweep
+    that claimed the attempt (:mod:`pipeline.data.claims`) and ``host`` where a local job runs (its
+    pid names it there only): another host knows such a job lives by the heartbeat it keeps."""
 
     overrides: list[str]
     backend: str
@@ -71,7 +73,16 @@ class Submitted(_Record):
     settings: dict[str, object]  # the launch stage's own record, kept as its JSON
     submitted_at: str = field(default_factory=now)
     requeued_from: int | None = None
+    owner: str | None = None
+    host: str | None = None
     event: ClassVar[str] = "submitted"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.owner is not None:
+            safe_name(self.owner, "owner")  # it names a heartbeat's file
+        if self.host is not None and (not self.host or len(self.host) > 255 or not self.host.isprintable()):
+            raise ValueError(f"host {self.host[:80]!r} is not a plain host name")
 
 
 @dataclass(frozen=True)
@@ -163,7 +174,9 @@ _sequence = itertools.count()  # with the host and pid, names every record file 
 
 
 def append(dataset: Dataset, record: Record) -> None:
-    """Write one record as a file of this writer: a temporary name, fsync, then a rename."""
+    """Write one record as a file of this writer: a temporary name, fsync, then a rename (into the
+    ledger folder only where it is one inside the dataset: :meth:`Dataset.check_folder`)."""
+    dataset.check_folder(dataset.ledger_dir)
     data = (json.dumps(record.to_json(), sort_keys=True) + "\n").encode()
     writer = f"{socket.gethostname()}-{os.getpid()}"
     path = dataset.ledger_record_path(time.time_ns(), writer, next(_sequence))
@@ -202,7 +215,13 @@ def next_attempt(dataset: Dataset, execution_id: str) -> int:
     claims."""
     seen = [r.attempt for r in attempt_records(read(dataset)) if r.execution_id == execution_id]
     seen += [*dataset.shard_attempts(execution_id), claims.highest_attempt(dataset, execution_id)]
-    return 1 + max(seen, default=0)
+    following = 1 + max(seen, default=0)
+    if following > MAX_ATTEMPT:
+        raise ValueError(
+            f"{execution_id} has used every attempt number (at most {MAX_ATTEMPT:,}) in {dataset.root}: "
+            "run it into a new dataset_dir"
+        )
+    return following
 
 
 def attempt_records(records: list[Record]) -> list[AttemptRecord]:

@@ -21,7 +21,8 @@ from pipeline.data.schema import METADATA_KEY, Identity, RankWindows, table
 def write_shard(dataset: Dataset, identity: Identity, ranks: list[RankWindows], meta: ExecutionMeta) -> Path:
     """Write one execution attempt's rows (``ranks``' windows) and metadata; return the final path.
 
-    Refuses to overwrite an existing attempt: attempts are numbered so that no data is ever lost.
+    Refuses to overwrite an existing attempt: attempts are numbered so that no data is ever lost; and
+    to write through a link out of the dataset or where a file stands in a folder's place.
     """
     for key in ("execution_id", "workload_id", "attempt"):
         if getattr(identity, key) != getattr(meta, key):
@@ -34,4 +35,5 @@ def write_shard(dataset: Dataset, identity: Identity, ranks: list[RankWindows], 
     text = json.dumps(meta.to_json(), sort_keys=True).encode()
     rows = rows.replace_schema_metadata({METADATA_KEY: text})
     final = dataset.shard_path(identity.execution_id, identity.attempt)
+    dataset.check_folder(final.parent)
     return atomic_write(final, lambda f: pq.write_table(rows, f), exclusive=True)

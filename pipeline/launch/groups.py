@@ -11,7 +11,8 @@ otherwise. ``group=none`` gives each execution a job of its own.
 An execution's estimate is a nominal one per kind and scale (:data:`NOMINAL_S`), or, where the
 dataset holds a valid shard of it, what that attempt took; its deadline (after which it counts as
 hung) is a multiple of that, never less than :data:`DEADLINE_FLOOR_S`, or the launcher's
-``deadline_s``.
+``deadline_s``. A ``deadline_s`` or a time limit shorter than an execution's estimate is one no job
+could meet: :func:`check_limits` refuses it before anything is launched.
 """
 
 from __future__ import annotations
@@ -93,6 +94,28 @@ def groups(planned: list[JobSpec], settings: LaunchSettings) -> list[Group]:
     return sorted(out, key=lambda g: min(first[p.dataset, p.execution_id] for p in g.members))
 
 
+def check_limits(planned: list[JobSpec], settings: LaunchSettings) -> None:
+    """Refuse (ValueError, one line) a ``deadline_s`` or ``timeout_min`` shorter than what an execution
+    of ``planned`` is estimated to take: every execution would fail, or its job die, for the limit."""
+    history = _history({p.dataset for p in planned})
+    longest = max(planned, key=lambda p: estimate_s(p, history), default=None)
+    if longest is None:
+        return
+    need = estimate_s(longest, history)
+    for key, given in (("deadline_s", settings.deadline_s), ("timeout_min", settings.timeout_min * 60)):
+        if given is not None and given < need:
+            value = given if key == "deadline_s" else given / 60
+            raise ValueError(
+                f"{key}={value:g} is shorter than the {need:g} s {longest.execution_id} is estimated to "
+                f"take: no job could meet it; allowed: at least {need:g} s"
+                + (
+                    " (or leave it unset: a multiple of each execution's estimate)"
+                    if key == "deadline_s"
+                    else ""
+                )
+            )
+
+
 def job_folder(group: Group) -> Path:
     """Where a group's job keeps its logs: its only member's attempt folder, or a folder of the
     group's own under ``logs/arrays/`` that every member's attempt folder links to."""
@@ -100,6 +123,7 @@ def job_folder(group: Group) -> Path:
         return group.members[0].log_dir
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     folder = group.dataset.arrays_dir / f"{stamp}-{group.nodes}x{group.per_node}-{secrets.token_hex(3)}"
+    group.dataset.check_folder(group.dataset.arrays_dir)
     folder.mkdir(parents=True)
     for p in group.members:
         link(p.log_dir, folder)

@@ -9,7 +9,14 @@ The submitting process answers for its jobs: they start with SIGINT and SIGTERM 
 (:func:`pipeline.base.exits.held`), so a Ctrl-C to the terminal's process group or a ``kill`` of the
 sweep reaches the sweep alone, which then kills the running job's controller and ranks (every
 process whose command line names the job's folder), records the attempt as interrupted and
-ends; nothing goes on without it.
+ends; nothing goes on without it. A job whose controller dies (``kill -9`` of the id status prints)
+takes its ranks with it (:mod:`pipeline.bench.tether`), and the sweep reads how its members ended
+only once none of its processes is left, so the next job never runs beside a rank of the last.
+
+Before each job goes out, the sweep looks again at what it claimed: a member another writer took
+over meanwhile (this sweep was silent long enough to look gone: a stalled file system, a suspended
+shell) is left to it. Only this host sees a local job's processes: another host asks the heartbeat
+that rank 0 of each job keeps (:mod:`pipeline.data.claims`).
 """
 
 from __future__ import annotations
@@ -17,15 +24,17 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import submitit
 
 from pipeline.base.exits import Interrupted, held
 from pipeline.bench.spec import JobSpec
-from pipeline.data import ledger
+from pipeline.data import claims, ledger
 from pipeline.launch.follow import follow
 from pipeline.launch.groups import Group, groups, job_folder
 from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState
@@ -44,7 +53,14 @@ class LocalBackend:
         from pipeline.bench.distributed import resolve_device
         from pipeline.bench.group import run_group
 
-        for group in groups(planned, settings):
+        for whole in groups(planned, settings):
+            left = [(p, taken) for p in whole.members if (taken := _taken_over(p)) is not None]
+            for p, taken in left:
+                yield Outcome(p, None, None, taken=taken)
+            if len(left) == len(whole.members):
+                continue
+            gone = {id(q) for q, _ in left}
+            group = replace(whole, members=tuple(p for p in whole.members if id(p) not in gone))
             first = group.members[0]
             gpus = resolve_device(first.device) == "cuda"  # the plan checked that the device is here
             job = None
@@ -55,7 +71,7 @@ class LocalBackend:
                     job = executor.submit(run_group, list(group.members))
                     for p in group.members:
                         ledger.append(p.dataset, submitted(p, job.job_id, settings))
-                yield from follow([(group, job)], started)
+                yield from follow([(group, job)], started, settle=_settle)
             except Interrupted as stop:
                 if job is not None:
                     with held(drop=True):
@@ -67,6 +83,35 @@ class LocalBackend:
 
     def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
         return settings
+
+
+def _taken_over(p: JobSpec) -> str | None:
+    """Why another writer has ``p``'s execution now, where it took over what this sweep claimed."""
+    if p.owner is None:
+        return None
+    claim = claims.newest(p.dataset, p.execution_id)
+    if claim is None or claim.attempt <= p.attempt or claim.owner.sweep == p.owner:
+        return None
+    return (
+        f"taken over as attempt {claim.attempt} by {claim.owner.describe()} while this sweep was silent; "
+        "left to it"
+    )
+
+
+def _settle(group: Group, job: submitit.Job, patience_s: float = 2.0) -> str | None:
+    """Return once no process of ``job`` is left: its ranks end on their own within a moment of their
+    controller (:mod:`pipeline.bench.tether`); any still there after ``patience_s`` is killed, so that
+    none writes after its members' verdicts are read and none runs beside the next job. Says how the
+    job died where its controller was killed by a signal."""
+    folder = group.members[0].log_dir  # the job's folder, or a link to it
+    deadline = time.monotonic() + patience_s
+    while _job_processes(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _kill(folder, int(job.job_id))
+    code = None if job._process is None else job._process.returncode
+    if code is not None and code < 0:
+        return f"job {job.job_id}'s controller was killed by {signal.Signals(-code).name}"
+    return None
 
 
 def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) -> submitit.Executor:
@@ -125,7 +170,11 @@ def _job_processes(folder: Path) -> list[int]:
 
 def _state(job: Job) -> JobState:
     """Running while its process lives, else ended: how each member ended is its own ledger records'
-    to say (never submitit's result pickle: reading a dataset must not run what it holds)."""
+    to say (never submitit's result pickle: reading a dataset must not run what it holds). A job of
+    another host runs while its heartbeat is fresh: this host cannot see its process."""
+    if job.host is not None and job.host != socket.gethostname():
+        live = job.beat is not None and claims.job_alive(*job.beat, job.job_id)
+        return JobState(RUNNING if live else COMPLETED)
     return JobState(RUNNING if _runs_job(int(job.job_id), job.log_dir) else COMPLETED)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -32,16 +33,24 @@ if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.sta
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one execution ended: rank 0's summary or the error; neither while it was submitted
-    without being waited for."""
+    """How one execution ended: rank 0's summary or the error; or why it never started (``missing``:
+    its job ended first, so status calls it missing) or was left to another writer that took it over
+    (``taken``); none of these while it was submitted without being waited for."""
 
     planned: JobSpec
     summary: Summary | None
     error: str | None
+    missing: str | None = None
+    taken: str | None = None
 
     @property
     def ended(self) -> bool:
-        return self.summary is not None or self.error is not None
+        return any(x is not None for x in (self.summary, self.error, self.missing, self.taken))
+
+    @property
+    def failed(self) -> bool:
+        """Whether it failed or never ran here (the sweep ends in exit status 1, as status does)."""
+        return self.error is not None or self.missing is not None
 
 
 class Backend(Protocol):
@@ -273,6 +282,8 @@ def submitted(
         log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
         requeued_from=requeued_from,
         settings=settings.to_json(),
+        owner=p.owner,
+        host=socket.gethostname() if settings.backend == "local" else None,  # a local job runs here
     )
 
 

@@ -10,16 +10,23 @@ overrides submitit.
 :func:`effective` turns the launcher config and the chosen preset into one frozen
 :class:`LaunchSettings`, which the backends, the jobs and the ledger see (the ledger keeps its JSON,
 which a resubmission reads back); an unknown key anywhere is a ValueError that lists the allowed
-ones, raised before anything is submitted.
+ones, raised before anything is submitted. Every text of a setting is one printable line (a newline
+in an sbatch option would start a line of the job's script), and a time limit is at least a minute.
+
+What a dataset records is data, never a command: a resubmission takes the numbers its ledger
+recorded (time limit, memory, grouping) but every :data:`SITE_KEYS` value, which reaches the sbatch
+script as text (sbatch and srun options, the setup's shell lines), from today's configuration
+(:func:`resubmission`), unless the operator names the key to reuse as recorded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pipeline.base.bounds import check_bounds
+from pipeline.base.printable import printable
 from pipeline.data.codec import JsonRecord, RecordError
 from pipeline.data.comparable import LOCAL_CLUSTER
 
@@ -84,7 +91,14 @@ CONFS: dict[str, type[LocalLauncherConf] | type[SlurmLauncherConf]] = {
     "slurm": SlurmLauncherConf,
 }
 _FALLBACK = {"name": "moe-bench", "timeout_min": 60, "signal_delay_s": 90, "max_timeouts": 3}
-MAX_TIMEOUT_MIN = 43_200
+MIN_TIMEOUT_MIN, MAX_TIMEOUT_MIN = 1, 43_200  # Slurm's unit (whole minutes); 30 days
+# The keys whose values reach the job's sbatch script as text: options of sbatch and srun, and the
+# setup's shell lines. A resubmission takes them from today's configuration, never from a dataset
+# unless the operator names them (what a dataset records is data, never a command).
+SITE_KEYS = tuple(
+    "partition account qos constraint exclude gres mem_per_gpu setup srun_args additional_parameters name "
+    "comment".split()
+)
 # Keys of the launcher config that say how this sweep goes out, not how its jobs run: not recorded.
 SWEEP_KEYS = ("resume",)
 _COUNTS = ("tasks_per_node", "array_parallelism", "cpus_per_task", "group_size")  # at least 1 where set
@@ -132,11 +146,19 @@ class LaunchSettings(JsonRecord):
     def __post_init__(self) -> None:
         if self.backend not in CONFS:
             raise ValueError(f"backend {self.backend!r} is not allowed; allowed: {', '.join(CONFS)}")
-        if not 0 < self.timeout_min <= MAX_TIMEOUT_MIN:
+        if not MIN_TIMEOUT_MIN <= self.timeout_min <= MAX_TIMEOUT_MIN:
             raise ValueError(
-                f"timeout_min must be > 0 and <= {MAX_TIMEOUT_MIN:,} (30 days, beyond any partition's "
-                f"usual limit), got {self.timeout_min}"
+                f"timeout_min must be >= {MIN_TIMEOUT_MIN} (a job's start alone takes seconds; Slurm counts "
+                f"whole minutes) and <= {MAX_TIMEOUT_MIN:,} (30 days, beyond any partition's usual limit), "
+                f"got {self.timeout_min}"
             )
+        for f in fields(self):
+            for text in _texts(getattr(self, f.name)):
+                if not text.isprintable():
+                    raise ValueError(
+                        f"{f.name} holds a control character ({printable(text)[:80]}): a setting is one "
+                        "printable line (a newline would start a line of the job's script)"
+                    )
         check_bounds(self, {**dict.fromkeys(_COUNTS, 1), **dict.fromkeys(_AMOUNTS, 0)})
         if self.mem_gb is not None and not self.mem_gb > 0:
             raise ValueError(f"mem_gb must be > 0, got {self.mem_gb}")
@@ -167,6 +189,39 @@ class LaunchSettings(JsonRecord):
             return LaunchSettings.from_json({**self.to_json(), **changes})
         except RecordError as err:
             raise ValueError(f"launcher setting {err}") from None
+
+
+def _texts(value: object) -> list[str]:
+    """Every string in a setting's value (a list's items, a mapping's keys and values)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _texts(v)]
+    if isinstance(value, Mapping):
+        return [t for k, v in value.items() for t in (*_texts(k), *_texts(v))]
+    return []
+
+
+def resubmission(
+    recorded: Mapping[str, object], today: LaunchSettings, reused: Collection[str] = ()
+) -> LaunchSettings:
+    """The settings a resubmission runs with: those a submission ``recorded`` (its JSON: the time
+    limit, memory, grouping, ...), with every :data:`SITE_KEYS` value from ``today``'s configuration
+    (the launcher's defaults and today's cluster preset) but those ``reused`` as recorded, which the
+    operator named. A ValueError names what does not fit (a recorded value of the wrong type)."""
+    unknown = sorted(set(reused) - set(SITE_KEYS))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)}: not a key to reuse; allowed: {', '.join(SITE_KEYS)}")
+    if recorded.get("backend") != today.backend:
+        raise ValueError(
+            f"the ledger records backend {str(recorded.get('backend'))[:40]!r}, not {today.backend!r}"
+        )
+    mine = today.to_json()
+    values = {**recorded, **{k: mine[k] for k in SITE_KEYS if k not in reused}}
+    try:
+        return LaunchSettings.from_json(values)
+    except RecordError as err:
+        raise ValueError(f"recorded launcher setting {err}") from None
 
 
 def allowed_keys(backend: str) -> list[str]:

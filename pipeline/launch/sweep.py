@@ -19,10 +19,11 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
 from pipeline.base.exits import Interrupted
+from pipeline.base.printable import printable
 from pipeline.bench.spec import JobSpec
 from pipeline.data import claims, ledger
 from pipeline.data.dataset import Dataset
@@ -42,21 +43,29 @@ def clock(seconds: float) -> str:
 
 
 class Progress:
-    """Counts of a sweep's executions and the lines that report them."""
+    """Counts of a sweep's executions and the lines that report them: done, failed and missing (never
+    started: its job ended first) as ``pipeline.status`` counts them, and those left to another writer
+    that took them over."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total, self.stream = total, stream or sys.stdout
         self.live = self.stream.isatty()
         self.t0 = time.monotonic()
         self.running: set[str] = set()
-        self.done = self.failed = 0
+        self.done = self.failed = self.missing = self.taken = 0
+
+    def counts(self) -> str:
+        """``3 done, 1 failed, 1 missing`` (missing and taken over only where there are any)."""
+        extra = [f"{self.missing} missing"] if self.missing else []
+        extra += [f"{self.taken} left to other writers"] if self.taken else []
+        return ", ".join([f"{self.done} done", f"{self.failed} failed", *extra])
 
     def tally(self) -> str:
         elapsed = time.monotonic() - self.t0
-        ended = self.done + self.failed
+        ended = self.done + self.failed + self.missing + self.taken
         eta = clock(elapsed / ended * (self.total - ended)) if ended else "?"
         return (
-            f"[{ended}/{self.total} ended: {self.done} done, {self.failed} failed, "
+            f"[{ended}/{self.total} ended: {self.counts()}, "
             f"{len(self.running)} running; {clock(elapsed)} elapsed, ETA {eta}]"
         )
 
@@ -69,11 +78,18 @@ class Progress:
         self.running.discard(p.execution.execution_id)
         if outcome.error is not None:
             self.failed += 1
-            self._line(f"FAILED  {p.execution.execution_id}  {outcome.error}  log: {p.log_dir}")
+            self._line(printable(f"FAILED  {p.execution.execution_id}  {outcome.error}  log: {p.log_dir}"))
+        elif outcome.missing is not None:
+            self.missing += 1
+            self._line(printable(f"MISSING {p.execution.execution_id}  {outcome.missing}"))
+        elif outcome.taken is not None:
+            self.taken += 1
+            self._line(printable(f"left    {p.execution.execution_id}  {outcome.taken}"))
         elif outcome.summary is not None:
             self.done += 1
-            ms = outcome.summary.iteration_ms["combined"]
-            self._line(f"done    {p.execution.execution_id}  {ms:.3f} ms/iteration  {outcome.summary.shard}")
+            ms = outcome.summary.iteration_ms.get("combined")
+            time_ = "its job ended as it finished" if ms is None else f"{ms:.3f} ms/iteration"
+            self._line(f"done    {p.execution.execution_id}  {time_}  {outcome.summary.shard}")
 
     def _line(self, text: str) -> None:
         if self.live:  # replace the status line, then draw it again below the new line
@@ -91,13 +107,15 @@ class Progress:
 @dataclass(frozen=True)
 class Claimed:
     """What a sweep may run: ``to_run`` (each with the attempt it claimed, in the plan's order),
-    ``done`` (skipped by ``--resume``: a valid shard exists) and ``owned`` (skipped: another live
-    writer has it, and why)."""
+    ``done`` (skipped by ``--resume``: a valid shard exists), ``owned`` (skipped: another live
+    writer has it, and why) and ``unwritable`` (skipped: a folder it would be written in is not the
+    dataset's to write, or its attempt numbers are used up; and why)."""
 
     to_run: list[JobSpec]
     done: list[JobSpec]
     owned: list[tuple[JobSpec, str]]
     refused: str = ""  # why the sweep may run nothing (another writer has what it means)
+    unwritable: list[tuple[JobSpec, str]] = field(default_factory=list)
 
     def check(self) -> None:
         """Raise the refusal, if any, as the ValueError that ends a command in one line."""
@@ -105,9 +123,15 @@ class Claimed:
             raise ValueError(self.refused)
 
     def skips(self, prefix: str) -> list[str]:
-        """One line per execution skipped: done already, or another writer's."""
+        """One line per execution skipped: done already, another writer's, or not the dataset's to
+        write (printable: owners' names and paths come from the dataset)."""
         lines = [f"{prefix}: {p.execution_id} is done already: skipped" for p in self.done]
-        return lines + [f"{prefix}: {p.execution_id} is {why}: skipped" for p, why in self.owned]
+        lines += [f"{prefix}: {p.execution_id} is {why}: skipped" for p, why in self.owned]
+        lines += [f"{prefix}: {p.execution_id} is not written ({why}): skipped" for p, why in self.unwritable]
+        return [printable(line) for line in lines]
+
+
+CLAIM_TRIES = 100  # attempts a sweep tries to claim for one execution, each lost to a writer racing it
 
 
 @contextlib.contextmanager
@@ -116,39 +140,83 @@ def claimed(planned: list[JobSpec], resume: bool = False) -> Iterator[Claimed]:
     held, with a heartbeat in each dataset, until the context closes (the sweep's end). Claims are
     taken in one order (datasets, then execution ids), so that racing sweeps meet on the same
     execution first. An execution another live writer has (a sweep's claim, or a job still pending
-    or running) is skipped with ``resume`` (``--resume``, resubmission), which also skips those done
-    already; without it the sweep runs nothing: its claims are given back and ``refused`` names the
-    writer (:meth:`Claimed.check` raises it)."""
+    or running), or one whose folders are not the dataset's to write in (a link out, a file in a
+    folder's place: :meth:`Dataset.check_folder`), is skipped with ``resume`` (``--resume``,
+    resubmission), which also skips those done already; without it the sweep runs nothing: its claims
+    are given back and ``refused`` names why (:meth:`Claimed.check` raises it). A folder every writer
+    of a dataset shares that is not the dataset's (``ledger``, ``claims/.owners``, ...) refuses the
+    whole sweep before anything is written (ValueError)."""
     owner = claims.Owner.this_process()
+    datasets = list(dict.fromkeys(p.dataset for p in planned))
+    check_shared(datasets)
     with contextlib.ExitStack() as beating:
-        for dataset in dict.fromkeys(p.dataset for p in planned):
-            beating.enter_context(claims.Heartbeat(dataset, owner))
+        for dataset in datasets:
+            beating.enter_context(claims.Heartbeat(dataset, owner.sweep))
         remaining, done = resumed(planned) if resume else (planned, [])
         jobs = _live_jobs(remaining)
         taken: dict[int, JobSpec] = {}
         owned: list[tuple[JobSpec, str]] = []
+        unwritable: list[tuple[JobSpec, str]] = []
+        refusal = ""
         for p in sorted(remaining, key=lambda p: (str(p.dataset.root), p.execution_id)):
-            if owned and not resume:
+            if refusal and not resume:
                 break  # refusing: claim no more
-            while True:
-                if why := _writer(p, jobs):
-                    owned.append((p, why))
-                    break
-                attempt = ledger.next_attempt(p.dataset, p.execution_id)
-                if claims.take(p.dataset, p.execution_id, attempt, owner):
-                    taken[id(p)] = replace(p, attempt=attempt)
-                    break  # else another writer took it between the look and the claim: look again
-        if owned and not resume:
+            try:
+                check_folders(p)
+                attempt = _claim(p, jobs, owner)
+            except ValueError as err:  # not the dataset's to write, or its attempt numbers used up
+                unwritable.append((p, str(err)))
+                refusal = refusal or f"nothing was launched; {err}"
+                continue
+            if isinstance(attempt, str):
+                owned.append((p, attempt))
+                refusal = refusal or (
+                    f"nothing was launched; {p.execution_id} in {p.dataset.root} is {attempt}: "
+                    "wait for it, or add --resume to run only what no other writer has"
+                )
+            else:
+                taken[id(p)] = replace(p, attempt=attempt, owner=owner.sweep)
+        if refusal and not resume:
             for q in taken.values():
                 claims.release(q.dataset, claims.Claim(q.execution_id, q.attempt, owner))
-            p, why = owned[0]
-            refused = (
-                f"nothing was launched; {p.execution_id} in {p.dataset.root} is {why}: "
-                "wait for it, or add --resume to run only what no other writer has"
-            )
-            yield Claimed([], done, owned, refused)
+            yield Claimed([], done, owned, refusal, unwritable)
             return
-        yield Claimed([taken[id(p)] for p in remaining if id(p) in taken], done, owned)
+        yield Claimed([taken[id(p)] for p in remaining if id(p) in taken], done, owned, "", unwritable)
+
+
+def check_shared(datasets: list[Dataset]) -> None:
+    """Refuse (ValueError) a dataset whose folders every writer shares (``ledger``,
+    ``claims/.owners``, ...) are not its own to write in: a link out, a file in a folder's place."""
+    for dataset in datasets:
+        for folder in dataset.shared_folders():
+            dataset.check_folder(folder)
+
+
+def check_folders(p: JobSpec) -> None:
+    """Refuse (ValueError) an execution whose folders (its shards, claims, logs) are not the
+    dataset's to write in."""
+    for folder in p.dataset.execution_folders(p.execution_id):
+        p.dataset.check_folder(folder)
+
+
+def other_writers(planned: list[JobSpec]) -> dict[int, str]:
+    """id of each planned spec -> why another writer has its execution now (a live sweep's claim, a
+    job still pending or running; ``""``: none): what :func:`claimed` would skip, asked without
+    claiming (a dry run)."""
+    jobs = _live_jobs(planned)
+    return {id(p): _writer(p, jobs) for p in planned}
+
+
+def _claim(p: JobSpec, jobs: dict[tuple[Dataset, str], str], owner: claims.Owner) -> int | str:
+    """The attempt of ``p``'s execution that ``owner`` claimed, or why another writer has it."""
+    for _ in range(CLAIM_TRIES):
+        if why := _writer(p, jobs):
+            return why
+        attempt = ledger.next_attempt(p.dataset, p.execution_id)
+        if claims.take(p.dataset, p.execution_id, attempt, owner):
+            return attempt
+        # another writer took it between the look and the claim: look again
+    return f"claimed by other writers {CLAIM_TRIES} times in a row"
 
 
 def _live_jobs(planned: list[JobSpec]) -> dict[tuple[Dataset, str], str]:
@@ -161,9 +229,7 @@ def _live_jobs(planned: list[JobSpec]) -> dict[tuple[Dataset, str], str]:
         newest = ledger.newest_submissions(records)
         mine = {p.execution_id for p in planned if p.dataset == dataset}
         open_jobs = {
-            e: Job(r.job_id, r.backend, dataset.log_dir(e, r.attempt))
-            for e, r in newest.items()
-            if e in mine and (e, r.attempt) not in said
+            e: Job.of(dataset, r) for e, r in newest.items() if e in mine and (e, r.attempt) not in said
         }
         for name in sorted({j.backend for j in open_jobs.values()}):
             states = backend(name).job_states([j for j in open_jobs.values() if j.backend == name])
@@ -206,8 +272,7 @@ def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
     finally:
         progress.close()
     if all(o.ended for o in outcomes):
-        failed = sum(o.error is not None for o in outcomes)
-        print(f"{len(outcomes)} executions: {len(outcomes) - failed} done, {failed} failed", flush=True)
+        print(f"{len(outcomes)} executions: {progress.counts()}", flush=True)
     return outcomes
 
 

@@ -8,10 +8,17 @@ the log to read); or it completed without leaving a valid shard (deleted, corrup
 stopped it (SIGINT, SIGTERM), which is ``missing`` like an execution whose shards are gone and one
 its sweep meant but never submitted. Nothing read is executed, and every path used stays inside the
 dataset (the job's folder is where the layout puts it, not where a record says).
+
+A sweep gone silent (its heartbeat stale: a stalled file system, a suspended shell) whose job still
+runs keeps what it owns: its executions are pending or running, and the line says that the owner is
+silent since when and that its job is still alive. What in ``claims/`` is no claim is named with
+the shard files the scan skipped.
 """
 
 from __future__ import annotations
 
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +67,7 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
     if not executions:
         raise ValueError(f"{dataset} holds no ledger records and no shards: nothing was launched there")
     # the job's folder is where the layout puts it, never a path read from the ledger
-    jobs = {e: Job(r.job_id, r.backend, folder.log_dir(e, r.attempt)) for e, r in submitted.items()}
+    jobs = {e: Job.of(folder, r) for e, r in submitted.items()}
     states = _job_states(list(jobs.values()))
     # a job's members start in the order they were submitted; the first of a job none of whose members
     # began is the one it died running (failed), the others it never reached (missing)
@@ -93,8 +100,10 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
         no_shard = (
             f"no valid shard ({Path(rejected.path).name}: {rejected.reason})" if rejected else "no shard"
         )
-        if (claim := live_claim(folder, records, execution_id, record)) is not None:
-            detail = f"attempt {claim.attempt} claimed by {claim.owner.describe()}; not started yet"
+        if (live := live_claim(folder, records, execution_id, record)) is not None:
+            claim, life = live
+            silent = f"; owner {life.describe()}" if life.job is not None else ""
+            detail = f"attempt {claim.attempt} claimed by {claim.owner.describe()}; not started yet{silent}"
             out.append(
                 ExecutionStatus(execution_id, PENDING, claim.attempt, None, detail, None, record, (), intent)
             )
@@ -129,26 +138,56 @@ def dataset_survey(dataset: Path | str) -> tuple[list[ExecutionStatus], list[Ski
             kind, detail = FAILED, "; ".join(part for part in (state.reason, error) if part)
         else:
             kind, detail = state.state, state.reason or ""
+        if kind in (PENDING, RUNNING):
+            detail = "; ".join(part for part in (detail, _silent_owner(folder, job, record)) if part)
         nodes = state.nodes if kind == FAILED else ()
         out.append(
             ExecutionStatus(
-                execution_id, kind, record.attempt, job.job_id, detail, error_log(job), record, nodes, intent
+                execution_id,
+                kind,
+                record.attempt,
+                job.job_id,
+                detail,
+                _log(folder, job),
+                record,
+                nodes,
+                intent,
             )
         )
-    return out, [*scan.skipped, *(Skipped(path, reason) for path, reason in unreadable)]
+    not_claims = [Skipped(path, reason) for path, reason in claims.unreadable(folder)]
+    return out, [*scan.skipped, *(Skipped(path, reason) for path, reason in unreadable), *not_claims]
 
 
 def live_claim(
     dataset: Dataset, records: list[ledger.Record], execution_id: str, submitted: ledger.Submitted | None
-) -> claims.Claim | None:
+) -> tuple[claims.Claim, claims.Life] | None:
     """The claim of an attempt newer than the execution's newest submission whose owner lives and
-    which has not ended: the sweep that will run it next (until then the execution is pending)."""
+    which has not ended, with how the owner lives: the sweep that will run it next (until then the
+    execution is pending)."""
     claim = claims.newest(dataset, execution_id)
     if claim is None or (submitted is not None and claim.attempt <= submitted.attempt):
         return None
-    if ledger.ended(records, execution_id, claim.attempt) or not claims.alive(dataset, claim.owner):
+    if ledger.ended(records, execution_id, claim.attempt):
         return None
-    return claim
+    life = claims.life(dataset, claim.owner)
+    return (claim, life) if life.alive else None
+
+
+def _log(dataset: Dataset, job: Job) -> Path | None:
+    """The job's error log where it lies inside the dataset (a folder linked out is not followed)."""
+    log = error_log(job) if dataset.inside(job.log_dir) else None
+    return log if log is not None and dataset.inside(log) else None
+
+
+def _silent_owner(dataset: Dataset, job: Job, record: ledger.Submitted) -> str:
+    """``owner sweep S silent since T, its job J still alive``: a live local job of another host whose
+    sweep no longer beats (empty otherwise)."""
+    if job.host in (None, socket.gethostname()) or record.owner is None:
+        return ""
+    at = claims.beat_time(dataset, record.owner)
+    if claims.fresh(at, time.time()):
+        return ""
+    return f"owner sweep {record.owner} {claims.Life(True, at, job.job_id).describe()}"
 
 
 def _job_states(jobs: list[Job]) -> dict[str, JobState]:

@@ -16,6 +16,7 @@ from typing import Any
 from pipeline.base.exits import ArgumentParser
 from pipeline.base.folders import check_writable
 from pipeline.base.printable import print_document, printable
+from pipeline.data.dataset import own_folder_problem
 from pipeline.report.publish import json_text
 from pipeline.tools.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.tools.compare.comparison import (
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_threshold(args.threshold)  # before reading two datasets
         if args.out is not None:
-            _check_out(args.out)
+            _check_out(args.out, [args.base, args.new, *args.history])
         _check_history(args.base, args.new, args.history)
         sides = load(args.base, args.workers), load(args.new, args.workers)
         history = [load(h, args.workers) for h in args.history]
@@ -98,7 +99,9 @@ def _check_history(base: Path, new: Path, history: list[Path]) -> None:
         seen[h.resolve()] = "named twice"
 
 
-def _check_out(out: Path) -> None:
+def _check_out(out: Path, datasets: list[Path]) -> None:
+    if (problem := own_folder_problem("--out", out, datasets)) is not None:
+        raise ValueError(problem)
     try:
         check_writable(out)
     except ValueError as err:

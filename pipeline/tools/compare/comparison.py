@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline.base.intervals import CONFIDENCE, Interval, ratio_interval, ratio_of_ratios_interval
+from pipeline.data.comparable import text
 from pipeline.report import pairs
 from pipeline.report.provenance import SETTINGS
 from pipeline.tools.compare import conditions, family
@@ -434,10 +435,20 @@ def _side(dataset: Side) -> dict[str, Any]:
 
 
 def _differences(base: Side, new: Side, execution_id: str) -> list[str]:
-    """How the two sides' measuring conditions of an execution differ beyond their bounds (none where
-    either side lacks them)."""
+    """How the two sides' comparable settings of an execution differ (another scale, seed, ranks cap
+    or cluster: another quantity, never a change), then how their measuring conditions differ beyond
+    their bounds (none where either side lacks them)."""
+    out = []
+    settings = base.comparable.get(execution_id), new.comparable.get(execution_id)
+    if settings[0] is not None and settings[1] is not None:
+        keys = settings[1].differing(settings[0])
+        if keys:
+            shown = ", ".join(
+                f"{k} {text(settings[0].value(k))} -> {text(settings[1].value(k))}" for k in keys
+            )
+            out.append(f"settings differ ({shown})")
     before, after = base.conditions.get(execution_id), new.conditions.get(execution_id)
-    return [] if before is None or after is None else conditions.differences(before, after)
+    return out if before is None or after is None else [*out, *conditions.differences(before, after)]
 
 
 def _clock_ratio(base: Side, new: Side, execution_id: str) -> float | None:

@@ -19,7 +19,9 @@ beyond its bound:
 - a GPU shared with other compute processes on one side only.
 
 What a side did not record (older shards, no NVML) is unknown, and unknown never differs: the
-comparison says how many executions it could not check.
+comparison says how many executions it could not check. A shard is untrusted input: a value no
+measurement can take (a clock of 1e308 MHz or of 5e-324, a wait share above 1) is unknown too, so
+that no ratio of two of them leaves the numbers (:data:`CLOCK_MHZ`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from dataclasses import dataclass
 from pipeline.data.reader import Shard
 
 CPU_STRETCH_BOUND = 0.25
+CLOCK_MHZ = (1.0, 100_000.0)  # what a GPU clock can read, in MHz: beyond it, no measurement
+MOST_PROCESSES = 1_000_000
 _ALMOST_1 = 1 - 1e-9
 CLOCK_BOUND = 0.05
 THROTTLE_BOUND = 0.25
@@ -58,14 +62,17 @@ class Measured:
 
     @classmethod
     def of(cls, shard: Shard) -> Measured:
+        """The shard's conditions, each value within what a measurement can read (else unknown)."""
         meta = shard.meta
         gpus = meta.conditions.gpus
-        processes = [g.processes for g in gpus if g.processes is not None]
+        processes = [g.processes for g in gpus if g.processes is not None and g.processes <= MOST_PROCESSES]
+        sm = [c for g in gpus if (c := _within(g.sm_clock_mhz, *CLOCK_MHZ)) is not None]
+        memory = [c for g in gpus if (c := _within(g.memory_clock_mhz, *CLOCK_MHZ)) is not None]
         return cls(
-            cpu_wait_share=meta.contention.cpu_wait_share,
+            cpu_wait_share=_within(meta.contention.cpu_wait_share, 0.0, 1.0),
             hosts=tuple(meta.provenance.hosts),
-            sm_clock_mhz=min((g.sm_clock_mhz for g in gpus), default=None),
-            memory_clock_mhz=min((g.memory_clock_mhz for g in gpus), default=None),
+            sm_clock_mhz=min(sm, default=None),
+            memory_clock_mhz=min(memory, default=None),
             throttled_share=max((g.throttled_share for g in gpus), default=None),
             throttle_reasons=tuple(sorted({r for g in gpus for r in g.throttle_reasons})),
             processes=max(processes, default=None),
@@ -88,6 +95,11 @@ class Measured:
     def known(self) -> bool:
         """Whether the host's contention or the GPUs' conditions were recorded at all."""
         return self.cpu_wait_share is not None or self.sm_clock_mhz is not None
+
+
+def _within(value: float | None, low: float, high: float) -> float | None:
+    """``value`` where a measurement can take it (``low`` to ``high``), else None (unknown)."""
+    return value if value is not None and low <= value <= high else None
 
 
 def differences(base: Measured, new: Measured, names: tuple[str, str] = ("BASE", "NEW")) -> list[str]:

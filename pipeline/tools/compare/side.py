@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.base.metrics import phases
+from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
 from pipeline.data.reader import Shard
 from pipeline.data.scan import Skipped, scan_shards
@@ -64,6 +65,7 @@ class Side:
     skipped: list[Skipped]
     conditions: dict[str, Measured] = field(default_factory=dict)  # execution_id -> how it was measured
     ran: dict[str, Ran] = field(default_factory=dict)  # execution_id -> what ran it, when
+    comparable: dict[str, Comparable] = field(default_factory=dict)  # execution_id -> its settings
 
 
 def load(path: Path, workers: int = 8) -> Side:
@@ -103,4 +105,5 @@ def side(path: Path, folder: Dataset, newest: Mapping[str, Shard], skipped: Iter
         sorted(skipped, key=lambda s: s.path),
         {i: Measured.of(newest[i]) for i in rows},
         {i: Ran.of(newest[i]) for i in rows},
+        {i: Comparable.of_config(newest[i].meta.config) for i in rows},
     )

@@ -1,7 +1,9 @@
 """``python -m pipeline.history DATASET... --out DIR``: each execution's times across datasets, the
 steps in them, ``history.html`` and ``history.json``.
 
-Exit status: 1 when a series ends on a slower step (its newest point, in the newest dataset, lies
+Datasets of other comparable settings (scale, seed, ranks cap, cluster) are never compared: where
+the settings change, every series is split and the output says so. Exit status: 1 when a series ends
+on a slower step (its newest point, in the newest dataset, lies
 after a step found ``slower``), or with ``--strict`` when a step is ``inconclusive`` or a newest point
 was measured under other conditions than its series' usual ones; 0 otherwise; 2 for bad input (fewer
 than two datasets, one that is not a dataset, one named twice, a bad option), with a one-line error.
@@ -17,6 +19,7 @@ from pipeline.base.exits import ArgumentParser
 from pipeline.base.folders import check_writable
 from pipeline.base.printable import print_document, printable
 from pipeline.data.atomic import atomic_write
+from pipeline.data.dataset import own_folder_problem
 from pipeline.report.publish import json_text
 from pipeline.tools.compare.classify import DEFAULT_THRESHOLD, check_threshold
 from pipeline.tools.compare.side import load
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_threshold(args.threshold)
         _check_datasets(args.datasets)
+        if (problem := own_folder_problem("--out", args.out, args.datasets)) is not None:
+            raise ValueError(problem)
         try:
             check_writable(args.out)
         except ValueError as err:
@@ -87,6 +92,11 @@ def text(document: dict[str, Any]) -> str:
         f"{d['measured'][1]}, git {_values(d['described'].get('git_sha', {}))}"
         for d in document["datasets"]
     ]
+    for change in document["settings_changes"]:
+        lines.append(
+            f"settings change at D{change['at']} ({change['change']}): every series is split there; "
+            "no step is judged across it"
+        )
     lines.append(f"steps: {document['method']}")
     lines.append(f"promise: {document['promise']}")
     counts = document["counts"]

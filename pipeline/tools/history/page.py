@@ -26,8 +26,17 @@ def page_html(document: dict[str, Any]) -> str:
             else "No series ends on a slower step."
         )
     )
+    changes = [
+        html.paragraph(
+            f"Settings change at D{c['at']} ({c['change']}): every series is split there, and no step is "
+            "judged across it.",
+            "note",
+        )
+        for c in document["settings_changes"]
+    ]
     parts = [
         html.paragraph(summary),
+        *changes,
         html.paragraph(f"Steps: {document['method']} Promise: {document['promise']}.", "note"),
         html.paragraph(
             f"Measuring conditions differ when: {document['conditions_bounds']}. Such points are drawn as "

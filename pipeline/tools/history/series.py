@@ -25,17 +25,25 @@ differ from the series' usual ones (``pipeline.compare.conditions``: contended, 
 clocks) is marked and left out of the search; a step whose points next to it differ so is
 ``inconclusive``. The command exits 1 when a series ends on a slower step: its newest point lies
 after a step found ``slower``.
+
+**Settings.** A time measured at another scale, seed, ranks cap or cluster is another quantity, not
+a step. So the datasets are taken in groups of equal comparable settings
+(:mod:`pipeline.data.comparable`), each group's series built and searched on its own (noise from
+neighbouring datasets of the group only), and where the settings change from one dataset to the
+next the document, the page and the command line say so: every series is split there and no step
+is judged across it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from pipeline.data.comparable import KEYS
 from pipeline.tools.compare import conditions, family
 from pipeline.tools.compare.classify import check_threshold, p_values
 from pipeline.tools.compare.comparison import time_noises
@@ -75,6 +83,34 @@ class Series:
     points: tuple[Point, ...]
     run: Part | None  # one run's run-to-run variance (None: no estimate, too few times)
     few: bool  # that estimate rests on too few executions to tell a small variance from none
+    settings: str = ""  # the comparable settings of its datasets (one series per settings)
+
+
+def settings_of(side: Side) -> dict[str, str]:
+    """A dataset's comparable settings, key -> value as text (the values of a dataset that holds
+    several, ``ci|cpu``; ``unknown`` where its shards do not say)."""
+    return {k: "|".join(side.described.get(k, {})) or "unknown" for k in KEYS}
+
+
+def settings_groups(sides: Sequence[Side]) -> list[list[int]]:
+    """The datasets (their indices, oldest first) in groups of equal comparable settings, the groups
+    in the order each first appears."""
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for k, side in enumerate(sides):
+        groups.setdefault(tuple(settings_of(side).values()), []).append(k)
+    return list(groups.values())
+
+
+def settings_changes(sides: Sequence[Side]) -> list[dict[str, Any]]:
+    """Where the comparable settings change from one dataset to the next: ``at`` (the later one) and
+    ``change`` (``scale: ci -> cpu``, each key that differs)."""
+    out = []
+    for k in range(1, len(sides)):
+        before, after = settings_of(sides[k - 1]), settings_of(sides[k])
+        changed = [f"{key}: {before[key]} -> {after[key]}" for key in KEYS if before[key] != after[key]]
+        if changed:
+            out.append({"at": k, "change": "; ".join(changed)})
+    return out
 
 
 def ordered(sides: Sequence[Side]) -> list[Side]:
@@ -202,9 +238,16 @@ def best(points: Sequence[Point], run: Part | None) -> Candidate | None:
 
 
 def history(sides: Sequence[Side], threshold: float) -> dict[str, Any]:
-    """The history document of datasets given oldest first: each series, its points, its steps."""
+    """The history document of datasets given oldest first: each series, its points, its steps; the
+    series of each group of equal comparable settings apart (:func:`settings_groups`)."""
     check_threshold(threshold)
-    series = build(sides)
+    series = []
+    for members in settings_groups(sides):
+        text = " ".join(f"{k}={v}" for k, v in settings_of(sides[members[0]]).items() if v != "unknown")
+        for s in build([sides[k] for k in members]):
+            points = tuple(replace(p, dataset=members[p.dataset]) for p in s.points)
+            series.append(replace(s, points=points, settings=text))
+    series.sort(key=lambda s: (s.execution_id, s.metric, s.points[0].dataset))
     eligible = [[p for p in s.points if p.differs is None] for s in series]
     first = [best(points, s.run) for points, s in zip(eligible, series, strict=True)]
     tested = {i: c for i, c in enumerate(first) if c is not None}
@@ -225,6 +268,7 @@ def history(sides: Sequence[Side], threshold: float) -> dict[str, Any]:
         "promise": PROMISE.format(alpha=100 * family.ALPHA),
         "conditions_bounds": conditions.BOUNDS_TEXT,
         "datasets": [_dataset(k, s) for k, s in enumerate(sides)],
+        "settings_changes": settings_changes(sides),
         "series": entries,
         "counts": {
             "series": len(entries),
@@ -323,6 +367,7 @@ def _entry(
         "execution_id": s.execution_id,
         "metric": s.metric,
         "kind": s.kind,
+        "settings": s.settings,
         "run_sigma": None if s.run is None else math.sqrt(s.run.var),
         "run_df": None if s.run is None else s.run.df,
         "run_few": s.few,
@@ -354,6 +399,7 @@ def _dataset(k: int, side: Side) -> dict[str, Any]:
             max((r.ended_at for r in ran), default=None),
         ],
         "executions": len(side.rows),
+        "settings": settings_of(side),
         "described": side.described,
         "schema_versions": sorted({r.schema_version for r in ran}),
         "skipped": [{"path": s.path, "reason": s.reason} for s in side.skipped],
