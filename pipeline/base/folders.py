@@ -54,6 +54,25 @@ def check_writable(folder: str | os.PathLike[str]) -> Path:
     """``folder`` as an absolute path; a ValueError (``'/etc/hostname' is a file, not a directory``,
     ``'/proc/x' cannot be written here (No such file or directory)``) says why it will not do."""
     path = Path(os.path.abspath(check_path(folder)))
+    for attempt in range(RACES):
+        try:
+            _probe(path, folder)
+            return path
+        except FileNotFoundError as err:
+            # a parent another process made (and then removed, probing as we do) went away under us
+            if attempt == RACES - 1:
+                raise ValueError(f"{shown(str(folder))} cannot be written here ({err.strerror})") from None
+        except OSError as err:
+            raise ValueError(f"{shown(str(folder))} cannot be written here ({err.strerror})") from None
+    raise AssertionError("unreachable")
+
+
+# How often a probe starts again when a parent vanishes under it: probes of one new folder race each other.
+RACES = 20
+
+
+def _probe(path: Path, folder: str | os.PathLike[str]) -> None:
+    """Make ``path``'s missing parents, write a file there and remove all it made."""
     made: list[Path] = []
     try:
         existing = path
@@ -73,12 +92,9 @@ def check_writable(folder: str | os.PathLike[str]) -> Path:
         probe = path / f".write-probe-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
-    except OSError as err:
-        raise ValueError(f"{shown(str(folder))} cannot be written here ({err.strerror})") from None
     finally:
         for parent in reversed(made):
             try:
                 parent.rmdir()
             except OSError:  # another process has put something in it meanwhile
                 break
-    return path

@@ -58,18 +58,18 @@ def report_html(
             _deviations(document.meta),
             _assumptions(document.meta),
             _completeness(document.meta, document.executions, suite),
-            *(_paired(times, document.pairs) if paired else []),
+            *([_time_figures(times)] if paired else []),
             _accounts(document.executions, accounts, document.meta.kernel_rates),
-            *(sections if paired else []),
+            *([_pairs(document.pairs), *sections] if paired else []),
             _executions(document.executions),
             _saved_state(document.saved_state, saved),
         ],
     )
 
 
-def _paired(times: Mapping[str, bytes], pairs: Sequence[Row]) -> list[str]:
-    """The time figures per EP degree and the pairs: the sections of a suite that publishes pairs."""
-    figures = html.section(
+def _time_figures(times: Mapping[str, bytes]) -> str:
+    """The time figures per EP degree, of a suite that publishes pairs."""
+    return html.section(
         "Iteration time per EP degree",
         html.paragraph(
             "MoK against the selected (fastest) Dist-MoE pipeline of each matched workload; "
@@ -77,7 +77,6 @@ def _paired(times: Mapping[str, bytes], pairs: Sequence[Row]) -> list[str]:
         ),
         *(html.image(data, f"figure {name}") for name, data in times.items()),
     )
-    return [figures, _pairs(pairs)]
 
 
 # A matched workload's outcome from its speedup's interval (MoK time / Dist-MoE time).
