@@ -26,6 +26,7 @@ from pipeline.commands.aggregate import main
 from pipeline.data import ledger
 from pipeline.data.codec import decode
 from pipeline.data.dataset import Dataset
+from pipeline.data.meta import ExecutionMeta
 from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.document import PackingEvidence
@@ -301,7 +302,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 6
+    assert meta["schema_version"] == ExecutionMeta.VERSION
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path, rng: np.random.Generator) -> None:

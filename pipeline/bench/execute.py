@@ -160,6 +160,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
             policy=work.policy(),
             conditions=conditions.merged([r.conditions for r in ranks]),
             account=merged_account([r.account for r in ranks], keep),
+            topology=ctx.topology,
         )
         identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
         path = write_shard(dataset, identity, [r.windows for r in ranks], meta)

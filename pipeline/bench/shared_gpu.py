@@ -52,7 +52,7 @@ def _rank(
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
     store = dist.FileStore(store_path, ranks)
     mine = bind(rank, socket.gethostname(), rank, kind == "cuda", dict(os.environ))
-    topology = exchange(store, mine, ranks, "gloo")  # sharing one GPU is what this run is for
+    topology = exchange(store, mine, ranks)  # sharing one GPU is what this run is for
     dist.init_process_group(
         "gloo", store=dist.PrefixStore("group", store), rank=rank, world_size=ranks,
         timeout=timedelta(seconds=timeout_s),
@@ -67,8 +67,7 @@ def _rank(
         try:
             shape = shape_for(execution.workload, scale_from_config(node, ranks))
             cfg = layer_config(execution, shape)
-            record["crossed_rows"] = sum(sanity.crossing_rows(cfg, r, ranks, 0) for r in range(ranks))
-            record["slice_rows"] = ranks * sanity.SLICE_TOKENS * cfg.top_k
+            record["crossed_rows"], record["slice_rows"] = sanity.rows_across(cfg, ranks, 0)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             work = build_work(execution, shape, rank, device, 0, shared)

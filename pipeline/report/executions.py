@@ -13,10 +13,11 @@ cores is held to the BF16 peak). NVLink is empty, not zero, where no rows crosse
 expectation is the layer's cost at the dataset's measured kernel rates (:mod:`pipeline.data.rates`),
 empty without them.
 The sanity columns are the execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise
-error, its tolerance and the verdict; empty for shards written before the gate existed. Every column of
-what a shard's schema version did not record (the collective, kernels, contention and emulation copies
-before version 3) is empty, never filled in. The estimate columns are read from the kept table
-(:mod:`pipeline.data.estimates`), never computed here.
+error, its tolerance and the verdict, and the routed rows of its slices that crossed ranks among all it
+checked; empty for shards written before the gate existed (the row counts, before metadata version 7).
+Every column of what a shard's schema version did not record (the collective, kernels, contention and
+emulation copies before version 3) is empty, never filled in. The estimate columns are read from the
+kept table (:mod:`pipeline.data.estimates`), never computed here.
 """
 
 from __future__ import annotations
@@ -112,6 +113,8 @@ COLUMNS = (
     "sanityMaxError",
     "sanityTolerance",
     "sanityPassed",
+    "sanityCrossedRows",
+    "sanitySliceRows",
     *RUN_COLUMNS,
     *ESTIMATE_COLUMNS,
     *accounts.COLUMNS,
@@ -180,6 +183,8 @@ def execution(
         "sanityMaxError": None if meta.sanity is None else meta.sanity.max_error,
         "sanityTolerance": None if meta.sanity is None else meta.sanity.tolerance,
         "sanityPassed": None if meta.sanity is None else meta.sanity.passed,
+        "sanityCrossedRows": None if meta.sanity is None else meta.sanity.crossed_rows,
+        "sanitySliceRows": None if meta.sanity is None else meta.sanity.slice_rows,
         **what_ran(shard, reduced["combined"]),
         **account_row,
     }
