@@ -164,7 +164,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         if row["execution_id"] == GPU_FREE:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["speedOfLightMS"] == row["layerSOLPct"] == ""
-            assert row["communication"] == "gloo all-to-all, 2 ranks, 1 node"
+            assert row["communication"] == "gloo all-to-all, 2 ranks on one node"
         else:
             # these shards' kernels (cute-sm100) multiply MXFP8 natively: the FP8 peak; rows cross between
             # the 4 launched ranks only
@@ -174,7 +174,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             )
             light = cost.speed_of_light_ms(launched, "h200", dispatch=dispatch, routed_tflops=peak)
             assert _close(row["speedOfLightMS"], light) and _close(row["layerSOLPct"], 100 * light / ms)
-            assert row["communication"] == "nccl all-to-all, 4 ranks, 1 node"
+            assert row["communication"] == "nccl all-to-all, 4 ranks on one node, one NVLink domain"
             assert row["mxfp8Products"] == ("native block-scaled" if e.variant.precision == "mxfp8" else "")
         # What ran, beside the nominal identity columns.
         spread = _slowest_combined_windows(shard)
