@@ -36,6 +36,7 @@ from pipeline.data.meta import (
     Versions,
 )
 from pipeline.data.schema import METADATA_KEY, SCHEMA
+from pipeline.data.topology import Binding, Topology
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
 from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
@@ -65,6 +66,7 @@ def shard_table(
     level: float | None = None,
     gemm: str | None = None,
     account: bool = False,
+    per_node: int = 8,
 ) -> pa.Table:
     """One complete attempt of ``execution`` on ``ranks`` ranks (default: its EP degree) at a scale
     preset: the shape the execution stage would run, a row per rank x phase x window, random times
@@ -72,7 +74,8 @@ def shard_table(
     ``windows`` overrides the preset's count, as a scale's
     ``min_timed_ms`` calibration does; ``level`` fixes the forward phase's per-iteration ms (default:
     uniform on 0.5 to 20); ``gemm`` the grouped-GEMM backend recorded (default: ``cute-sm100`` on a
-    GPU, ``torch`` on the CPU; ``cute-sm90`` is Hopper's, without block-scaled MMA)."""
+    GPU, ``torch`` on the CPU; ``cute-sm90`` is Hopper's, without block-scaled MMA); ``per_node`` the
+    ranks its topology places on each node, in order."""
     w, v = execution.workload, execution.variant
     preset = scale_preset(scale, ranks)
     shape, plan = shape_for(w, preset), preset.timing
@@ -113,7 +116,9 @@ def shard_table(
     }
     table = pa.table(columns, schema=SCHEMA)
     combined = forward * relative["combined"]
-    meta = shard_metadata(execution, attempt, job_id, shape, plan, device, rng, scale=scale, gemm=gemm)
+    meta = shard_metadata(
+        execution, attempt, job_id, shape, plan, device, rng, scale=scale, gemm=gemm, per_node=per_node
+    )
     if account:
         meta = replace(meta, account=synthetic_account(shape, combined, device != "cpu", rng))
     return table.replace_schema_metadata({METADATA_KEY: json.dumps(meta.to_json(), sort_keys=True).encode()})
@@ -130,11 +135,13 @@ def shard_metadata(
     *,
     scale: str = "full",
     gemm: str | None = None,
+    per_node: int = 8,
 ) -> ExecutionMeta:
-    """The shard's metadata, with random diagnostics."""
+    """The shard's metadata, with random diagnostics; its ranks ``per_node`` on each node."""
     w = execution.workload
     on_gpu = device != "cpu"
     policy = _policy(execution, shape)
+    topology = synthetic_topology(shape.ranks, on_gpu, per_node)
     return ExecutionMeta(
         schema_version=ExecutionMeta.VERSION,
         execution_id=execution.execution_id,
@@ -145,7 +152,7 @@ def shard_metadata(
         shape=shape,
         provenance=Provenance(
             git_sha="0" * 40,
-            hosts=tuple(f"node{i}" for i in range(max(1, shape.ranks // 8))),
+            hosts=tuple(sorted(topology.hosts)),
             job_ids=(job_id,),
             backend="synthetic",
             cluster="synthetic",
@@ -179,9 +186,25 @@ def shard_metadata(
             reason=None if on_gpu else "no GPU",
         ),
         saved_state=saved_state(execution, shape),
-        sanity=Sanity(True, 1e-7, 1e-5, {"y": 1e-7}, 32, 0.5),
+        sanity=Sanity(
+            True, 1e-7, 1e-5, {"y": 1e-7}, 32, 0.5, 20 * (shape.ranks - 1), 32 * shape.top_k * shape.ranks
+        ),
         policy=policy.describe(shape.nominal_tokens, shape.top_k),
+        topology=topology,
     )
+
+
+def synthetic_topology(ranks: int, on_gpu: bool, per_node: int = 8) -> Topology:
+    """``ranks`` ranks placed in order on nodes of ``per_node`` (``node0``, ``node1``, ...), each on a GPU
+    of its own (or a CPU)."""
+    bindings = [
+        Binding(
+            r, f"node{r // per_node}", r % per_node, f"cuda:{r % per_node}" if on_gpu else "cpu",
+            uuid=f"GPU-{r:08d}-0000-0000-0000-000000000000" if on_gpu else None,
+        )
+        for r in range(ranks)
+    ]  # fmt: skip
+    return Topology.of(bindings, [{"NCCL_DEBUG": "WARN"} if on_gpu else {}] * ranks)
 
 
 def synthetic_account(shape: Shape, iteration_ms: float, on_gpu: bool, rng: np.random.Generator) -> Account:

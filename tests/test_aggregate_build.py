@@ -26,6 +26,7 @@ from pipeline.commands.aggregate import main
 from pipeline.data import ledger
 from pipeline.data.codec import decode
 from pipeline.data.dataset import Dataset
+from pipeline.data.meta import ExecutionMeta
 from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.document import PackingEvidence
@@ -163,7 +164,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
         if row["execution_id"] == GPU_FREE:
             assert (shape["d_model"], shape["d_ff"]) == (64, e.workload.d_ff // 48)
             assert row["device"] == "cpu" and row["speedOfLightMS"] == row["layerSOLPct"] == ""
-            assert row["communication"] == "gloo all-to-all, 2 ranks, 1 node"
+            assert row["communication"] == "gloo all-to-all, 2 ranks on one node"
         else:
             # these shards' kernels (cute-sm100) multiply MXFP8 natively: the FP8 peak; rows cross between
             # the 4 launched ranks only
@@ -173,7 +174,7 @@ def test_execution_rows_match_naive_recomputation(published: Path) -> None:
             )
             light = cost.speed_of_light_ms(launched, "h200", dispatch=dispatch, routed_tflops=peak)
             assert _close(row["speedOfLightMS"], light) and _close(row["layerSOLPct"], 100 * light / ms)
-            assert row["communication"] == "nccl all-to-all, 4 ranks, 1 node"
+            assert row["communication"] == "nccl all-to-all, 4 ranks on one node, one NVLink domain"
             assert row["mxfp8Products"] == ("native block-scaled" if e.variant.precision == "mxfp8" else "")
         # What ran, beside the nominal identity columns.
         spread = _slowest_combined_windows(shard)
@@ -301,7 +302,7 @@ def test_skipped_files_and_missing_executions_are_reported(published: Path) -> N
         "pairs": 10,
     }
     assert meta["counts"] == {"executions": 14, "matched_workloads": 6, "pairs": 8}
-    assert meta["schema_version"] == 6
+    assert meta["schema_version"] == ExecutionMeta.VERSION
 
 
 def test_without_a_ledger_the_whole_matrix_is_expected(tmp_path: Path, rng: np.random.Generator) -> None:

@@ -21,7 +21,9 @@ from pipeline.data.reader import ShardError, read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows, ShardIdentity
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
-from tests.synthetic_shards import shard_table, write_table
+from tests.synthetic_shards import shard_table, synthetic_topology, write_table
+
+VERSION, READS = ExecutionMeta.VERSION, ", ".join(map(str, ExecutionMeta.READABLE))
 
 BY_ID = {e.execution_id: e for e in EXECUTIONS}
 TRAINING = BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]
@@ -118,6 +120,16 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
     return lambda t: _with_meta(t, change)
 
 
+def _eight_ranks(t: pa.Table) -> pa.Table:
+    """Metadata of 8 ranks, its topology too, over rows of 4."""
+
+    def change(meta: dict) -> None:
+        meta["shape"]["ranks"] = 8
+        meta["topology"] = synthetic_topology(8, on_gpu=False).to_json()
+
+    return _with_meta(t, change)
+
+
 @pytest.mark.parametrize(
     "corrupt,reason",
     [
@@ -127,11 +139,14 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         (_unknown_phase, r"unknown phase\(s\) \['warmup'\]; allowed: forward, backward, combined"),
         (_rank_out_of_range, "rank or window outside the declared 4 ranks x 5 windows"),
         (_varying_device, r"column\(s\) \['device'\] vary between rows"),
-        (_float32_times, "columns differ from schema version 6"),
+        (_float32_times, f"columns differ from schema version {VERSION}"),
         (_zero_time, "window_ms must be positive and finite"),
         (_nan_time, "window_ms must be positive and finite"),
         (_set("schema_version", value=2), r"metadata shape.warmup is missing \(read from schema_version 2\)"),
-        (_set("schema_version", value=7), "unknown schema_version 7; this reader reads 1, 2, 3, 4, 5, 6"),
+        (
+            _set("schema_version", value=VERSION + 1),
+            f"unknown schema_version {VERSION + 1}; this reader reads {READS}",
+        ),
         (_set("schema_version", value=None), "unknown schema_version None"),
         (_set("timing", "plan", "windows", value=6), "incomplete: 60 rows cover 60 of 72"),
         (
@@ -150,7 +165,8 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
             _set("shape", "dtype", value="float16"),
             "metadata shape: dtype 'float16'; allowed: bfloat16, float32",
         ),
-        (_set("shape", "ranks", value=8), "metadata shape.ranks=8 but rows say 4"),
+        (_eight_ranks, "metadata shape.ranks=8 but rows say 4"),
+        (_set("shape", "ranks", value=8), "metadata topology has 4 ranks' bindings, shape.ranks 8"),
         (_set("job_id", value="other"), "metadata job_id='other' but rows say"),
         (
             _set("nvlink", "tx_bytes_per_s", value=-1.0),
@@ -158,7 +174,7 @@ def _set(*keys: str, value: object) -> Callable[[pa.Table], pa.Table]:
         ),
         (_set("memory", value=None), "metadata memory must be an object, got None"),
         (_set("saved_state", value=[{"layer": 0}]), r"metadata saved_state\[0\].factor is missing"),
-        (_set("policy", value=None), "metadata policy is null, but schema_version 6 records it"),
+        (_set("policy", value=None), f"metadata policy is null, but schema_version {VERSION} records it"),
         (_set("sanity", "passed", value=1), "metadata sanity.passed must be a boolean, got 1"),
         (_set("attempt", value=True), "metadata attempt must be an integer, got True"),
     ],

@@ -93,7 +93,7 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         ("dtype", "float32 (4)"),
         ("collective", "gloo (4)"),
         ("grouped GEMM", "torch (4)"),
-        ("ranks", "2 of EP ranks (gloo all-to-all, 2 ranks, 1 node) (4)"),
+        ("ranks", "2 of EP ranks (gloo all-to-all, 2 ranks on one node) (4)"),
         ("CUDA graphs", "eager steps (4)"),
     ):
         assert deviations[what]["ran"] == ran and sorted(deviations[what]["executions"]) == sorted(
@@ -108,7 +108,7 @@ def test_real_shards_aggregate_and_pass_the_check(tmp_path: Path) -> None:
         assert row["device"] == "cpu" and row["ranks"] == "2" and row["d_ff"] == "3072"
         assert float(row["usefulTFLOPsPerGPU"]) > 0 and float(row["hbmModelTBs"]) > 0
         assert row["speedOfLightMS"] == row["nvlinkTxGBs"] == row["peakAllocatedGiB"] == ""
-        assert row["communication"] == "gloo all-to-all, 2 ranks, 1 node" and row["mxfp8Products"] == ""
+        assert row["communication"] == "gloo all-to-all, 2 ranks on one node" and row["mxfp8Products"] == ""
         # the account of the real execution: its phases and unclaimed time add up to its profiled iteration
         parts = sum(float(row[c] or 0) for c in row if c.startswith("phase") and c.endswith("MS"))
         assert parts == pytest.approx(float(row["profiledMS"]), rel=1e-4)

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.binding import (
-    Binding,
     BindingError,
     canonical_uuid,
     choose,
@@ -21,7 +20,8 @@ from pipeline.bench.binding import (
     pci_bus_id,
     visible_entries,
 )
-from pipeline.bench.topology import Topology, nccl_environment
+from pipeline.bench.distributed import nccl_environment
+from pipeline.data.topology import Binding, Topology
 
 NODE_GPUS = 8  # an HGX node
 # the GPUs of two nodes, by physical index on each: their UUIDs, bus ids and NUMA nodes
@@ -160,12 +160,32 @@ def test_the_jobs_topology_as_the_shard_carries_it():
         nccl_environment({**nccl, **({"NCCL_ALGO": "Ring"} if r == 11 else {})}) for r in range(16)
     ]
     assert list(environments[0]) == ["NCCL_DEBUG", "NCCL_IB_HCA", "TORCH_NCCL_ASYNC_ERROR_HANDLING"]
-    topology = Topology.of("nccl", "2.28.9", [binding(r, e) for r, e in enumerate(envs)], environments)
+    topology = Topology.of([binding(r, e) for r, e in enumerate(envs)], environments)
     assert (topology.hosts, topology.ranks_per_node, topology.nodes) == (("n1", "n2"), (8, 8), 2)
     assert topology.env_differs == (11,) and "HOME" not in topology.nccl_env
-    assert topology.describe() == "nccl 2.28.9, 16 ranks on 2 nodes x 8"
     assert Topology.from_json(topology.to_json()) == topology
-    uneven = Topology.of(
-        "gloo", None, [Binding(r, "n1" if r < 3 else "n2", r % 3, "cpu") for r in range(4)], [{}] * 4
-    )
-    assert uneven.describe() == "gloo, 4 ranks on 2 nodes: 3, 1" and uneven.env_differs == ()
+    uneven = Topology.of([Binding(r, "n1" if r < 3 else "n2", r % 3, "cpu") for r in range(4)], [{}] * 4)
+    assert (uneven.ranks_per_node, uneven.most_per_node, uneven.env_differs) == ((3, 1), 3, ())
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"ranks_per_node": [3, 2]},
+            r"ranks_per_node \[3, 2\] of hosts \['n1', 'n2'\] are not the bindings' \[3, 1\]",
+        ),
+        ({"hosts": ["n1"], "ranks_per_node": [4]}, r"are not the bindings' \[3\] of 4 ranks"),
+        ({"hosts": ["n1", "n1"]}, "hosts must name each node once"),
+        ({"env_differs": [4]}, r"env_differs must name ranks 1 to 3, got \[4\]"),
+        ({"bindings": []}, "bindings must hold every rank's binding, got none"),
+    ],
+)
+def test_a_topology_read_back_holds_its_nodes_ranks_and_bindings_together(change: dict, message: str):
+    """A dataset is untrusted input: a topology whose nodes, ranks per node and bindings disagree does
+    not construct, and the error says which."""
+    good = Topology.of([Binding(r, "n1" if r < 3 else "n2", r % 3, "cpu") for r in range(4)], [{}] * 4)
+    with pytest.raises(ValueError, match=message):
+        Topology.from_json(good.to_json() | change)
+    with pytest.raises(ValueError, match="numa_node must be >= 0"):
+        Binding.from_json(Binding(0, "n1", 0, "cuda:0", numa_node=0).to_json() | {"numa_node": -1})

@@ -15,6 +15,7 @@ import torch
 
 from pipeline.bench import sanity
 from pipeline.bench.plants import PLANT_ENV, off_by_one, planted, wrong_split
+from pipeline.data.meta import Sanity
 from pipeline.moe import ExpertWeights, MoEConfig, build_stack
 from pipeline.moe.dispatch import DispatchPlan
 from tests.distributed import run_ranks
@@ -55,9 +56,9 @@ def _gate(rank: int, world: int) -> dict:
     return out
 
 
-def _verdict(stack, seed: int) -> str:
+def _verdict(stack, seed: int) -> Sanity | str:
     try:
-        return f"passed {sanity.gate(stack, backward=True, seed=seed, weights=WEIGHTS).max_error:.3g}"
+        return sanity.gate(stack, backward=True, seed=seed, weights=WEIGHTS)
     except sanity.SanityError as err:
         return str(err)
 
@@ -79,12 +80,14 @@ def test_rows_that_cross_ranks_match_the_float64_reference_of_the_whole_layer(ra
     crossed = [sanity.crossing_rows(cfg, r, WORLD, SEED) for r in range(WORLD)]
     assert all(0 < c < sanity.SLICE_TOKENS * cfg.top_k for c in crossed), crossed  # some cross, some stay
     senders = {r: set() for r in range(WORLD)}
+    owners = []
     full = ExpertWeights.random(cfg, seed=WEIGHTS)
     weights = [t.double() for t in (full.w1, full.w2, full.shared_w1, full.shared_w2)]
     mode = cfg.mx_scale_mode if cfg.precision == "mxfp8" else None
     for rank, got in enumerate(ranks):
         piece = sanity.slice_of(cfg, rank, WORLD, SEED, torch.device("cpu"))
         owner = piece.idx // local
+        owners.append(owner)
         for r in owner.unique().tolist():
             senders[r].add(rank)
         ref = reference_moe(
@@ -97,8 +100,15 @@ def test_rows_that_cross_ranks_match_the_float64_reference_of_the_whole_layer(ra
         assert float(row_error[across].max()) <= tolerance(cfg), (rank, row_error[across].max())
         assert got[case]["errors"]["y"] <= tolerance(cfg)
         assert max(got[case]["errors"].values()) <= tolerance(cfg), got[case]["errors"]
-        assert got[case]["verdict"].startswith("passed ")
+        verdict = got[case]["verdict"]
+        assert isinstance(verdict, Sanity) and verdict.passed, verdict
     assert all(len(s) >= 2 for s in senders.values()), senders  # every rank's experts get others' rows
+    # the verdict, as the shard records it, counts every rank's slice rows and those that crossed ranks
+    crossed_here = sum(int((owner != rank).sum()) for rank, owner in enumerate(owners))
+    assert {(got[case]["verdict"].crossed_rows, got[case]["verdict"].slice_rows) for got in ranks} == {
+        (crossed_here, WORLD * sanity.SLICE_TOKENS * cfg.top_k)
+    }
+    assert crossed_here == sum(crossed)
 
 
 @pytest.mark.slow

@@ -113,6 +113,20 @@ def test_a_failure_costs_its_execution_alone_and_members_waiting_are_pending_in_
         assert found[wrong]["state"] == "failed" and "SanityError: sanity: " in found[wrong]["detail"]
     assert sorted(e for e, s in found.items() if s["state"] != "done") == sorted([DIST, SPLIT, PERM])
     assert len(jobs(dataset)) == 1
+    # each published shard says where its four ranks ran and how many of its gate's rows crossed them
+    published = scan_shards(Dataset(dataset)).newest.values()
+    assert len(published) == 2
+    for shard in published:
+        topology, verdict = shard.meta.topology, shard.meta.sanity
+        assert topology is not None and verdict is not None
+        assert (topology.nodes, topology.ranks_per_node, topology.env_differs) == (1, (4,), ())
+        assert [(b.rank, b.local_rank, b.device, b.uuid) for b in topology.bindings] == [
+            (r, r, "cpu", None) for r in range(4)
+        ]
+        assert topology.hosts == shard.meta.provenance.hosts
+        crossed, checked = verdict.crossed_rows, verdict.slice_rows
+        assert checked == 4 * 32 * shard.meta.shape.top_k
+        assert crossed is not None and 0 < crossed < checked
 
 
 @pytest.mark.slow

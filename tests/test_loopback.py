@@ -2,7 +2,8 @@
 On a GPU (skipped here), NCCL's all-to-alls are captured in the CUDA graphs of the timed steps beside
 the project's eager barriers, the replay equals the eager steps, and the loopback computes what one
 rank alone computes; on CPUs the same rehearsal runs eagerly over gloo in the device run's dry run
-(tests/test_gpu_run.py). A loopback is refused where it cannot be one."""
+(tests/test_gpu_run.py). A loopback is refused where it cannot be one. The ranks step's line (ranks
+sharing one GPU) says what is known of each execution."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import pytest
 import torch
 
+from pipeline.bench.shared_gpu import Gated
 from pipeline.moe.comm import Group
 
 
@@ -40,3 +42,24 @@ def test_nccl_all_to_alls_inside_captured_graphs_replay_the_eager_steps():
         assert r["collectives_captured"]["alltoall_base_"] >= 4, r
         assert max(r["replay_error"].values()) <= r["tolerance"] and r["loopback_error"] <= r["tolerance"], r
         assert all(ms > 0 for ms in r["window_ms"].values())
+
+
+def test_a_shared_gpu_line_says_what_is_known_of_its_execution():
+    """The ranks step's line (``pipeline.bench.shared_gpu``): an execution that failed before its gate
+    has no rows, errors or tolerance in its line, and its peaks are null, not left out; one that ran
+    its gate has them all; the device run's summary tells the two apart by ``slice_rows``."""
+    common = {"execution_id": "e", "scale": "ci", "ranks": 2, "seconds": 1.5}
+    where = {"devices": ("cpu",), "gpus": ()}
+    no_peaks = {"peak_gib_per_rank": None, "peak_gib_all_ranks": None}
+    error = {"error": "OSError: x", "traceback": "...", "rank_errors": {"0": "OSError: x"}}
+    failed = json.loads(Gated(**common, **where, **no_peaks, **error, passed=False).line())
+    assert failed == {**common, "devices": ["cpu"], "gpus": [], **no_peaks, **error, "passed": False}
+    verdict = {
+        "crossed_rows": 250,
+        "slice_rows": 384,
+        "max_error": 2e-7,
+        "errors": {"y": 2e-7},
+        "tolerance": 1e-5,
+    }
+    gated = json.loads(Gated(**common, **where, **no_peaks, **verdict, passed=True).line())
+    assert gated == {**common, "devices": ["cpu"], "gpus": [], **no_peaks, **verdict, "passed": True}

@@ -1,12 +1,13 @@
 """Datasets written by every earlier metadata version stay readable: ``tests/fixtures/datasets/schema-N``
 holds two executions of a real sweep written by the code of version N (1 and 2: commits 4870968 and
 9cad9a9, the last that wrote each, at ``scale=ci``; 3: commit 0936276, 4: the commit before version
-5 and 5: commit 1a6e3f1, the last before version 6, at ``scale=cpu``), shards and ledger as that code
-left them (version 1's ledger is its ``ledger.jsonl``). Each is read by ``status``, ``aggregate`` and
-``compare`` with what it recorded as it recorded it and what it did not record unknown, never made up:
-empty cells, no deviation said. A comparison of one with a dataset of today's version (the same
-windows, written with today's metadata) finds nothing changed and says which conditions it could not
-check. Only what cannot be interpreted is refused, with the version named."""
+5, 5: commit 1a6e3f1, the last before version 6, and 6: commit 99c2a40, the last before version 7, at
+``scale=cpu``), shards and ledger as that code left them (version 1's ledger is its ``ledger.jsonl``).
+Each is read by ``status``, ``aggregate`` and ``compare`` with what it recorded as it recorded it and
+what it did not record unknown, never made up: empty cells, no deviation said. A comparison of one
+with a dataset of today's version (the same windows, written with today's metadata) finds nothing
+changed and says which conditions it could not check. Only what cannot be interpreted is refused, with
+the version named."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from pipeline.bench.sanity import rows_across
+from pipeline.bench.work import layer_config
 from pipeline.commands.aggregate import main as aggregate_main
 from pipeline.commands.status import main as status_main
 from pipeline.data.codec import encode
@@ -34,6 +37,7 @@ from pipeline.data.meta import (
 from pipeline.data.reader import read_shard
 from pipeline.data.scan import scan_shards
 from pipeline.data.schema import METADATA_KEY
+from pipeline.data.topology import Binding, Topology
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report.document import PackingEvidence
 from pipeline.report.publish import rounded
@@ -41,8 +45,11 @@ from pipeline.tools.compare import compare, load
 from pipeline.tools.compare.cli import main as compare_main
 
 FIXTURES = Path(__file__).parent / "fixtures" / "datasets"
-VERSIONS = (1, 2, 3, 4, 5)
+VERSIONS = (1, 2, 3, 4, 5, 6)
 BEFORE_3 = (1, 2)  # no collective, timing request, kernels, contention or emulation copies
+# what every version before 7 did not record: the topology and the gate's rows across ranks
+UNRECORDED_BEFORE_7 = ("sanityCrossedRows", "sanitySliceRows")
+UNCOUNTED = {"crossed_rows": None, "slice_rows": None}  # the gate's rows, unknown before 7
 EXECUTIONS = ("inference-ep8-f1536-bf16-dist-moe-bf16", "inference-ep8-f1536-bf16-mok-native")
 DIST, MOK = EXECUTIONS
 # The published columns of what versions 1 and 2 did not record, and the deviations that read them.
@@ -69,7 +76,9 @@ def _as_today(meta: ExecutionMeta) -> ExecutionMeta:
     """``meta`` as today's code writes it for these CPU executions. What versions 1 and 2 did not record
     takes what today's writer records on this host (the process group gloo, torch's grouped GEMM, no
     emulation copies, a quiet host, the timing asked for as the one that ran); version 1's missing
-    gate and policy take those that version 2's code recorded for the same execution and scale."""
+    gate and policy take those that version 2's code recorded for the same execution and scale; what
+    versions before 7 did not record, the topology of the ranks on the one host the shard names and
+    the rows of the gate's slices (for the execution and seed it ran)."""
     if meta.schema_version in BEFORE_3:
         written_by_2 = read_shard(_path(2, meta.execution_id)).meta
         meta = dataclasses.replace(
@@ -82,10 +91,18 @@ def _as_today(meta: ExecutionMeta) -> ExecutionMeta:
             sanity=meta.sanity or written_by_2.sanity,
             policy=meta.policy or written_by_2.policy,
         )
+    (host,) = meta.provenance.hosts
+    ranks = meta.shape.ranks
+    crossed, checked = rows_across(
+        layer_config(EXECUTION_BY_ID[meta.execution_id], meta.shape), ranks, meta.config["seed"]
+    )
+    assert meta.sanity is not None
     return dataclasses.replace(
         meta,
         schema_version=ExecutionMeta.VERSION,
         conditions=unknown_conditions("no GPU: the execution ran on cpu"),
+        topology=Topology.of([Binding(r, host, r, "cpu") for r in range(ranks)], [{}] * ranks),
+        sanity=dataclasses.replace(meta.sanity, crossed_rows=crossed, slice_rows=checked),
     )
 
 
@@ -116,10 +133,15 @@ def test_an_earlier_version_reads_with_what_it_lacks_unknown(version: int) -> No
         meta = shard.meta
         assert meta.schema_version == version
         unrecorded = f"not recorded (schema_version {version})"
-        said = "no GPU: the execution ran on cpu" if version == 5 else unrecorded  # 5 sampled its GPUs
+        said = "no GPU: the execution ran on cpu" if version >= 5 else unrecorded  # 5 on sampled GPUs
         assert meta.conditions.gpus == () and meta.conditions.unknown == said
-        assert meta.account.ranks == () and meta.account.unknown == unrecorded  # none profiled
+        if version == 6:  # 6 profiled every rank
+            assert [a.rank for a in meta.account.ranks] == [0, 1] and meta.account.unknown is None
+        else:
+            assert meta.account.ranks == () and meta.account.unknown == unrecorded  # none profiled
         assert meta.account.traces is False
+        assert meta.topology is None  # no version before 7 recorded where its ranks ran
+        assert meta.sanity is None or (meta.sanity.crossed_rows, meta.sanity.slice_rows) == (None, None)
         raw = _raw(version, shard.execution_id)
         if version in BEFORE_3:
             assert "contention" not in raw and meta.contention == Contention(None, None, None, None)
@@ -168,7 +190,7 @@ def test_versions_1_and_2_read_what_they_recorded_and_nothing_else(version: int)
             assert layer.budget_rows == entry["budget_rows"]  # one layer: the pooled slot is its share
             assert layer.factor == entry["budget_rows"] / (shape["nominal_tokens"] * shape["top_k"])
         else:
-            assert encode(meta.sanity) == raw["sanity"] and encode(meta.policy) == raw["policy"]
+            assert encode(meta.sanity) == raw["sanity"] | UNCOUNTED and encode(meta.policy) == raw["policy"]
             assert [encode(layer) for layer in meta.saved_state] == raw["saved_state"]
 
 
@@ -182,12 +204,14 @@ def test_status_and_aggregate_read_an_earlier_version(version: int, tmp_path: Pa
     published = json.loads((dataset / "mok-comparison.json").read_text())
     assert sorted(e["execution_id"] for e in published["executions"]) == list(EXECUTIONS)
     assert published["meta"]["shards_skipped"] == []
-    assert published["accounts"] == []  # no version before 6 profiled its iterations
+    assert (published["accounts"] == []) == (version < 6)  # no version before 6 profiled its iterations
     for row in published["executions"]:
         raw = _raw(version, row["execution_id"])
         assert (row["cpuWaitShare"] is None) == (version <= 3)
-        assert row["profiledMS"] is None and row["phaseFpropMS"] is None and row["phaseUnclaimedMS"] is None
-        assert row["communication"] == ("gloo all-to-all, 2 ranks, 1 node" if version > 2 else None)
+        assert (row["profiledMS"] is None) == (version < 6) and (row["phaseFpropMS"] is None) == (version < 6)
+        # the one host the shard names is its one node; no GPU preset, so no NVLink domain
+        assert row["communication"] == ("gloo all-to-all, 2 ranks on one node" if version > 2 else None)
+        assert {c: row[c] for c in UNRECORDED_BEFORE_7} == dict.fromkeys(UNRECORDED_BEFORE_7)
         if version in BEFORE_3:
             assert {c: row[c] for c in UNRECORDED_BEFORE_3} == dict.fromkeys(UNRECORDED_BEFORE_3)
             sanity = raw.get("sanity", {})  # version 1 ran no gate: empty
@@ -233,7 +257,7 @@ def test_an_earlier_version_compares_with_today_s(version: int, tmp_path: Path, 
     # counted as differing
     unknown = {"base": len(EXECUTIONS) if version <= 3 else 0, "new": len(EXECUTIONS) if version == 3 else 0}
     assert conditions["unknown"] == unknown
-    said = "no GPU: the execution ran on cpu" if version == 5 else f"not recorded (schema_version {version})"
+    said = "no GPU: the execution ran on cpu" if version >= 5 else f"not recorded (schema_version {version})"
     for e in conditions["executions"].values():
         assert e["base"]["gpu_unknown"] == said
     described = document["base"]["described"]
@@ -257,7 +281,7 @@ def test_an_unknown_version_is_refused_naming_it(version: object, named: str, tm
     dataset = _copy(4, tmp_path / "d")
     path = sorted((dataset / "shards").glob("*/*.parquet"))[0]
     _rewritten(path, {"schema_version": version})
-    message = f"unknown schema_version {named}; this reader reads 1, 2, 3, 4, 5, 6"
+    message = f"unknown schema_version {named}; this reader reads 1, 2, 3, 4, 5, 6, 7"
     (skipped,) = scan_shards(Dataset(dataset)).skipped
     assert message in skipped.reason
     with pytest.raises(MetaError, match=message.split(";")[0]):
@@ -288,17 +312,27 @@ def test_a_version_s_field_is_unknown_only_where_it_did_not_record_it(
         ExecutionMeta.from_json(meta)
 
 
-def test_today_s_version_without_an_account_is_refused() -> None:
-    meta = _raw(5, DIST) | {"schema_version": ExecutionMeta.VERSION}
-    meta["account"] = {
-        "ranks": [],
-        "unknown": "not accounted: the execution profiled no iteration",
-        "traces": False,
+def test_today_s_version_without_an_account_or_a_topology_is_refused(tmp_path: Path) -> None:
+    today = read_shard(Dataset(_today(FIXTURES / "schema-6", tmp_path / "d")).shard_path(DIST, 1)).meta
+    meta = today.to_json()
+    assert ExecutionMeta.from_json(meta) == today and today.topology is not None
+    for field in ("account", "topology"):
+        lacking = {k: v for k, v in meta.items() if k != field}
+        with pytest.raises(MetaError, match=f"metadata {field} is missing"):
+            ExecutionMeta.from_json(lacking)
+    with pytest.raises(MetaError, match="topology is null, but schema_version 7 records it"):
+        ExecutionMeta.from_json(meta | {"topology": None})
+    for field in ("crossed_rows", "slice_rows"):
+        sanity = {k: v for k, v in meta["sanity"].items() if k != field}
+        with pytest.raises(MetaError, match=f"sanity.{field} is null, but schema_version 7 records it"):
+            ExecutionMeta.from_json(meta | {"sanity": sanity})
+    one_rank = meta["topology"] | {
+        "hosts": ["vm"],
+        "ranks_per_node": [1],
+        "bindings": meta["topology"]["bindings"][:1],
     }
-    assert ExecutionMeta.from_json(meta).account.unknown is not None
-    del meta["account"]
-    with pytest.raises(MetaError, match="metadata account is missing"):
-        ExecutionMeta.from_json(meta)
+    with pytest.raises(MetaError, match="topology has 1 ranks' bindings, shape.ranks 2"):
+        ExecutionMeta.from_json(meta | {"topology": one_rank})
 
 
 def test_a_bad_field_of_an_earlier_version_names_it_and_the_version() -> None:
@@ -371,7 +405,7 @@ def test_the_backend_and_cluster_read_the_right_way_round(
 def test_what_some_shards_of_a_version_recorded_reads_where_recorded() -> None:
     gate = _raw(2, MOK)["sanity"]
     with_gate = _raw(1, MOK) | {"sanity": gate}  # version 1 written after the gate
-    assert encode(ExecutionMeta.from_json(with_gate).sanity) == gate
+    assert encode(ExecutionMeta.from_json(with_gate).sanity) == gate | UNCOUNTED
     before_gate = _raw(2, MOK)
     del before_gate["sanity"]
     assert ExecutionMeta.from_json(before_gate).sanity is None

@@ -15,6 +15,7 @@ from pipeline.bench.account import EAGER_RANGE, ITERATION_RANGE, Event, contexts
 from pipeline.bench.work import build_work
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import shape_for
+from tests.plans import planned_sweep
 from tests.synthetic_shards import scale_preset
 
 MAIN = 1  # the thread id of the host events below
@@ -191,3 +192,12 @@ def test_an_account_that_does_not_add_up_is_refused():
         RankAccount(0, 3, (11.0, 13.0), 0, 1, 11.0, phases, 1.0, (96,), None, None)
     with pytest.raises(ValueError, match="is not the mean span of its run"):
         RankAccount(0, 3, spans, 0, 2, 12.0, phases, 2.0, (96,), None, None)
+
+
+def test_a_job_keeps_its_ranks_profiles_where_its_sweep_asked(tmp_path):
+    """``keep_traces`` reaches the job as a field of its spec, read from the composed config once."""
+    one = ["workload=inference-ep8-f1536", "variant=mok-bf16", "scale=ci"]
+    (kept,) = planned_sweep(tmp_path / "kept", [*one, "keep_traces=true"])
+    (plain,) = planned_sweep(tmp_path / "plain", one)
+    assert (kept.keep_traces, plain.keep_traces) == (True, False)
+    assert (kept.config["keep_traces"], plain.config["keep_traces"]) == (True, False)  # recorded as composed

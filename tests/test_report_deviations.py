@@ -74,7 +74,7 @@ def test_every_deviation_names_its_executions(tmp_path: Path):
         assert found[what].executions == (MX.execution_id,), what
     assert (
         found["dtype"].ran == "float32 (1)"
-        and found["ranks"].ran == "2 of EP ranks (gloo all-to-all, 2 ranks, 1 node) (1)"
+        and found["ranks"].ran == "2 of EP ranks (gloo all-to-all, 2 ranks on one node) (1)"
     )
     assert found["tracked rank's tokens"].ran.startswith("rank 0 fed up to ")  # imbalance 2.0 on 2 of 32
 

@@ -159,7 +159,7 @@ def _published_json_says_what_ran(shards: list[Path]) -> None:
         ("dtype", "float32 (10)", ran),
         ("collective", "gloo (10)", ran),
         ("grouped GEMM", "torch (10)", ran),
-        ("ranks", "2 of EP ranks (gloo all-to-all, 2 ranks, 1 node) (10)", ran),
+        ("ranks", "2 of EP ranks (gloo all-to-all, 2 ranks on one node) (10)", ran),
         ("MXFP8 products", f"{MX_METHODS['torch']} (6)", mx),
         ("tracked rank's tokens", None, hot),
     ):

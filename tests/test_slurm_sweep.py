@@ -8,11 +8,11 @@ import subprocess
 import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
 
-from pipeline.bench.topology import Topology
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
 from pipeline.compose.launcher import cluster_of, launcher_settings
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
+from pipeline.data.topology import Topology
 from pipeline.launch.plan import plan
 from pipeline.launch.slurm import submit as submit_arrays
 from tests.slurm_support import (
@@ -58,15 +58,19 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
         assert len(meta["provenance"]["hosts"]) >= 2, meta["provenance"]["hosts"]
         assert set(meta["provenance"]["hosts"]) <= {"n1", "n2", "n3", "n4"}
         assert sacct_state(submitted["job_id"]).startswith("COMPLETED|0:0|")
-        # the job's log says where its ranks ran: one rank on each of two nodes, gloo on CPUs
+        # the job's log says where its ranks ran: one rank on each of two nodes, gloo on CPUs; so does
+        # the shard
         logs = Dataset(tmp_path).log_dir(execution_id, 1)
         (line,) = [
             ln for f in logs.glob("*.out") for ln in f.read_text().splitlines() if ln.startswith("topology ")
         ]
-        topology = Topology.from_json(json.loads(line.removeprefix("topology ")))
-        assert (topology.collective, topology.nodes, topology.ranks_per_node) == ("gloo", 2, (1, 1))
-        assert list(topology.hosts) == meta["provenance"]["hosts"]
+        said = json.loads(line.removeprefix("topology "))
+        topology = Topology.from_json(said)
+        assert (said["collective"], said["nccl"]) == ("gloo", None)
+        assert (topology.nodes, topology.ranks_per_node) == (2, (1, 1))
+        assert sorted(topology.hosts) == meta["provenance"]["hosts"]
         assert [(b.rank, b.device) for b in topology.bindings] == [(0, "cpu"), (1, "cpu")]
+        assert Topology.from_json(meta["topology"]) == topology
     assert all_done(tmp_path)
 
     Dataset(tmp_path).shard_path(DIST, 1).unlink()

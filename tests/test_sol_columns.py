@@ -95,5 +95,6 @@ def test_the_page_shows_the_sol_columns_and_the_peaks_with_their_sources(publish
         assert f"<th>{header}</th>" in page
     for name in ("h200", "gb300"):
         gpus = yaml.safe_load((CLUSTERS / f"{name}.yaml").read_text())["gpus"]
-        for figure, peak in gpus["peaks"].items():
+        for figure, peak in {**gpus["peaks"], **gpus["links"]}.items():  # the links behind the all-to-all too
             assert f"<td>{figure}</td>" in page and html.escape(peak["source"]) in page, (name, figure)
+    assert "<td>50 GB/s per direction</td>" in page and "<td>72 GPUs</td>" in page

@@ -10,19 +10,18 @@ GPU of its own, and a node whose tasks see fewer GPUs than it has ranks puts two
 That is found by the GPUs' UUIDs, which every rank reads for its own device (:func:`identify`, the only
 CUDA calls here) and exchanges through the job's store before the process group exists: a timed
 execution refuses it in one line, before any work (:func:`exclusive`); only a run for correctness lets
-ranks share a GPU. Each rank's :class:`Binding` (host, local rank, device, its ``CUDA_VISIBLE_DEVICES``
-entry, UUID, PCI bus id, NUMA node) is a record the shard can carry.
+ranks share a GPU. Each rank's :class:`~pipeline.data.topology.Binding` (host, local rank, device, its
+``CUDA_VISIBLE_DEVICES`` entry, UUID, PCI bus id, NUMA node) is a record its shard carries.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from pipeline.data.codec import JsonRecord
+from pipeline.data.topology import Binding
 
 VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 PCI_DEVICES = Path("/sys/bus/pci/devices")  # <bus id>/numa_node on Linux
@@ -30,23 +29,6 @@ PCI_DEVICES = Path("/sys/bus/pci/devices")  # <bus id>/numa_node on Linux
 
 class BindingError(ValueError):
     """This rank cannot have a GPU of its own; one line naming why and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Binding(JsonRecord):
-    """The device one rank bound: ``device`` as torch names it in the rank's process (``cuda:0``, or
-    ``cpu``), its entry of the task's ``CUDA_VISIBLE_DEVICES`` (a GPU index, UUID or MIG id; None when
-    the variable is unset), and what the GPU is (None on CPUs, and where the driver does not say)."""
-
-    rank: int
-    host: str
-    local_rank: int
-    device: str
-    visible: str | None = None
-    name: str | None = None
-    uuid: str | None = None
-    pci_bus_id: str | None = None  # domain:bus:device.function as Linux names it, 0000:1b:00.0
-    numa_node: int | None = None
 
 
 def visible_entries(listed: str | None) -> list[str] | None:

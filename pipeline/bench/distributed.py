@@ -9,8 +9,9 @@ Each rank binds its GPU from what its task sees (:mod:`pipeline.bench.binding`: 
 GPUs, its own one, or a site's list) before anything else, and says through the store which GPU that
 is and its NCCL environment; two ranks on one GPU are refused there, in one line, before the process
 group exists. NCCL's group is then created for that device (``device_id``), so its communicator is
-built at once rather than at the first collective, and the ranks' :class:`~pipeline.bench.topology.Topology`
-goes with the context.
+built at once rather than at the first collective, and the ranks' :class:`~pipeline.data.topology.Topology`
+(nodes, ranks per node, every rank's GPU, the NCCL environment) goes with the context, into every
+shard of the job.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -28,11 +30,12 @@ import torch
 import torch.distributed as dist
 
 from pipeline.base.vocabulary import DEVICES
-from pipeline.bench.binding import Binding, bind, exclusive
-from pipeline.bench.topology import Topology, nccl_environment, nccl_version
+from pipeline.bench.binding import bind, exclusive
 from pipeline.data.atomic import atomic_write
+from pipeline.data.topology import Binding, Topology
 
 POLL_S = 0.05  # how often a rank looks for rank 0's address
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")  # the variables that steer NCCL or torch's use of it
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class Context:
     job_id: str
     hostname: str
     collective: str  # the process group's backend: nccl on GPUs, gloo on CPUs
-    topology: Topology  # every rank's GPU, the nodes, the NCCL version and environment
+    topology: Topology  # every rank's GPU, the nodes and ranks on each, the NCCL environment
     store: dist.Store | None = None  # the job's store: the group's rendezvous, and its ranks' agreement
     timeout_s: float = 0.0
 
@@ -83,7 +86,7 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
         torch.set_num_threads(cpu_threads(env.num_tasks // env.num_nodes))
     collective = "nccl" if kind == "cuda" else "gloo"
     store = _store(env, folder / f".rendezvous-{env.job_id}-{attempt}", timeout_s)
-    topology = exchange(store, mine, env.num_tasks, collective)
+    topology = exchange(store, mine, env.num_tasks)
     exclusive(topology.bindings)  # a timed execution: a GPU of its own per rank, else refused here
     target = torch.device(mine.device)
     _join(collective, store, 0, env.global_rank, env.num_tasks, timeout_s, target)
@@ -101,7 +104,12 @@ def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:
     )
 
 
-def exchange(store: dist.Store, mine: Binding, ranks: int, collective: str) -> Topology:
+def nccl_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of ``environ`` that steer NCCL or torch's use of it, sorted by name."""
+    return {k: environ[k] for k in sorted(environ) if k.startswith(NCCL_PREFIXES)}
+
+
+def exchange(store: dist.Store, mine: Binding, ranks: int) -> Topology:
     """Every rank's binding and NCCL environment through the job's ``store`` (before any process
     group): the job's :class:`Topology`, the same on every rank."""
     said = {"binding": mine.to_json(), "nccl_env": nccl_environment(os.environ)}
@@ -110,7 +118,7 @@ def exchange(store: dist.Store, mine: Binding, ranks: int, collective: str) -> T
     store.wait(keys)
     everyone = [json.loads(store.get(k)) for k in keys]
     bindings = [Binding.from_json(e["binding"]) for e in everyone]
-    return Topology.of(collective, nccl_version(collective), bindings, [e["nccl_env"] for e in everyone])
+    return Topology.of(bindings, [e["nccl_env"] for e in everyone])
 
 
 def _join(

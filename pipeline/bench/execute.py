@@ -106,7 +106,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
     saved = work.saved_state()
     rates = nvlink.nvlink_rates(ctx.device, steps.iteration, repetitions)
     peaks = peak_allocated_bytes(ctx.device), peak_rss_bytes()  # before the account's eager iteration
-    keep = bool(spec.config.get("keep_traces", False))
+    keep = spec.keep_traces
     with phases("account"):
         accounted = rank_account(ctx, spec, steps, work.steps(), (combined_ms, plan.iterations), saved, keep)
     mine = RankResult(
@@ -160,6 +160,7 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
             policy=work.policy(),
             conditions=conditions.merged([r.conditions for r in ranks]),
             account=merged_account([r.account for r in ranks], keep),
+            topology=ctx.topology,
         )
         identity = Identity.of(spec.execution, shape.ranks, plan.iterations, spec.attempt)
         path = write_shard(dataset, identity, [r.windows for r in ranks], meta)

@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.bench import distributed
+from pipeline.bench.diagnostics import versions
 from pipeline.bench.execute import Phases, Summary, execute
 from pipeline.bench.spec import JobSpec
 from pipeline.bench.tether import POLL_S, Peer, Peers, tether
@@ -68,7 +69,8 @@ def _run(specs: list[JobSpec]) -> list[Summary | None]:
     with phases("init"):  # the device and the process group
         ctx = distributed.init(specs[0].device, timeout, specs[0].log_dir, specs[0].attempt)
     if ctx.rank == 0:  # where the job's ranks ran and how they talk, once per job, in its log
-        print(f"topology {json.dumps(ctx.topology.to_json())}", flush=True)
+        talk = {"collective": ctx.collective, "nccl": versions(ctx.device).nccl}
+        print(f"topology {json.dumps(talk | ctx.topology.to_json())}", flush=True)
     results: list[Summary | None] = []
     failed: list[str] = []
     shared, round_ = Shared(), 0

@@ -27,7 +27,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,6 +39,7 @@ from pipeline.bench.binding import bind
 from pipeline.bench.distributed import resolve_device
 from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, time_windows
+from pipeline.data.codec import JsonRecord
 from pipeline.matrix.scale import TimingPlan
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer, routing_plan
 from pipeline.moe.comm import Group
@@ -69,29 +70,58 @@ class Collectives(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def shape(device: torch.device) -> dict[str, Any]:
-    """The layer's shape: GEMM-sized and BF16 on a GPU (the CuTe kernels' alignment), small and
-    float32 on CPUs."""
-    if device.type == "cuda":
-        return {
-            "tokens": 512,
-            "d_model": 1024,
-            "d_ff": 512,
-            "num_experts": 16,
-            "top_k": 4,
-            "dtype": torch.bfloat16,
-        }
-    return {"tokens": 64, "d_model": 128, "d_ff": 64, "num_experts": 8, "top_k": 2, "dtype": torch.float32}
+@dataclass(frozen=True)
+class Dims:
+    """The rehearsed layer's shape: its tokens and the layer's dimensions and dtype."""
+
+    tokens: int
+    d_model: int
+    d_ff: int
+    num_experts: int
+    top_k: int
+    dtype: torch.dtype
 
 
-def rehearse(case: tuple[str, str, str], device: torch.device) -> dict[str, Any]:
+# GEMM-sized and BF16 on a GPU (the CuTe kernels' alignment), small and float32 on CPUs
+DIMS = {
+    "cuda": Dims(tokens=512, d_model=1024, d_ff=512, num_experts=16, top_k=4, dtype=torch.bfloat16),
+    "cpu": Dims(tokens=64, d_model=128, d_ff=64, num_experts=8, top_k=2, dtype=torch.float32),
+}
+
+
+@dataclass(frozen=True)
+class Rehearsal(JsonRecord):
+    """One case's rehearsal, one JSON line: the collective and its version (NCCL's; None for gloo), the
+    collectives seen eagerly and inside the captures, whether the steps were captured (and why not),
+    the median window per phase of ``iterations`` iterations, the replay's errors against the eager
+    steps and the loopback's against one rank alone with the layer's tolerance, and what failed."""
+
+    case: str
+    collective: str
+    version: str | None
+    collectives_eager: dict[str, int]
+    collectives_captured: dict[str, int]
+    graphs: bool
+    reason: str | None
+    window_ms: dict[str, float]
+    iterations: int
+    replay_error: dict[str, float]
+    loopback_error: float
+    tolerance: float
+    passed: bool
+    problems: tuple[str, ...]
+
+
+def rehearse(case: tuple[str, str, str], device: torch.device) -> Rehearsal:
     """One case on the loopback of the default (one-rank) group: see the module docstring."""
     implementation, precision, pipeline = case
-    dims = shape(device)
-    tokens = dims.pop("tokens")
+    dims = DIMS[device.type]
+    tokens = dims.tokens
     cfg = MoEConfig(
-        **dims, implementation=implementation, precision=precision, pipeline=pipeline, budget_tokens=tokens
-    )
+        d_model=dims.d_model, d_ff=dims.d_ff, num_experts=dims.num_experts, top_k=dims.top_k,
+        dtype=dims.dtype, implementation=implementation, precision=precision, pipeline=pipeline,
+        budget_tokens=tokens,
+    )  # fmt: skip
     weights = ExpertWeights.random(cfg, SEED, device)
     layer = build_layer(cfg, weights, Group.loopback_of())
     alone = build_layer(cfg, weights, Group(None, 1, 0))  # the same layer, no collective
@@ -140,22 +170,22 @@ def rehearse(case: tuple[str, str, str], device: torch.device) -> dict[str, Any]
         problems.append(f"the loopback computes other values than one rank alone: {loopback_error:g}")
     if seen.eager.get("alltoall_base_", 0) < 2:
         problems.append(f"no all-to-all called eagerly: {dict(seen.eager)}")
-    return {
-        "case": f"{implementation} {precision} {pipeline}",
-        "collective": dist.get_backend(),
-        "version": ".".join(map(str, torch.cuda.nccl.version())) if dist.get_backend() == "nccl" else None,
-        "collectives_eager": dict(seen.eager),
-        "collectives_captured": captured,
-        "graphs": steps.graphs,
-        "reason": steps.reason,
-        "window_ms": {phase: float(np.median(ms)) for phase, ms in times.items()},
-        "iterations": plan.iterations,
-        "replay_error": replay_error,
-        "loopback_error": loopback_error,
-        "tolerance": tolerance,
-        "passed": not problems,
-        "problems": problems,
-    }
+    return Rehearsal(
+        case=f"{implementation} {precision} {pipeline}",
+        collective=dist.get_backend(),
+        version=".".join(map(str, torch.cuda.nccl.version())) if dist.get_backend() == "nccl" else None,
+        collectives_eager=dict(seen.eager),
+        collectives_captured=captured,
+        graphs=steps.graphs,
+        reason=steps.reason,
+        window_ms={phase: float(np.median(ms)) for phase, ms in times.items()},
+        iterations=plan.iterations,
+        replay_error=replay_error,
+        loopback_error=loopback_error,
+        tolerance=tolerance,
+        passed=not problems,
+        problems=tuple(problems),
+    )
 
 
 def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -197,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     with one_rank(torch.device(kind)) as device:
         for case in CASES:
             record = rehearse(case, device)
-            print(json.dumps(record), flush=True)
-            failed += not record["passed"]
+            print(json.dumps(record.to_json()), flush=True)
+            failed += not record.passed
     return 1 if failed else 0
 
 

@@ -66,7 +66,8 @@ def gate(
     ``weights``: the seed the weights were drawn with (:func:`check_layer`). With ``case`` (this rank's
     input of that layer: tokens, expert ids, weights), its forward of them too, against the naive
     formulation (:func:`pipeline.bench.naive.case_error`, error ``case``, held to the slice's
-    tolerance). Raises :class:`SanityError` on every rank when any rank fails."""
+    tolerance). The verdict counts the slices' routed rows and those that crossed ranks
+    (:func:`rows_across`). Raises :class:`SanityError` on every rank when any rank fails."""
     layer = stack.layers[0]
     assert isinstance(layer, MoELayer)
     device = layer.w1.device
@@ -87,6 +88,7 @@ def gate(
     tol = tolerance(layer.cfg.dtype, layer.cfg.precision, SLICE_TOKENS * layer.cfg.top_k * layer.cfg.d_ff)
     worst = {name: max(r.errors[name] for r in ranks) for name in errors}
     max_error = max(worst.values())
+    crossed, checked = rows_across(layer.cfg, layer.group.size, seed)
     verdict = Sanity(
         passed=bool(max_error <= tol),
         max_error=max_error,
@@ -94,6 +96,8 @@ def gate(
         errors=worst,
         tokens=SLICE_TOKENS,
         seconds=max(r.seconds for r in ranks),
+        crossed_rows=crossed,
+        slice_rows=checked,
     )
     if not verdict.passed:
         error, name, rank = max((r.errors[n], n, r.rank) for r in ranks for n in r.errors)
@@ -143,12 +147,17 @@ def routes(local: int, ranks: int, top_k: int, seed: int) -> tuple[list[tuple[in
     return pairs, choice
 
 
-def slice_of(cfg: MoEConfig, rank: int, ranks: int, seed: int, device: torch.device) -> Slice:
-    """Rank ``rank``'s slice (any rank can draw any rank's: what another rank sent its experts)."""
+def expert_ids(cfg: MoEConfig, rank: int, ranks: int, seed: int) -> torch.Tensor:
+    """The global expert ids [T, K] of rank ``rank``'s slice, on the CPU (no other draw of the slice)."""
     local = cfg.local_experts(ranks)
     pairs, choice = routes(local, ranks, cfg.top_k, seed)
     offset, expert = (torch.tensor(column) for column in zip(*pairs, strict=True))
-    idx = (rank + offset[choice]) % ranks * local + expert[choice]
+    return (rank + offset[choice]) % ranks * local + expert[choice]
+
+
+def slice_of(cfg: MoEConfig, rank: int, ranks: int, seed: int, device: torch.device) -> Slice:
+    """Rank ``rank``'s slice (any rank can draw any rank's: what another rank sent its experts)."""
+    idx = expert_ids(cfg, rank, ranks, seed)
     gen = torch.Generator().manual_seed(2 * (seed * 7919 + rank) + 1)
     weight = torch.rand(SLICE_TOKENS, cfg.top_k, generator=gen)
     x = torch.randn(SLICE_TOKENS, cfg.d_model, generator=gen).to(cfg.dtype)
@@ -158,8 +167,14 @@ def slice_of(cfg: MoEConfig, rank: int, ranks: int, seed: int, device: torch.dev
 
 def crossing_rows(cfg: MoEConfig, rank: int, ranks: int, seed: int) -> int:
     """How many of rank ``rank``'s routed slice rows go to another rank's experts."""
-    idx = slice_of(cfg, rank, ranks, seed, torch.device("cpu")).idx
-    return int((idx // cfg.local_experts(ranks) != rank).sum())
+    return int((expert_ids(cfg, rank, ranks, seed) // cfg.local_experts(ranks) != rank).sum())
+
+
+def rows_across(cfg: MoEConfig, ranks: int, seed: int) -> tuple[int, int]:
+    """Of every rank's slice together: the routed rows that went to another rank's experts, and all
+    routed rows checked."""
+    crossed = sum(crossing_rows(cfg, r, ranks, seed) for r in range(ranks))
+    return crossed, ranks * SLICE_TOKENS * cfg.top_k
 
 
 def check_layer(layer: MoELayer, backward: bool, seed: int, weights: int | None = None) -> dict[str, float]:

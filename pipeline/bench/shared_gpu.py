@@ -25,9 +25,10 @@ import sys
 import tempfile
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -39,10 +40,47 @@ from pipeline.bench import sanity
 from pipeline.bench.binding import bind
 from pipeline.bench.distributed import exchange, resolve_device
 from pipeline.bench.work import Shared, build_work, layer_config
+from pipeline.data.codec import JsonRecord
+from pipeline.data.meta import Sanity
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import scale_from_config, shape_for
 
 GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Gated(JsonRecord):
+    """One execution's gate on ranks sharing a GPU, as rank 0 prints it (one JSON line): whether it
+    passed on every rank, the slowest rank's seconds, the largest peak GiB of a rank and their sum, the
+    ranks' devices and GPU UUIDs; where known, the slice rows that crossed ranks among all checked,
+    the verdict's errors and tolerance, rank 0's error (and its traceback, unless the gate itself
+    failed) and every rank's error by rank."""
+
+    execution_id: str
+    scale: str
+    ranks: int
+    passed: bool
+    seconds: float
+    peak_gib_per_rank: float | None
+    peak_gib_all_ranks: float | None
+    devices: tuple[str, ...]
+    gpus: tuple[str, ...]
+    crossed_rows: int | None = None
+    slice_rows: int | None = None
+    max_error: float | None = None
+    errors: dict[str, float] | None = None
+    tolerance: float | None = None
+    error: str | None = None
+    traceback: str | None = None
+    rank_errors: dict[str, str] | None = None
+    # left out of the line where unknown (the device run's summary tells outcomes apart by them)
+    WHERE_KNOWN: ClassVar[tuple[str, ...]] = (
+        "crossed_rows", "slice_rows", "max_error", "errors", "tolerance", "error", "traceback", "rank_errors"
+    )  # fmt: skip
+
+    def line(self) -> str:
+        said = self.to_json()
+        return json.dumps({k: v for k, v in said.items() if v is not None or k not in self.WHERE_KNOWN})
 
 
 def _rank(
@@ -52,7 +90,7 @@ def _rank(
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ranks))
     store = dist.FileStore(store_path, ranks)
     mine = bind(rank, socket.gethostname(), rank, kind == "cuda", dict(os.environ))
-    topology = exchange(store, mine, ranks, "gloo")  # sharing one GPU is what this run is for
+    topology = exchange(store, mine, ranks)  # sharing one GPU is what this run is for
     dist.init_process_group(
         "gloo", store=dist.PrefixStore("group", store), rank=rank, world_size=ranks,
         timeout=timedelta(seconds=timeout_s),
@@ -63,39 +101,48 @@ def _rank(
     for execution_id in ids:
         execution = EXECUTION_BY_ID[execution_id]
         began = time.perf_counter()
-        record: dict[str, Any] = {"execution_id": execution_id, "scale": scale, "ranks": ranks}
+        rows: tuple[int, int] | tuple[None, None] = (None, None)
+        verdict: Sanity | None = None
+        error = trace = None
         try:
             shape = shape_for(execution.workload, scale_from_config(node, ranks))
             cfg = layer_config(execution, shape)
-            record["crossed_rows"] = sum(sanity.crossing_rows(cfg, r, ranks, 0) for r in range(ranks))
-            record["slice_rows"] = ranks * sanity.SLICE_TOKENS * cfg.top_k
+            rows = sanity.rows_across(cfg, ranks, 0)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             work = build_work(execution, shape, rank, device, 0, shared)
             verdict = sanity.gate(work.stack, has_backward(execution.workload.kind), seed=0)
-            record |= {"passed": verdict.passed, "max_error": verdict.max_error, "errors": verdict.errors}
-            record["tolerance"] = verdict.tolerance
             del work
         except Exception as err:  # noqa: BLE001 - this execution's verdict; the next one runs
-            record |= {"passed": False, "error": f"{type(err).__name__}: {err}"[:2000]}
+            error = f"{type(err).__name__}: {err}"[:2000]
             if not isinstance(err, sanity.SanityError):
-                record["traceback"] = traceback.format_exc()[-2000:]
+                trace = traceback.format_exc()[-2000:]
         peak = torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
         gathered: list[Any] = [None] * ranks
-        dist.all_gather_object(gathered, (peak, time.perf_counter() - began, record.get("error")))
+        dist.all_gather_object(gathered, (peak, time.perf_counter() - began, error))
         if rank == 0:
             peaks = [p for p, _, _ in gathered if p is not None]
-            errors = {r: e for r, (_, _, e) in enumerate(gathered) if e}
-            record |= {
-                "passed": record["passed"] and not errors,
-                "seconds": max(s for _, s, _ in gathered),
-                "peak_gib_per_rank": max(peaks) if peaks else None,
-                "peak_gib_all_ranks": sum(peaks) if peaks else None,
-                "devices": sorted({b.device for b in topology.bindings}),
-                "gpus": sorted({b.uuid for b in topology.bindings if b.uuid}),
-                **({"rank_errors": errors} if errors else {}),
-            }
-            print(json.dumps(record), flush=True)
+            errors = {str(r): e for r, (_, _, e) in enumerate(gathered) if e}
+            gated = Gated(
+                execution_id=execution_id,
+                scale=scale,
+                ranks=ranks,
+                passed=verdict is not None and verdict.passed and not errors,
+                seconds=max(s for _, s, _ in gathered),
+                peak_gib_per_rank=max(peaks) if peaks else None,
+                peak_gib_all_ranks=sum(peaks) if peaks else None,
+                devices=tuple(sorted({b.device for b in topology.bindings})),
+                gpus=tuple(sorted({b.uuid for b in topology.bindings if b.uuid})),
+                crossed_rows=rows[0],
+                slice_rows=rows[1],
+                max_error=None if verdict is None else verdict.max_error,
+                errors=None if verdict is None else verdict.errors,
+                tolerance=None if verdict is None else verdict.tolerance,
+                error=error,
+                traceback=trace,
+                rank_errors=errors or None,
+            )
+            print(gated.line(), flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     dist.destroy_process_group()

@@ -15,10 +15,11 @@ from pipeline.matrix.scale import Shape, TimingPlan
 @dataclass(frozen=True)
 class JobSpec:
     """One planned execution attempt: its matrix cell, the shape its ranks run, the scale's timing
-        request, the seed of weights, inputs and routing, the device word (``auto``, ``cpu`` or ``cuda``:
-        resolved on the job's node), the dataset it writes into, the launch backend and cluster preset
-        that run it (which the shard's provenance records), the config and overrides it came from, and the
-    correctness gate its suite asks for (:data:`pipeline.matrix.suite.CHECKS`)."""
+    request, the seed of weights, inputs and routing, the device word (``auto``, ``cpu`` or ``cuda``:
+    resolved on the job's node), the dataset it writes into, the launch backend and cluster preset
+    that run it (which the shard's provenance records), the config (recorded as composed, read for
+    nothing else) and overrides it came from, the correctness gate its suite asks for
+    (:data:`pipeline.matrix.suite.CHECKS`) and whether the ranks' profiles are kept."""
 
     execution: Execution
     shape: Shape
@@ -34,6 +35,7 @@ class JobSpec:
     deadline_s: float = 900.0  # still running after this long, it is hung (its group sets it from the plan)
     check: str = "slice"  # the gate: its slice, or its slice and the timed input (its suite's ``check``)
     owner: str | None = None  # the sweep that claimed this attempt (pipeline.data.claims), once claimed
+    keep_traces: bool = False  # keep each rank's profile of the phase account in the dataset
 
     @property
     def execution_id(self) -> str:

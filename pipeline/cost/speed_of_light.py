@@ -5,7 +5,8 @@ from measured kernel rates, :mod:`pipeline.cost.expectation`, and the measured p
 Per timed layer: a roofline of GEMM time (routed GEMMs at the peak of the product that ran, shared
 experts at the BF16 rate) against HBM time (the logical byte model), plus the all-to-all with no
 overlap: over NVLink inside the rank's NVLink domain, over the inter-node link for the rows that leave
-it (both at once, the slower sets the time; :func:`inter_node_share`). The all-to-all synchronizes
+it (both at once, the slower sets the time; :func:`inter_node_share`), the ranks placed in order at the
+ranks per node an execution measured, or the preset's where none was measured. The all-to-all synchronizes
 every layer, so each layer takes as long as its busiest rank: the tracked GPU at load f, or any other
 rank at (EP - f) / (EP - 1) when f < 1.
 
@@ -54,7 +55,7 @@ def inter_node_share(span: Span) -> float:
 
 
 def _layer(
-    s: LayerShape, load: float, hw: Hardware, dispatch: str, routed_tflops: float
+    s: LayerShape, load: float, hw: Hardware, dispatch: str, routed_tflops: float, crossing: float
 ) -> tuple[float, float, float]:
     """(GEMM s, HBM s, all-to-all s) of one timed layer at the busiest rank's load."""
     g = busiest_load(load, s.ep)
@@ -67,22 +68,28 @@ def _layer(
     wire = row_bytes(s.d_model, dispatch) + row_bytes(s.d_model, "bf16")
     if passes > 1:
         wire += 2 * row_bytes(s.d_model, "bf16")
-    crossing = inter_node_share(hw.span(s.ranks))
     nvlink = remote_rows * (1 - crossing) * wire / (hw.peak("nvlink_gb_s") * 1e9)
     inter_node = remote_rows * crossing * wire / (hw.link("inter_node_gb_s") * 1e9)
     return passes * gemm, passes * hbm, max(nvlink, inter_node)
 
 
 def speed_of_light(
-    s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16", routed_tflops: float | None = None
+    s: LayerShape,
+    hardware: str = "h200",
+    *,
+    dispatch: str = "bf16",
+    routed_tflops: float | None = None,
+    ranks_per_node: int | None = None,
 ) -> SpeedOfLight:
     """The iteration at the peaks, and its parts; ``dispatch`` is the wire precision of the dispatch
     all-to-all ("mxfp8" for an FP8-payload pipeline, else "bf16"); ``routed_tflops`` the peak of the
-    routed GEMMs' product as it ran (default: the precision's tensor peak)."""
+    routed GEMMs' product as it ran (default: the precision's tensor peak); ``ranks_per_node`` the
+    placement an execution measured (default: the preset's)."""
     hw = preset(hardware)
     choice("dispatch", dispatch, PRECISIONS)
     tflops = hw.tensor_tflops(s.precision) if routed_tflops is None else routed_tflops
-    parts = [_layer(s, load, hw, dispatch, tflops) for load in s.layer_loads]
+    crossing = inter_node_share(hw.span(s.ranks, ranks_per_node))
+    parts = [_layer(s, load, hw, dispatch, tflops, crossing) for load in s.layer_loads]
     return SpeedOfLight(
         gemm_ms=1e3 * sum(p[0] for p in parts),
         hbm_ms=1e3 * sum(p[1] for p in parts),
@@ -92,7 +99,15 @@ def speed_of_light(
 
 
 def speed_of_light_ms(
-    s: LayerShape, hardware: str = "h200", *, dispatch: str = "bf16", routed_tflops: float | None = None
+    s: LayerShape,
+    hardware: str = "h200",
+    *,
+    dispatch: str = "bf16",
+    routed_tflops: float | None = None,
+    ranks_per_node: int | None = None,
 ) -> float:
     """The iteration's milliseconds at the peaks on the tracked GPU (see the module docstring)."""
-    return speed_of_light(s, hardware, dispatch=dispatch, routed_tflops=routed_tflops).total_ms
+    light = speed_of_light(
+        s, hardware, dispatch=dispatch, routed_tflops=routed_tflops, ranks_per_node=ranks_per_node
+    )
+    return light.total_ms

@@ -20,6 +20,7 @@ from pipeline.base.implementations import candidate
 from pipeline.base.saved_state import LayerState, Policy
 from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.data.codec import JsonRecord, RecordError, decode
+from pipeline.data.topology import Topology
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import Shape, TimingPlan
 
@@ -31,7 +32,10 @@ class MetaError(RecordError):
 @dataclass(frozen=True)
 class Sanity:
     """The correctness gate (:mod:`pipeline.bench.sanity`): normwise relative errors of a small slice
-    against a float64 reference, worst over ranks."""
+    against a float64 reference, worst over ranks; the routed rows of every rank's slice it checked
+    (``slice_rows``) and how many of them went to another rank's experts (``crossed_rows``: checked
+    across the real dispatch and combine). None where the shard's schema version did not record them
+    (before 7)."""
 
     passed: bool
     max_error: float
@@ -39,6 +43,14 @@ class Sanity:
     errors: dict[str, float]  # tensor name (y, dx, dw1, dw2) -> worst error over ranks
     tokens: int
     seconds: float
+    crossed_rows: int | None = None
+    slice_rows: int | None = None
+
+    def __post_init__(self) -> None:
+        at_least(self, 0, "crossed_rows", "slice_rows")
+        crossed, checked = self.crossed_rows, self.slice_rows
+        if crossed is not None and checked is not None and crossed > checked:
+            raise ValueError(f"crossed_rows {crossed} exceeds slice_rows {checked}")
 
 
 @dataclass(frozen=True)
@@ -276,11 +288,12 @@ class ExecutionMeta(JsonRecord):
 
     # 2: saved state with one meaning per field, the policy; 3: provenance's collective, the timing
     # requested, kernels, contention, emulation copies; 4: contention as the timing thread's CPU wait
-    # share; 5: the GPUs' conditions during the windows; 6: the phase account
-    VERSION: ClassVar[int] = 6
-    READABLE: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6)  # earlier ones: see ``upgraded``
-    # the fields today's version must hold (earlier ones read as unknown, ``upgraded``)
-    SINCE_5: ClassVar[tuple[str, ...]] = ("conditions", "account")
+    # share; 5: the GPUs' conditions during the windows; 6: the phase account; 7: the topology (nodes,
+    # ranks per node, every rank's GPU, the NCCL environment) and the gate's rows across ranks
+    VERSION: ClassVar[int] = 7
+    READABLE: ClassVar[tuple[int, ...]] = (1, 2, 3, 4, 5, 6, 7)  # earlier ones: see ``upgraded``
+    # the fields with a default that today's version must hold (earlier ones read as unknown, ``upgraded``)
+    DEFAULTED: ClassVar[tuple[str, ...]] = ("conditions", "account", "topology")
 
     schema_version: int
     execution_id: str
@@ -302,6 +315,7 @@ class ExecutionMeta(JsonRecord):
     policy: Policy | None  # None: not recorded (schema_version 1)
     conditions: Conditions = NOT_SAMPLED
     account: Account = NOT_ACCOUNTED
+    topology: Topology | None = None  # None: not recorded (schema_version 1 to 6)
 
     def __post_init__(self) -> None:
         if self.schema_version not in self.READABLE:
@@ -311,6 +325,10 @@ class ExecutionMeta(JsonRecord):
         layers = len(self.shape.layer_loads)
         if len(self.saved_state) != layers:
             raise MetaError(f"saved_state has {len(self.saved_state)} layers, shape.layer_loads {layers}")
+        if self.topology is not None and len(self.topology.bindings) != self.shape.ranks:
+            raise MetaError(
+                f"topology has {len(self.topology.bindings)} ranks' bindings, shape.ranks {self.shape.ranks}"
+            )
         for path, since in RECORDED_SINCE.items():
             if self.schema_version >= since and _at(self, path) is None:
                 raise MetaError(f"{path} is null, but schema_version {self.schema_version} records it")
@@ -322,7 +340,7 @@ class ExecutionMeta(JsonRecord):
         version = data.get("schema_version") if isinstance(data, dict) else None
         if not isinstance(data, dict) or version not in cls.READABLE or isinstance(version, bool):
             raise MetaError(_unreadable(version))
-        lacking = [k for k in cls.SINCE_5 if k not in data] if version == cls.VERSION else []
+        lacking = [k for k in cls.DEFAULTED if k not in data] if version == cls.VERSION else []
         if lacking:
             raise MetaError(f"metadata {lacking[0]} is missing")
         try:
@@ -344,6 +362,9 @@ RECORDED_SINCE: dict[str, int] = {
     "memory.emulation": 3,
     "sanity": 3,
     "policy.buffers": 3,
+    "topology": 7,
+    "sanity.crossed_rows": 7,
+    "sanity.slice_rows": 7,
 }
 # The timing plan's fields every version 1 and 2 wrote inside ``shape`` (its minima came later).
 _PLAN_RECORDED = ("warmup", "windows", "iterations")
@@ -368,7 +389,9 @@ def _unreadable(version: object) -> str:
 def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     """Metadata of a readable earlier version in today's fields, what it did not record unknown:
 
-    - 5 recorded no phase account: ``account`` unknown, naming the version;
+    - 6 recorded no topology and no count of the gate's rows: ``topology`` and ``sanity``'s
+      ``crossed_rows`` and ``slice_rows`` None (their defaults);
+    - 5 also recorded no phase account: ``account`` unknown, naming the version;
     - 4 also recorded no GPU conditions: ``conditions`` unknown, naming the version;
     - 3 also measured contention as the machine's runnable processes per core, which flagged quiet
       hosts (the gloo threads are runnable beside the ranks) and is not the CPU wait share:
@@ -383,6 +406,8 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     if version == ExecutionMeta.VERSION:
         return data
     out = dict(data)
+    if version == 6:
+        return out
     unrecorded = f"not recorded (schema_version {version})"
     out["account"] = {"ranks": [], "unknown": unrecorded, "traces": False}
     if version == 5:

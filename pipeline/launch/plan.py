@@ -135,6 +135,7 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings)
             config={**c, "dataset_dir": str(datasets[c["dataset_dir"]].root)},
             overrides=o,
             check=suite_of(c).check,
+            keep_traces=c.get("keep_traces", False),
         )
         for e, s, t, c, o in checked
     ]

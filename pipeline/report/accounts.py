@@ -6,7 +6,8 @@ rank whose timed median is the published ``iterationMS`` (the slowest), so ``pro
 iteration of its profiled run, at most a window's iterations, whose mean is nearest that median) and
 the timed iteration are of one rank, and ``profiledOverTimed`` says how far they differ. A phase's %SOL is
 its time at the peaks (its useful FLOPs at the tensor peak of the product that ran, its logical bytes
-at the HBM peak, its bytes across ranks at the link peak; the largest of the three) over its measured
+at the HBM peak, its bytes across ranks at the link peak, the share that leaves the rank's NVLink
+domain at the inter-node link's, as the speed of light takes them; the largest of these) over its measured
 time: empty where no preset is the device, where the preset has no peak for what ran (the float32
 reference) and for a phase of no time. Communication that did not run (one rank) has no time, work
 or %SOL: its cells are empty, not zero.
@@ -18,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline import cost
-from pipeline.base.gpu_presets import GpuPreset
+from pipeline.base.gpu_presets import GpuPreset, Span
 from pipeline.base.metrics import SlowestRank
 from pipeline.base.vocabulary import COMMUNICATION_PHASES, LAYER_PHASES
 from pipeline.cost import products
@@ -41,16 +42,23 @@ COLUMNS = ("profiledMS", "profiledOverTimed", *PHASE_MS, *PHASE_SOL)
 @dataclass(frozen=True)
 class Peaks:
     """The peaks a row's work is held to on its device's preset: the routed GEMMs' product as it ran
-    and the layer dtype's (TFLOP/s), HBM (TB/s) and one link direction (GB/s); None: no such peak."""
+    and the layer dtype's (TFLOP/s), HBM (TB/s) and one link direction (GB/s); None: no such peak. Of
+    the bytes across ranks the share ``crossing`` leaves the NVLink domain, over the inter-node link
+    (``inter_node`` GB/s per GPU and direction), both links at once."""
 
     routed: float | None
     dense: float | None
     hbm: float | None
     link: float | None
+    inter_node: float | None = None
+    crossing: float = 0.0
 
     @classmethod
-    def of(cls, gpu: GpuPreset | None, precision: str, gemm: str | None, dtype: str) -> Peaks | None:
-        """The peaks of ``gpu`` (None: no preset is the device, so none)."""
+    def of(
+        cls, gpu: GpuPreset | None, precision: str, gemm: str | None, dtype: str, span: Span | None = None
+    ) -> Peaks | None:
+        """The peaks of ``gpu`` (None: no preset is the device, so none), its ranks placed as ``span``
+        (None: in one NVLink domain)."""
         if gpu is None:
             return None
 
@@ -59,7 +67,17 @@ class Peaks:
 
         routed = peak(products.routed_peak(precision, gemm, dtype))
         dense = peak(products.dense_peak(dtype))
-        return cls(routed, dense, gpu.peak("hbm_tb_s"), gpu.peak("nvlink_gb_s"))
+        crossing = 0.0 if span is None else cost.inter_node_share(span)
+        inter_node = None if span is None else span.inter_node_gb_s
+        return cls(routed, dense, gpu.peak("hbm_tb_s"), gpu.peak("nvlink_gb_s"), inter_node, crossing)
+
+    def link_s(self, amount: float) -> float | None:
+        """Seconds of ``amount`` bytes across ranks: the share inside the NVLink domain at the link
+        peak, the rest at the inter-node link's, at once; None without the peak either needs."""
+        if not self.link or (self.crossing and not self.inter_node):
+            return None
+        within = amount * (1 - self.crossing) / (self.link * 1e9)
+        return max(within, amount * self.crossing / (self.inter_node * 1e9)) if self.inter_node else within
 
     def sol_ms(self, work: cost.PhaseWork) -> float | None:
         """``work``'s milliseconds at these peaks: the largest of its FLOPs, bytes and link bytes each
@@ -70,14 +88,15 @@ class Peaks:
             if tensor is None:
                 return None
             parts.append(work.flops / (tensor * 1e12))
-        for amount, rate in (
-            (work.bytes, self.hbm and self.hbm * 1e12),
-            (work.link_bytes, self.link and self.link * 1e9),
-        ):
-            if amount:
-                if not rate:
-                    return None
-                parts.append(amount / rate)
+        if work.bytes:
+            if not self.hbm:
+                return None
+            parts.append(work.bytes / (self.hbm * 1e12))
+        if work.link_bytes:
+            seconds = self.link_s(work.link_bytes)
+            if seconds is None:
+                return None
+            parts.append(seconds)
         return 1e3 * max(parts) if parts else None
 
 

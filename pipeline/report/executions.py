@@ -6,17 +6,19 @@ Rates use the slowest-GPU combined iteration time (``iterationMS``) and the shap
 (``d_model``, ``d_ff`` of its scale; the matrix's nominal ``d_ff`` stays the identity column). The HBM
 rate is the analytical logical byte model of the cluster-average GPU (the convention of useful
 TFLOP/s) over that time, not measured traffic, counting communication only where it ran. The speed of
-light (the layer at the datasheet peaks) is empty when no hardware preset matches the recorded device
+light (the layer at the datasheet peaks, its ranks placed on nodes as the shard measured them, else as
+the preset places them) is empty when no hardware preset matches the recorded device
 (e.g. CPU runs), and so are the %SOL columns: each rate over the peak of what ran in that preset
 (``conf/cluster/<name>.yaml``, read by :mod:`pipeline.base.gpu_presets`; MXFP8 emulated on BF16 tensor
 cores is held to the BF16 peak). NVLink is empty, not zero, where no rows crossed between ranks. The
 expectation is the layer's cost at the dataset's measured kernel rates (:mod:`pipeline.data.rates`),
 empty without them.
 The sanity columns are the execution's correctness gate (:mod:`pipeline.bench.sanity`): worst normwise
-error, its tolerance and the verdict; empty for shards written before the gate existed. Every column of
-what a shard's schema version did not record (the collective, kernels, contention and emulation copies
-before version 3) is empty, never filled in. The estimate columns are read from the kept table
-(:mod:`pipeline.data.estimates`), never computed here.
+error, its tolerance and the verdict, and the routed rows of its slices that crossed ranks among all it
+checked; empty for shards written before the gate existed (the row counts, before metadata version 7).
+Every column of what a shard's schema version did not record (the collective, kernels, contention and
+emulation copies before version 3) is empty, never filled in. The estimate columns are read from the
+kept table (:mod:`pipeline.data.estimates`), never computed here.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ COLUMNS = (
     "sanityMaxError",
     "sanityTolerance",
     "sanityPassed",
+    "sanityCrossedRows",
+    "sanitySliceRows",
     *RUN_COLUMNS,
     *ESTIMATE_COLUMNS,
     *accounts.COLUMNS,
@@ -145,13 +149,24 @@ def execution(
     layer = layer_shape(ident.kind, ident.precision, meta.shape)
     hardware = cost.hardware_for_device(ident.device)
     gemm = None if meta.kernels is None else meta.kernels.gemm
+    where = communication.placement(shard)  # the ranks per node measured, else the preset's
     peaks = Peaks.of(
-        None if hardware is None else gpu_preset(hardware), ident.precision, gemm, meta.shape.dtype
+        None if hardware is None else gpu_preset(hardware),
+        ident.precision,
+        gemm,
+        meta.shape.dtype,
+        where.span,
     )
     dispatch = "mxfp8" if ident.pipeline == "fp8-dispatch" else "bf16"
     light = None
     if hardware is not None and peaks is not None and peaks.routed is not None:
-        light = cost.speed_of_light_ms(layer, hardware, dispatch=dispatch, routed_tflops=peaks.routed)
+        light = cost.speed_of_light_ms(
+            layer,
+            hardware,
+            dispatch=dispatch,
+            routed_tflops=peaks.routed,
+            ranks_per_node=where.ranks_per_node,
+        )
     expected = _expected(shard, layer, rates, gemm, dispatch, reduced["combined"])
     flops = (ident.kind, tokens, meta.shape.d_model, meta.shape.d_ff, meta.shape.top_k)
     hbm_bytes = cost.iteration_bytes(layer, dispatch)
@@ -180,6 +195,8 @@ def execution(
         "sanityMaxError": None if meta.sanity is None else meta.sanity.max_error,
         "sanityTolerance": None if meta.sanity is None else meta.sanity.tolerance,
         "sanityPassed": None if meta.sanity is None else meta.sanity.passed,
+        "sanityCrossedRows": None if meta.sanity is None else meta.sanity.crossed_rows,
+        "sanitySliceRows": None if meta.sanity is None else meta.sanity.slice_rows,
         **what_ran(shard, reduced["combined"]),
         **account_row,
     }

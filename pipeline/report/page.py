@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pipeline.base.gpu_presets import PEAKS, gpu_preset, preset_for_device
+from pipeline.base.gpu_presets import LINKS, PEAKS, gpu_preset, preset_for_device
 from pipeline.base.implementations import candidate, reference
 from pipeline.base.vocabulary import LAYER_PHASES
 from pipeline.data.reader import Shard
@@ -377,19 +377,26 @@ def _executions(rows: Sequence[Row]) -> str:
 
 
 def _peaks(rows: Sequence[Row]) -> list[str]:
-    """The peaks behind the %SOL columns, with the source of each figure, for the presets that are a
+    """The peaks behind the %SOL columns and the links behind the speed of light's all-to-all (GPUs per
+    node, NVLink domain, inter-node GB/s), with the source of each figure, for the presets that are a
     published device."""
     names = sorted({p for r in rows if (p := preset_for_device(str(r["device"]))) is not None})
     table: list[list[html.Cell]] = [
-        [name, figure, f"{peak.value:g} {PEAKS[figure]}", peak.source]
+        [name, figure, f"{peak.value:g} {units[figure].removeprefix('whole number of ')}", peak.source]
         for name in names
-        for figure, peak in gpu_preset(name).peaks.items()
+        for figures, units in ((gpu_preset(name).peaks, PEAKS), (gpu_preset(name).links, LINKS))
+        for figure, peak in figures.items()
     ]
     if not table:
         return []
     return [
-        html.paragraph("The peaks behind %SOL (conf/cluster/<preset>.yaml), each with its source.", "note"),
-        html.table(["preset", "peak", "value", "source"], table),
+        html.paragraph(
+            "The peaks behind %SOL and the links behind the speed of light's all-to-all (GPUs per node, "
+            "NVLink domain, inter-node bandwidth per GPU: the rows that leave a domain take it) "
+            "(conf/cluster/<preset>.yaml), each with its source.",
+            "note",
+        ),
+        html.table(["preset", "figure", "value", "source"], table),
     ]
 
 
