@@ -28,4 +28,5 @@
 # Exit status: 0 every step passed, 1 a step failed, timed out or was cut, 2 bad arguments or no GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-exec python3 -u "$root/jobs/gpu_run.py" "$@"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+exec python3 -u -m jobs.gpu_run "$@"

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.gpu_run import MAX_SCALE, RESERVE_S, RUN_SPENT, SPENT, TOTAL_S
+from jobs.gpu_run.plan import MAX_SCALE, RESERVE_S, RUN_SPENT, SPENT, TOTAL_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "jobs" / "gpu-run.sh"
@@ -167,7 +167,7 @@ def assert_each_step_had_its_reserve(found: list[dict]) -> None:
             assert record["left_s"] >= RESERVE_S[label] * scale - 1, (label, record)
 
 
-# the dry run's own limit stretches with the host's load (jobs.gpu_run.contention), so may this one
+# the dry run's own limit stretches with the host's load (jobs.gpu_run.plan.contention), so may this one
 DRY_RUN_TIMEOUT = 1.5 * TOTAL_S * MAX_SCALE
 
 
@@ -469,7 +469,9 @@ def _runs(proc: Path, run_id: str) -> bool:
 
 
 def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
-    from jobs.gpu_run import Run, _rerun_args, write_summary
+    from jobs.gpu_run.main import rerun_args
+    from jobs.gpu_run.run import Run
+    from jobs.gpu_run.summary import write_summary
 
     run = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "7", {})
     other = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "6", {})
@@ -488,7 +490,7 @@ def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
     run.record("correctness", name="stage", variant="tail64", status="skip", reason=SPENT)
     run.record("pipeline", name="stage", status="skip", reason=RUN_SPENT)
     run.record("timing", name="stage", variant="cta2", status="skip")  # all refused: nothing to rerun
-    args = _rerun_args(run)
+    args = rerun_args(run)
     assert args == ["--total", "220", "--only", "correctness,timing,pipeline", "--variants", "default,tail64"]
     run.record("run", name="rerun", status="info", args=args)
     write_summary(tmp_path)
@@ -497,4 +499,4 @@ def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
         .read_text()
         .endswith(f"To finish: `jobs/gpu-run.sh OUT_DIR {' '.join(args)}`\n")
     )
-    assert _rerun_args(Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "8", {})) == []
+    assert rerun_args(Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "8", {})) == []

@@ -1,5 +1,5 @@
 """Which kernels each stage of the device run may run (``cutlass_kernels.gating``), the gate of its
-tests and pipeline stages, and the order of its steps (``jobs/gpu_run.steps``), on records as the
+tests and pipeline stages, and the order of its steps (``jobs.gpu_run.plan.steps``), on records as the
 stages write them."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cutlass_kernels import gating
-from jobs.gpu_run import RESERVE_S, TOTAL_S, Step, reserved_after, steps
+from jobs.gpu_run.plan import RESERVE_S, TOTAL_S, Step, reserved_after, steps
 
 
 def verdict(stage: str, k: str, status: str = "pass", **why: str) -> dict:
