@@ -212,6 +212,7 @@ JOBS = {
 }
 DEVICE_RUN = (
     "plan",
+    "pack",
     "pytest_records",
     "summary",
     "run",

@@ -11,17 +11,17 @@ import time
 from typing import Any
 
 from cutlass_kernels import gating
-from cutlass_kernels.gating import SWIGLU, SWIGLU_KEY, key
+from cutlass_kernels.gating import MX_QUANT_KEY, key
 from cutlass_kernels.results import read
-from jobs.gpu_run.plan import SPENT, TIMING_MARGIN_S, Step
+from jobs.gpu_run.plan import ELEMENTWISE, SPENT, TIMING_MARGIN_S, Step
 from jobs.gpu_run.run import Run, parallel, say, stage, verdict
 
 
 def kernel_step(run: Run, step: Step, plan: list[dict[str, Any]], deadline: float) -> bool:
     """One kernel stage for one variant; its verdicts are in results.jsonl when it returns."""
     bodies = {"smoke": _smoke, "correctness": _correctness, "timing": _timing}
-    if step.variant == SWIGLU:
-        bodies = {s: functools.partial(_swiglu, stage=s) for s in ("correctness", "timing")}
+    if step.variant in ELEMENTWISE:
+        bodies = {s: functools.partial(_elementwise, stage=s) for s in ("correctness", "timing")}
     start = time.monotonic()
     if run.left(deadline) <= 1:
         say(run, f"{step.label}: skip ({SPENT})")
@@ -119,9 +119,10 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
             return
         budget = max(limit - TIMING_MARGIN_S * run.scale, limit / 2)
         argv = run.kernels_cli("timing-op", "--op", op, "--variant", variant, "--budget", f"{budget:.0f}")
-        done = run.child(argv, limit)
+        env, how = _quantizer(run, op)
+        done = run.child(argv, limit, env)
         if done.rc == 0:
-            verdict(run, "timing", k, "pass")
+            verdict(run, "timing", k, "pass", **how)
         elif run.cut(done, limit, "timing-kernel"):
             verdict(run, "timing", k, "skip", reason=SPENT)
         else:
@@ -134,32 +135,43 @@ def _timing(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float)
         parallel(run, [functools.partial(one, op, len(ops) - i)])
 
 
-def _swiglu(run: Run, variant: str, plan: list[dict[str, Any]], deadline: float, stage: str) -> None:
-    """The SwiGLU backward kernel's ``stage``: one child, gated like the GEMMs (timing only after a
-    passed correctness). Its verdict: correctness passes where every case did; timing where every
-    shape was timed (a shape short of the bandwidth goal is a failed record of its own, not a hang)."""
-    if refused := gating.refusal(run.arch, gating.verdicts(read(run.results)), stage, SWIGLU_KEY):
-        verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=refused)
+def _quantizer(run: Run, op: str) -> tuple[dict[str, str], dict[str, str]]:
+    """The MX op's timing child quantizes A by the one-pass kernel where that passed its correctness
+    (else by the torch form): its environment, and the verdict's word on it."""
+    if op != "mx":
+        return run.env, {}
+    if gating.refusal(run.arch, gating.verdicts(read(run.results)), "timing", MX_QUANT_KEY):
+        return run.env, {"quantizer": "torch"}
+    return {**run.env, gating.MX_QUANTIZER_ENV: "kernel"}, {"quantizer": "kernel"}
+
+
+def _elementwise(run: Run, name: str, plan: list[dict[str, Any]], deadline: float, stage: str) -> None:
+    """An elementwise kernel's ``stage`` (``name`` one of :data:`ELEMENTWISE`: the SwiGLU backward, the
+    MX quantization, the SwiGLU forward): one child, gated like the GEMMs (timing only after a passed
+    correctness). Its verdict: correctness passes where every case did; timing where every shape was
+    timed (a shape short of the bandwidth goal is a failed record of its own, not a hang)."""
+    k = ELEMENTWISE[name]
+    if refused := gating.refusal(run.arch, gating.verdicts(read(run.results)), stage, k):
+        verdict(run, stage, k, "skip", variant=name, reason=refused)
         return
-    limit = min(run.limits["swiglu-kernel"], run.left(deadline))
+    limit = min(run.limits[f"{name}-kernel"], run.left(deadline))
     if limit <= 1:
-        verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=SPENT)
+        verdict(run, stage, k, "skip", variant=name, reason=SPENT)
         return
     mark = len(read(run.results))
-    done = run.child(run.kernels_cli(f"swiglu-{stage}"), limit)
-    found = [r for r in read(run.results)[mark:] if r.get("name") == "swiglu_backward"]
+    done = run.child(run.kernels_cli(f"{name}-{stage}"), limit)
+    found = [r for r in read(run.results)[mark:] if r.get("stage") == stage and r.get("verdict") is not True]
     failed = [r for r in found if r.get("status") != "pass"]
     timed = stage == "timing" and done.rc == 1 and bool(found) and not any(r.get("error") for r in found)
     if done.rc == 0 or timed:
         short = f"{len(failed)} of {len(found)} shape(s) short of the bandwidth goal"
-        verdict(run, stage, SWIGLU_KEY, "pass", variant=SWIGLU, **({"note": short} if timed else {}))
+        verdict(run, stage, k, "pass", variant=name, **({"note": short} if timed else {}))
     elif done.rc == 1 and found:
-        why = f"{len(failed)} of {len(found)} case(s) failed"
-        verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=why)
-    elif run.cut(done, limit, "swiglu-kernel"):
-        verdict(run, stage, SWIGLU_KEY, "skip", variant=SWIGLU, reason=SPENT)
+        verdict(run, stage, k, "fail", variant=name, error=f"{len(failed)} of {len(found)} case(s) failed")
+    elif run.cut(done, limit, f"{name}-kernel"):
+        verdict(run, stage, k, "skip", variant=name, reason=SPENT)
     else:
-        verdict(run, stage, SWIGLU_KEY, "fail", variant=SWIGLU, error=done.why(limit))
+        verdict(run, stage, k, "fail", variant=name, error=done.why(limit))
 
 
 def sass(run: Run, deadline: float) -> None:

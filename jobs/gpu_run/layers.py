@@ -14,27 +14,30 @@ import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from cutlass_kernels import gating
 from cutlass_kernels.isolation import Isolated, run_isolated
 from cutlass_kernels.results import read
 from jobs.gpu_records import device_of, kernel_rates
 from jobs.gpu_run.kernels import gate
+from jobs.gpu_run.pack import ESTIMATES
 from jobs.gpu_run.plan import (
     ACCOUNT_NAMED,
     ACCOUNT_WITHIN,
     AGGREGATE_S,
     CUDA_TESTS,
+    DRY_PAIRS,
     DRY_RANKS,
-    DRY_VARIANTS,
-    DRY_WORKLOADS,
+    PACKING,
+    PAIR_FIELDS,
+    PAIRS,
     PUBLISHED,
     RANKS,
     RECORDS_ENV,
     ROOT,
     STATUS_S,
-    VARIANTS,
-    WORKLOADS,
+    Sweep,
 )
 from jobs.gpu_run.run import Run
 from pipeline.data.atomic import atomic_write
@@ -114,45 +117,113 @@ def _json_lines(run: Run, stage: str, key: str, done: Isolated, limit: float) ->
 
 
 def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
-    """A multirun of the selection, then aggregation of whatever shards it left, then its rows; each
-    part under what the stage has left but the later parts' reserves, so the stage ends in its limit."""
+    """The matched pairs (:data:`PAIRS`): their sweep (:func:`_sweep`), then a record of each pair the
+    aggregation published (MoK's time over Dist-MoE's, with its interval, on one GPU)."""
+    rc, note = _sweep(run, "pipeline", DRY_PAIRS if run.dry_run else PAIRS, limit, env, traces=True)
+    pairs = _published(run).get("pairs", [])
+    for pair in pairs:
+        run.record("pipeline", name="pair", status="info", **{k: pair.get(k) for k in PAIR_FIELDS})
+    return rc, "; ".join(filter(None, [note, f"{len(pairs)} pair(s) published"]))
+
+
+def _packing(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, str]:
+    """The packing execution of Dist-MoE MXFP8 (:data:`PACKING`): its sweep into the same dataset, then
+    its measured peak beside its estimate (the pack's, :data:`ESTIMATED`'s preset at scale=full)."""
+    rc, note = _sweep(run, "packing", PACKING, limit, env, traces=False)
+    path = run.whl / ESTIMATES
+    estimated = json.loads(path.read_text()) if path.is_file() else {}
+    for eid in PACKING.execution_ids():
+        rows: list[dict[str, Any]] = _published(run).get("executions", [])
+        row = next((r for r in rows if r["execution_id"] == eid), {})
+        estimate = estimated.get(eid, {})
+        measured, peak = row.get("peakAllocatedGiB"), estimate.get("timed_peak_gib")
+        ratio = measured / peak if isinstance(measured, (int, float)) and peak else None
+        run.record(
+            "packing",
+            name="peak",
+            status="info" if row else "skip",
+            execution=eid,
+            peak_allocated_gib=measured,
+            estimated_peak_gib=peak,
+            estimate_preset=estimate.get("cluster"),
+            measured_over_estimate=None if ratio is None else round(ratio, 4),
+            reason=None if row else "not published",
+        )
+        said = f"{measured:.2f}" if isinstance(measured, (int, float)) else "no"
+        note += f"; peak {said} GiB beside its estimate {f'{peak:.2f} GiB' if peak else 'none'}"
+    return rc, note
+
+
+def _published(run: Run) -> dict[str, Any]:
+    """The run's dataset's published JSON (executions, pairs, accounts); empty where there is none."""
+    path = run.dataset / "mok-comparison.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _sweep(
+    run: Run, stage: str, sweep: Sweep, limit: float, env: dict[str, str], traces: bool
+) -> tuple[int | None, str]:
+    """A multirun of ``sweep`` into the run's dataset (``--resume``: what it holds done is not run
+    again), then aggregation of whatever shards the dataset
+    holds, then the rows and ``phases`` lines of the sweep's executions and what the grouped job cost
+    (the multirun's wall time over its executions' rank-0 windows); each part under what the stage has
+    left but the later parts' reserves, so the stage ends in its limit."""
     end = time.monotonic() + limit
-    dataset = run.work / "dataset"
-    scale = "ci" if run.dry_run else "full"
-    workloads, variants = (DRY_WORKLOADS, DRY_VARIANTS) if run.dry_run else (WORKLOADS, VARIANTS)
-    sweep = ["--multirun", f"scale={scale}", "max_ranks=1", f"workload={workloads}", f"variant={variants}"]
-    sweep.append("keep_traces=true")  # each execution's profile, for the account's timeline
+    dataset = run.dataset
+    overrides = ["--multirun", *sweep.overrides(run.dry_run), *(["keep_traces=true"] if traces else [])]
+    overrides.append("--resume")  # in a dataset named with --dataset, what is done there is not run again
     sweep_limit = end - time.monotonic() - (AGGREGATE_S + STATUS_S) * run.scale
+    began = time.time()
     multirun = run.session(
-        run.python("-m", "pipeline.run", *sweep, f"dataset_dir={dataset}"), sweep_limit, env
+        run.python("-m", "pipeline.run", *overrides, f"dataset_dir={dataset}"), sweep_limit, env
     )
     rc = multirun.rc
     run.record(
-        "pipeline",
+        stage,
         name="multirun",
         status="timeout" if rc is None else "pass" if rc == 0 else "fail",
         rc=rc,
         seconds=round(multirun.seconds, 1),
-        overrides=sweep,
+        overrides=overrides,
         reason=f"killed at {sweep_limit:.0f} s (the rest kept for aggregation)" if rc is None else None,
     )
     aggregate_limit = end - time.monotonic() - (0 if rc == 0 else STATUS_S * run.scale)
-    argv = run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures", *_rates(run))
+    argv = run.python("-m", "pipeline.aggregate", str(dataset), "--no-figures", *_rates(run, stage))
     agg = run.session(argv, aggregate_limit, env).rc
+    ids, rows = sweep.execution_ids(), []
     published = dataset / "mok-comparison.csv"
     if published.exists():
         shutil.copy(published, run.out / "mok-comparison.csv")
         with open(published) as f:
-            for row in csv.DictReader(f):
-                run.record(
-                    "pipeline", name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED}
-                )
-    for line in _phase_lines(dataset):
-        _, execution, parts = line.split(" ", 2)
-        run.record("pipeline", name="phases", status="info", execution=execution, **json.loads(parts))
+            rows = [r for r in csv.DictReader(f) if r["execution_id"] in ids]
+        for row in rows:
+            run.record(stage, name=row["execution_id"], status="pass", **{k: row.get(k) for k in PUBLISHED})
+    ran = [(eid, parts) for eid, parts in _phase_lines(dataset, began) if eid in ids]  # by this multirun
+    phases = [json.loads(parts) | {"execution": eid} for eid, parts in ran]
+    for line in phases:
+        run.record(stage, name="phases", status="info", **line)
     _keep_dataset(run, dataset)
+    windows = sum(p.get("windows", 0.0) for p in phases)
+    cost = round(multirun.seconds / windows, 2) if windows else None
+    compiled, loaded = (sum(p.get(k, 0) for p in phases) for k in ("compiles", "loads"))
+    run.record(
+        stage,
+        name="cost",
+        status="info",
+        multirun_s=round(multirun.seconds, 1),
+        windows_s=round(windows, 2),
+        executions=len(phases),
+        over_windows=cost,
+        compiles=compiled,
+        loads=loaded,
+    )
+    before = len({r["execution_id"] for r in rows} - {eid for eid, _ in ran})
+    note = f"{len(phases)} of {len(ids)} executions run" + (f", {before} done before" if before else "")
+    note += f"; {compiled} compiles, {loaded} kernels loaded"
+    if cost:
+        note += f"; the multirun {multirun.seconds:.0f} s over its windows {windows:.1f} s: {cost}x"
     if rc == 0:  # pipeline.run exits 0 only when every execution is done: nothing to tell apart
-        return agg, ""
+        return agg, note
     status_limit = end - time.monotonic()
     status = run_isolated(
         run.python("-m", "pipeline.status", str(dataset), "--json"), max(status_limit, 1), env=env, cwd=ROOT
@@ -160,27 +231,27 @@ def _pipeline(run: Run, limit: float, env: dict[str, str]) -> tuple[int | None, 
     try:
         executions = json.loads(status.output)["executions"]
     except (json.JSONDecodeError, KeyError, TypeError):
-        run.record("pipeline", name="pipeline.status", status="fail", detail=status.why(status_limit))
+        run.record(stage, name="pipeline.status", status="fail", detail=status.why(status_limit))
         executions = []
     for e in executions:
-        if e["state"] != "done":
+        if e["state"] != "done" and e["execution_id"] in ids:
             detail = " ".join(str(e[k]) for k in ("state", "detail", "log") if e.get(k))
-            run.record("pipeline", name=e["execution_id"], status="fail", detail=detail[:600])
-    return rc, ""
+            run.record(stage, name=e["execution_id"], status="fail", detail=detail[:600])
+    return rc, note
 
 
-def _rates(run: Run) -> list[str]:
+def _rates(run: Run, stage: str) -> list[str]:
     """The aggregation's ``--rates``: OUT_DIR/kernel-rates.json made from the timing stage's records
     (:func:`jobs.gpu_records.kernel_rates`); none, and why on record, where the records hold no rates."""
     found = read(run.results)
     try:
         table = kernel_rates(found, device_of(found), f"jobs/gpu-run.sh run {run.run_id}, its timing stage")
     except ValueError as err:
-        run.record("pipeline", name="kernel rates", status="skip", reason=str(err))
+        run.record(stage, name="kernel rates", status="skip", reason=str(err))
         return []
     path = run.out / "kernel-rates.json"
     atomic_write(path, json.dumps(table, indent=1) + "\n")
-    run.record("pipeline", name="kernel rates", status="info", gemms=len(table["gemms"]))
+    run.record(stage, name="kernel rates", status="info", gemms=len(table["gemms"]))
     return ["--rates", str(path)]
 
 
@@ -189,7 +260,7 @@ def account(run: Run) -> tuple[int | None, str]:
     execution, its phases and unclaimed time adding up to its profiled iteration, on a GPU that
     iteration within ACCOUNT_WITHIN of the timed one and at least ACCOUNT_NAMED of its kernels named;
     a record per execution with its account."""
-    published = run.work / "dataset" / "mok-comparison.json"
+    published = run.dataset / "mok-comparison.json"
     if not published.is_file():
         run.record("account", name="published", status="fail", error="the pipeline stage published no JSON")
         return 1, "nothing published to account for"
@@ -231,15 +302,19 @@ def account(run: Run) -> tuple[int | None, str]:
     return (1 if failed else 0), f"{len(accounts)} of {len(document['executions'])} executions accounted"
 
 
-def _phase_lines(dataset: Path) -> list[str]:
-    """Each execution's ``phases`` line (:class:`pipeline.bench.execute.Phases`) from its job's log."""
-    logs = sorted((dataset / "logs").glob("**/*.out")) if (dataset / "logs").is_dir() else []
-    return [
-        line
-        for log in logs
-        for line in log.read_text(errors="replace").splitlines()
-        if line.startswith("phases ") and line.count(" ") >= 2
-    ]
+def _phase_lines(dataset: Path, since: float) -> list[tuple[str, str]]:
+    """Each execution's ``phases`` line (:class:`pipeline.bench.execute.Phases`) from the logs of the
+    jobs that wrote since ``since`` (a wall time: not those of a resumed dataset's earlier jobs): the
+    execution and the line's JSON, once each (a job's log is reached by each member's link)."""
+    folder = dataset / "logs"
+    found_logs = {p.resolve() for p in folder.glob("**/*.out")} if folder.is_dir() else set()
+    found: dict[tuple[str, str], None] = {}
+    for log in sorted(p for p in found_logs if p.stat().st_mtime >= since):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("phases ") and line.count(" ") >= 2:
+                _, eid, parts = line.split(" ", 2)
+                found[eid, parts] = None
+    return list(found)
 
 
 def _keep_dataset(run: Run, dataset: Path) -> None:
@@ -258,6 +333,7 @@ GATED: dict[str, Callable[[Run, float, dict[str, str]], tuple[int | None, str]]]
     "loopback": _loopback,
     "ranks": _ranks,
     "pipeline": _pipeline,
+    "packing": _packing,
 }
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cutlass_kernels.gating import KERNEL_STAGES, SWIGLU
+from cutlass_kernels.gating import KERNEL_STAGES
 from cutlass_kernels.isolation import run_isolated
 from cutlass_kernels.results import append, read
 from jobs.gpu_run.environment import env_step, environment, no_gpu, plan_child, unpack
@@ -25,7 +25,9 @@ from jobs.gpu_run.kernels import gate, kernel_step, sass
 from jobs.gpu_run.layers import GATED, account, gated, planted_stage
 from jobs.gpu_run.plan import (
     DEFAULT,
+    ELEMENTWISE,
     INNER_ENV,
+    NEW,
     OUTER_S,
     RERUN_TOTAL_S,
     ROOT,
@@ -33,10 +35,13 @@ from jobs.gpu_run.plan import (
     SPENT,
     STAGES,
     TOTAL_S,
+    UNPACKED_S,
     Step,
     asked,
+    beyond,
     contention,
     reserved_after,
+    reserves,
     steps,
 )
 from jobs.gpu_run.run import Run, now, say, stage
@@ -66,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         "zero-times-inf) in STAGE (or *) for kernel keys matching KEY",
     )
     parser.add_argument("--limit", action="append", default=[], metavar="NAME=SECONDS")
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        help="the pipeline's dataset folder, kept: a rerun into it runs only what is not done there "
+        "(default: a fresh one in the run's scratch folder, kept as OUT_DIR/dataset.tar.gz)",
+    )
     parser.add_argument("--total", type=float, default=TOTAL_S, help=f"the whole run's seconds ({TOTAL_S})")
     args = parser.parse_args(argv)
     try:
@@ -87,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
                 wanted.plants,
                 scale=scale,
                 stalls=wanted.stalls,
+                whl=args.whl,
+                named_dataset=args.dataset and args.dataset.resolve(),
             )
             try:
                 return _run_all(run, args, wanted.stages, wanted.variants, wanted.planted)
@@ -165,18 +178,27 @@ def _run_all(
     unpack(run, args.whl)
     ok = True
     plan: list[dict[str, Any]] = []
+    budget = args.total - UNPACKED_S  # the window's seconds for the steps' reserves
     if "env" in stages:
-        later = [Step("env"), *steps(stages, [DEFAULT, SWIGLU])[1:]]  # the variants are not known yet
-        deadline = run.deadline - reserved_after(later, 0, run.scale)
+        later = steps(stages, [DEFAULT, *ELEMENTWISE, *NEW])  # the variants are not known yet
+        deadline = run.deadline - reserved_after(reserves(later, budget), 0, run.scale)
         ok &= stage(run, Step("env"), lambda limit: env_step(run, limit, plan), deadline)
     elif any(s in stages for s in KERNEL_STAGES):
         ok &= stage(run, Step("plan"), lambda limit: plan_child(run, limit, plan))
     names = _variants_of(run, plan, variants)
     run.chosen = next((r["variants"] for r in plan if r.get("name") == "chosen"), {})
     picked = [v for v in names if any(v in vs for vs in run.chosen.values())]
-    order = [s for s in steps(stages, names, planted, picked) if s.stage != "env"]
+    order = steps(stages, names, planted, picked)
+    granted = reserves(order, budget, picked)
+    labels = [s.label for s in order]
+    past = beyond(order, granted, picked)
+    run.record("run", name="plan", status="info", steps=labels, reserve_s=granted, beyond=past)
+    beyond_note = f"; past the window's reserves: {', '.join(past)}" if past else ""
+    say(run, f"plan: {len(order)} steps, {sum(granted):.0f} s of {budget:.0f} reserved{beyond_note}")
     for i, step in enumerate(order):
-        deadline = run.deadline - reserved_after(order, i, run.scale)
+        deadline = run.deadline - reserved_after(granted, i, run.scale)
+        if step.stage == "env":
+            continue
         if step.variant is not None:
             ok &= kernel_step(run, step, plan, deadline)
         elif step.stage == "sass":
@@ -213,10 +235,10 @@ def rerun_args(run: Run) -> list[str]:
 
 
 def _variants_of(run: Run, plan: list[dict[str, Any]], wanted: tuple[str, ...] | None) -> list[str]:
-    """The plan's variants with ``swiglu`` (the SwiGLU backward kernel's steps) after the default, those
-    ``wanted`` only; a wanted name the arch lacks is recorded."""
+    """The plan's variants with the elementwise kernels' steps (:data:`ELEMENTWISE`) after the default,
+    those ``wanted`` only; a wanted name the arch lacks is recorded."""
     known = list(dict.fromkeys(r["variant"] for r in plan if r.get("name") == "op variant"))
-    known = [*known[:1], SWIGLU, *known[1:]] if known else []
+    known = [*known[:1], *ELEMENTWISE, *known[1:]] if known else []
     if wanted is None:
         return known
     for name in wanted:

@@ -43,10 +43,18 @@ class Run:
     began: float = field(default_factory=time.monotonic)
     chosen: dict[str, list[str]] = field(default_factory=dict)  # op -> the variants the table names
     stalls: tuple[str, ...] = ()  # stages planted to stall (--plant stall:STAGE)
+    whl: Path = ROOT / ".whl"  # what travelled beside the tree (jobs/pack-gpu.sh, jobs.gpu_run.pack)
+    named_dataset: Path | None = None  # --dataset: the pipeline's dataset, kept (else the work folder's)
 
     @property
     def results(self) -> Path:
         return self.out / "results.jsonl"
+
+    @property
+    def dataset(self) -> Path:
+        """Where the pipeline and packing steps sweep: the folder ``--dataset`` names (kept, and a rerun
+        into it resumes), else one in the work folder (removed with it; OUT_DIR keeps it as a tar)."""
+        return self.named_dataset or self.work / "dataset"
 
     def record(self, stage: str, **fields: Any) -> None:
         append(self.results, {"run": self.run_id, "stage": stage, **fields})
