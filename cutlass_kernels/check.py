@@ -1,6 +1,6 @@
 """The GPU checks of the CuTe grouped GEMMs, one kernel or one op x variant per process, as the
-children that ``jobs/gpu_run.py`` runs for the ``env``, ``smoke``, ``correctness`` and SASS steps of
-the device run (timings: :mod:`cutlass_kernels.bench`).
+children that the device run (``jobs/gpu_run/``) runs for its ``env``, ``smoke``, ``correctness`` and
+SASS steps (timings: :mod:`cutlass_kernels.bench`).
 
 Every result is one JSON line appended to a results file the moment it exists (flushed and fsynced),
 so a child killed at its time limit keeps what it had recorded. Each check ends in a verdict per

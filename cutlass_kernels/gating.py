@@ -36,6 +36,9 @@ _NO_SMOKE = (SWIGLU, MX_QUANT, SWIGLU_FWD)  # elementwise kernels, checked from 
 GATE_KEYS = (*(f"{op}/bfloat16/default" for op in BF16_OPS), SWIGLU_KEY)
 # pins what backend="auto" resolves to (cutlass_kernels.api); the runner sets it when the gate is shut
 BACKEND_ENV = "CUTLASS_KERNELS_BACKEND"
+# selects the MX quantization kernel over the torch form (cutlass_kernels.quantize); the runner sets it
+# for the MX op's timing once the kernel passed its correctness
+MX_QUANTIZER_ENV = "CUTLASS_KERNELS_MX_QUANTIZER"
 
 
 def key(op: str, out_dtype: str, variant: str) -> str:

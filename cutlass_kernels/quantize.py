@@ -10,9 +10,8 @@ from __future__ import annotations
 import torch
 
 from cutlass_kernels import choices, mxfp8
+from cutlass_kernels.gating import MX_QUANTIZER_ENV as QUANTIZER_ENV
 from cutlass_kernels.mxfp8 import MXTensor
-
-QUANTIZER_ENV = "CUTLASS_KERNELS_MX_QUANTIZER"
 
 
 def quantizer() -> str:

@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
-# The one command a lent GPU machine runs: readiness of the whole GPU half in at most 6 minutes wall.
+# The one command a lent GPU machine runs: the whole GPU half in at most 550 s (python -m jobs.gpu_run).
 #
 #   jobs/gpu-run.sh OUT_DIR [--dry-run] [--only STAGE,...] [--variants all|NAME,...] [--total SECONDS]
 #                           [--limit NAME=SECONDS] [--plant KIND:AFTER | KIND:STAGE:KEY] [--whl DIR]
+#                           [--dataset DIR]
 #
-# Order, for the most truth per minute: env (GPU, driver, clocks, versions, the plan of kernels;
-# unpacking of .whl/ timed), then the default kernels' smoke (each compiled kernel once, two persistent
-# walkers, rings that wrap), correctness (every op x output dtype against an FP32 reference, NaN / Inf
-# in the rows past offs[-1], NaN-prefilled outputs, B layout, graph replay) and timing (every shape),
-# then the SwiGLU backward kernel's correctness and timing, then each other variant's smoke,
-# correctness and timing in turn, the SASS check, then tests (the
-# CUDA-only pytest tests) and pipeline (a scale=full max_ranks=1 multirun of each kind, MoK and
-# Dist-MoE, BF16 and MXFP8, then pipeline.aggregate), whose time is kept back from the start. Every
-# check is a process of its own under its own time limit (killed with all it started at the limit), and
-# a kernel runs in a stage only where every earlier stage passed it; tests and pipeline run on the CuTe
-# kernels only where the three default BF16 kernels and the SwiGLU backward passed, else on the torch
-# backend (and say so).
+# Order, for the most truth per second: env (GPU, driver, clocks, versions, the plan of kernels, the
+# kernel cache verified, the record of the code checked; what travelled in .whl/ unpacked first), the
+# gate of the stages that run layers (the smoke and correctness of the default kernels, of the variants
+# the per-shape table names and of the SwiGLU backward), the kernels no GPU has checked yet (the MX
+# quantization and fused SwiGLU forward kernels, the new wgrad and tail variants: their checks, then
+# their timing), the defaults' timing, the matched pairs (pipeline: MoK against Dist-MoE in BF16, one
+# workload of each kind, then pipeline.aggregate) and their phase accounts, the loopback and the ranks
+# sharing the GPU, the packing execution of Dist-MoE MXFP8 beside its estimate, the CUDA-only tests,
+# then the rest; reserves go to the steps in that order while the window holds them. Every check is a
+# process of its own under its own time limit (killed with all it started at the limit), and a kernel
+# runs in a stage only where every earlier stage passed it; the stages that run layers run on the CuTe
+# kernels only where the kernels they run passed, else on the torch backend (and say so).
 # Every result is appended to OUT_DIR/results.jsonl the moment it exists; OUT_DIR/summary.md is
 # rewritten as results arrive; output goes to OUT_DIR/log.txt; the published CSV to
 # OUT_DIR/mok-comparison.csv. docs/gpu.md has the rest, and the window plan.
@@ -28,4 +29,5 @@
 # Exit status: 0 every step passed, 1 a step failed, timed out or was cut, 2 bad arguments or no GPU.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-exec python3 -u "$root/jobs/gpu_run.py" "$@"
+export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"
+exec python3 -u -m jobs.gpu_run "$@"

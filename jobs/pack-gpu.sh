@@ -11,8 +11,16 @@
 #                            the default's blocks)
 #   .whl/py/*.whl            hydra-core, omegaconf, the antlr4 runtime and submitit, at the versions
 #                            this environment runs (the image has none of them; it has pytest)
+#   .whl/kernel-cache.tar.xz every sm_90a kernel exported ahead of time and verified (python -m
+#                            cutlass_kernels cache build / verify: no compile on the device), rebuilt
+#                            where its key (DSL version, arch, the kernels' sources) changed
+#   .whl/estimates.json      the packing execution's estimate (python -m pipeline.estimate, h200)
+#   .whl/provenance.json     the commit, whether the tree differs from it, the travelling files' digest
+#                            (written last: the dry run checks it against the tree; python -m
+#                            jobs.gpu_run.pack writes these three)
 #
-# usage (from anywhere in the checkout): jobs/pack-gpu.sh     about 5 minutes of one core (the xz)
+# usage (from anywhere in the checkout): jobs/pack-gpu.sh     about 6 minutes of one core (the xz, the
+# kernels' export); a clean checkout first (what travels is recorded)
 # Ends by measuring what a call of the device tool carries, and fails when less than 8 MiB is left.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -52,6 +60,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform any -d .whl/py $pins 2>&1 | { grep -v '^WARNING' || true; }
 # the antlr4 runtime omegaconf needs is published as a source archive only
 python3 -m pip wheel -q --no-deps -w .whl/py "antlr4-python3-runtime==$antlr" 2>&1 | { grep -v '^WARNING' || true; }
+
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python3 -m jobs.gpu_run.pack .whl
 
 tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb | tail -1 | cut -f1)
 packed=$(du -cb .whl | tail -1 | cut -f1)

@@ -29,7 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from jobs.gpu_run import MAX_SCALE, RESERVE_S, RUN_SPENT, SPENT, TOTAL_S
+from jobs.gpu_run import pack
+from jobs.gpu_run.plan import MAX_SCALE, PACKING, RUN_SPENT, SPENT, TOTAL_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "jobs" / "gpu-run.sh"
@@ -74,6 +75,7 @@ def packed_wheels(folder: Path) -> Path:
         ),
         (["--variants", "Tail-64"], "gpu-run: --variants 'Tail-64': want all, or variant names"),
         (["--limit", "timing=soon"], "gpu-run: --limit 'timing=soon': want NAME=SECONDS"),
+        (["--dataset", str(SCRIPT)], f"gpu-run: --dataset {SCRIPT}: a file; want a dataset folder"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, args, message):
@@ -95,11 +97,11 @@ def test_a_plain_run_without_a_gpu_exits_2_in_one_line(tmp_path):
 # the dry run's children import torch (about 5 s of CPU each): limits with room for two shared cores
 CHILD_LIMITS = [
     "--limit",
-    "smoke-kernel=40",
+    "smoke-kernel=30",
     "--limit",
-    "correctness-kernel=45",
+    "correctness-kernel=35",
     "--limit",
-    "timing-kernel=30",
+    "timing-kernel=25",
 ]
 # planted kernel faults: one hangs in smoke, one only in correctness (after its other dtype passed),
 # the MX op alone is wrong (on sm90, the dry run's arch, it runs the fprop kernel, which is right), a
@@ -114,18 +116,41 @@ FAULTS = [
     "hang:smoke:wgrad/bfloat16/default",
     "hang:timing:dgrad/bfloat16/default",
 ]
+# the plain dry run's steps: the gate's checks, the new elementwise kernels' (the dry run's plan has no
+# other variant), the defaults' timing, the matched pair and its account, the rehearsals, the packing
+# execution, the tests, the SwiGLU backward's timing
 ORDER = [
     "env",
     "smoke default",
     "correctness default",
     "correctness swiglu",
-    "tests",
-    "loopback",
-    "ranks",
+    "correctness mxquant",
+    "correctness swiglufwd",
+    "timing mxquant",
+    "timing swiglufwd",
     "timing default",
-    "timing swiglu",
     "pipeline",
     "account",
+    "loopback",
+    "ranks",
+    "packing",
+    "tests",
+    "timing swiglu",
+]
+# the planted run's: the stages its faults are about (the rehearsals and the packing execution run
+# through the same gate as tests and pipeline; the plain run checks them), the default kernels and
+# the SwiGLU backward's
+PLANTED_STAGES = "env,smoke,correctness,timing,pipeline,account,tests"
+PLANTED_ORDER = [
+    "env",
+    "smoke default",
+    "correctness default",
+    "correctness swiglu",
+    "timing default",
+    "pipeline",
+    "account",
+    "tests",
+    "timing swiglu",
 ]
 
 
@@ -159,15 +184,18 @@ def assert_within_its_total(found: list[dict]) -> None:
 
 
 def assert_each_step_had_its_reserve(found: list[dict]) -> None:
-    """Every named step started with at least its reserved seconds left (times the run's scale),
-    whatever the steps before it took."""
+    """Every step the plan granted a reserve started with at least that many seconds left (times the
+    run's scale), whatever the steps before it took; the reserves fit the window."""
     scale = started(found)["scale"]
+    (plan,) = [r for r in found if r["stage"] == "run" and r.get("name") == "plan"]
+    reserve = dict(zip(plan["steps"], plan["reserve_s"], strict=True))
+    assert sum(plan["reserve_s"]) <= TOTAL_S - 20
     for label, record in step_records(found).items():
-        if label in RESERVE_S:
-            assert record["left_s"] >= RESERVE_S[label] * scale - 1, (label, record)
+        if reserve.get(label):
+            assert record["left_s"] >= reserve[label] * scale - 1, (label, record)
 
 
-# the dry run's own limit stretches with the host's load (jobs.gpu_run.contention), so may this one
+# the dry run's own limit stretches with the host's load (jobs.gpu_run.plan.contention), so may this one
 DRY_RUN_TIMEOUT = 1.5 * TOTAL_S * MAX_SCALE
 
 
@@ -209,6 +237,7 @@ def device_like(tmp_path_factory) -> tuple[dict[str, str], Path]:
     # the DSL: the image has none, and the packed archive is cp312; this host's own stands in for it
     (venv_site / "device.pth").write_text(f"{shadow}\n{site / 'nvidia_cutlass_dsl' / 'dsl_packages'}\n")
     whl = packed_wheels(root / "whl")
+    pack_extras(whl)
     for package in ("hydra", "omegaconf", "antlr4", "submitit"):
         with zipfile.ZipFile(whl / "py" / f"{package}_packed-1.0-py3-none-any.whl", "w") as z:
             for path in sorted((site / package).rglob("*")):
@@ -233,15 +262,67 @@ def device_like(tmp_path_factory) -> tuple[dict[str, str], Path]:
 DEVICE_LACKS = ("hydra", "omegaconf", "antlr4", "submitit")
 
 
+@pytest.fixture(scope="module")
+def plain_run(device_like, tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """The plain dry run in the device's conditions, its pipeline's dataset kept (``--dataset``): its
+    result, its OUT_DIR and that dataset, which the planted run resumes (what is done there is not
+    run again)."""
+    env, whl = device_like
+    root = tmp_path_factory.mktemp("plain")
+    out, dataset = root / "out", root / "dataset"
+    done = subprocess.run(
+        ["bash", str(SCRIPT), str(out), "--dry-run", "--whl", str(whl), "--dataset", str(dataset)],
+        capture_output=True,
+        text=True,
+        timeout=DRY_RUN_TIMEOUT,
+        cwd=ROOT,
+        env=env,
+    )
+    return done, out, dataset
+
+
+# one kernel exported into a kernel cache (one compile, where the pack exports the arch's fifty): what
+# the dry run verifies and loads
+ONE_KERNEL = """
+import sys
+from pathlib import Path
+from cutlass_kernels import kernel_cache, mx_quant_kernel as q
+compiled = q.compile_kernel("values", "exact", "sm_90a", None, kernel_cache.HOST_TARGET)
+kernel_cache.build("sm_90a", Path(sys.argv[1]), {q.kernel_name("values", "exact", "sm_90a"): compiled})
+"""
+
+
+def pack_extras(whl: Path) -> None:
+    """What ``python -m jobs.gpu_run.pack`` adds beside the wheels, by its own functions: the record of
+    this tree, the packing execution's estimate, and a kernel cache (of one kernel)."""
+    cache = whl.parent / "kernel-cache"
+    env = {**os.environ, "CUTE_DSL_ARCH": pack.ARCH}
+    subprocess.run([sys.executable, "-c", ONE_KERNEL, str(cache)], check=True, env=env, timeout=600)
+    pack.pack_cache(cache, whl / pack.KERNEL_CACHE)
+    (whl / pack.ESTIMATES).write_text(json.dumps(pack.estimates()))
+    (whl / pack.PROVENANCE).write_text(json.dumps(pack.provenance()))
+
+
 @pytest.mark.slow
-def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_stage(tmp_path):
-    """Every stage, with a failing and a hanging planted stage (whose grandchild must die with it),
-    a stalling tests stage and every kernel fault of FAULTS at once, in one run: each bad kernel stops
-    where it failed and never runs again, every other kernel is checked and timed, every later step
-    keeps its reserved time, the tests and pipeline stages run on the torch backend (a default kernel
-    hung), and every other result is kept, within the run's total."""
-    out, whl = tmp_path / "out", packed_wheels(tmp_path / "whl")
+def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_stage(
+    tmp_path, device_like, plain_run
+):
+    """The stages the faults are about (:data:`PLANTED_STAGES`), with a failing and a hanging planted
+    stage (whose grandchild must die with it), a stalling tests stage and every kernel fault of FAULTS
+    at once, in one run: each bad kernel stops where it failed and never runs again, every other kernel
+    is checked and timed, every later step keeps its reserved time, the tests and pipeline stages run
+    on the torch backend (a default kernel hung), and every other result is kept, within the run's
+    total. What travels is the plain run's (:func:`device_like`'s, built once), and its pipeline
+    resumes the plain run's dataset: the pair is done there, so it is aggregated, not run again."""
+    out, whl, dataset = tmp_path / "out", device_like[1], tmp_path / "dataset"
+    shutil.copytree(plain_run[2], dataset, symlinks=True)
     args = [
+        "--dataset",
+        str(dataset),
+        "--only",
+        PLANTED_STAGES,
+        "--variants",
+        "default,swiglu",
         "--plant",
         "fail:smoke",
         "--plant",
@@ -266,7 +347,7 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
 
     found = records(out)
     stage = step_records(found)
-    order = [*ORDER]
+    order = [*PLANTED_ORDER]
     order.insert(order.index("smoke default") + 1, "planted-fail")
     order.insert(order.index("correctness default") + 1, "planted-hang")
     assert list(stage) == order
@@ -280,8 +361,9 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     unpack = [r for r in found if r["stage"] == "env" and r.get("name") in ("unpack cutlass-dsl", "py wheel")]
-    assert [r["status"] for r in unpack] == ["pass", "pass"]
-    assert unpack[1]["wheel"] == "gpu_run_probe_wheel-1.0-py3-none-any.whl" and unpack[1]["on_pythonpath"]
+    assert {r["status"] for r in unpack} == {"pass"} and len(unpack) == 6
+    probe = next(r for r in unpack if r.get("wheel") == "gpu_run_probe_wheel-1.0-py3-none-any.whl")
+    assert probe["on_pythonpath"]
 
     smoke, correctness, timing = (verdicts(found, s) for s in ("smoke", "correctness", "timing"))
     # hangs in smoke: killed at its limit, never checked or timed; nor the MX op its kernel serves
@@ -325,7 +407,7 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
     # it names (so the faults in fprop's and dgrad's FP32 kernels and in the MX op left their BF16
     # defaults passing)
     gates = [r for r in found if r["stage"] == "gate"]  # one for each stage that runs layers
-    assert len(gates) == 4 and len({g["reason"] for g in gates}) == 1
+    assert len(gates) == 2 and len({g["reason"] for g in gates}) == 1
     gate = gates[0]
     assert gate["backend"] == "torch"
     assert gate["reason"].startswith("wgrad/bfloat16/default failed smoke: timed out")
@@ -336,8 +418,9 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
     assert stage["pipeline"]["status"] == "pass" and "on the torch backend" in stage["pipeline"]["note"]
     assert_each_step_had_its_reserve(found)
     executions = [r for r in found if r["stage"] == "pipeline" and r.get("sanityPassed") == "true"]
-    assert len(executions) == 1
-    assert len((out / "mok-comparison.csv").read_text().splitlines()) == 2
+    assert len(executions) == 2  # the pair, resumed: done in the plain run's dataset, published again
+    assert "0 of 2 executions run, 2 done before" in stage["pipeline"]["note"]
+    assert len((out / "mok-comparison.csv").read_text().splitlines()) == 4  # and its packing execution
     assert_within_its_total(found)
     assert not [r for r in found if r.get("reason") in (SPENT, RUN_SPENT)]  # nothing cut for time
 
@@ -354,20 +437,14 @@ def test_dry_run_with_planted_faults_leaves_each_bad_kernel_out_of_every_later_s
 
 
 @pytest.mark.slow
-def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path, device_like):
+def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(device_like, plain_run):
     """``jobs/gpu-run.sh OUT --dry-run`` where hydra, omegaconf, antlr4 and submitit come from the
     packed wheels, as on the device: every step passes in its order, within the device's limits, each
-    step's end on stdout and the summary last."""
-    env, whl = device_like
-    out = tmp_path / "out"
-    done = subprocess.run(
-        ["bash", str(SCRIPT), str(out), "--dry-run", "--whl", str(whl)],
-        capture_output=True,
-        text=True,
-        timeout=DRY_RUN_TIMEOUT,
-        cwd=ROOT,
-        env=env,
-    )
+    step's end on stdout and the summary last; the kernel cache verified and named to every child, the
+    record of the code checked against the tree and named by every shard, the matched pair published
+    with its speedup, the packing execution beside its estimate, what the grouped jobs cost."""
+    whl = device_like[1]
+    done, out, _ = plain_run
     assert done.returncode == 0, (out / "summary.md").read_text()[-3000:]
     found = records(out)
     stage = step_records(found)
@@ -383,25 +460,63 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
     }
     every = {s: verdicts(found, s) for s in ("smoke", "correctness", "timing")}
     assert set(every["smoke"].values()) == set(every["correctness"].values()) == {"pass"}
-    assert len(every["smoke"]) == 6 and len(every["correctness"]) == 9 and len(every["timing"]) == 5
+    # smoke: the six default kernels; correctness: their nine keys and the three elementwise kernels
+    assert len(every["smoke"]) == 6 and len(every["correctness"]) == 11 and len(every["timing"]) == 7
+    assert {"mxquant/bfloat16/default", "swiglufwd/bfloat16/default"} <= set(every["timing"])
+    # the MX op was timed with the quantization kernel, which had passed its correctness
+    assert [r["quantizer"] for r in found if r.get("verdict") and r["key"] == "mx/bfloat16/default"
+            and r["stage"] == "timing"] == ["kernel"]  # fmt: skip
     gates = [r for r in found if r["stage"] == "gate"]  # one for each stage that runs layers
     assert [(r["status"], r["backend"], r.get("reason")) for r in gates] == [
         ("pass", "cute kernels", None)
-    ] * 4
+    ] * 5
+    # what travelled: the kernel cache unpacked, verified (its kernel loads) and named to the children;
+    # the record of the code the same as this tree, its commit on every published row
+    env_records = {r["name"]: r for r in found if r["stage"] == "env"}
+    assert env_records["unpack kernel cache"]["status"] == "pass"
+    assert env_records["kernel cache"]["status"] == "pass" and env_records["kernel cache"]["kernels"] == 1
+    code = env_records["provenance"]
+    assert code["status"] == "pass" and code["tree"] == pack.provenance()["tree"]
+    assert (
+        code["git_sha"].startswith(code["commit"]) and (code["git_sha"] == code["commit"]) != code["differs"]
+    )
     assert (
         "on the CuTe kernels" in stage["tests"]["note"] and "on the CuTe kernels" in stage["pipeline"]["note"]
     )
     assert_within_its_total(found)
     assert_each_step_had_its_reserve(found)
+    pair = ["inference-ep8-f1536-bf16-mok-native", "inference-ep8-f1536-bf16-dist-moe-bf16"]
     phases = [r for r in found if r["stage"] == "pipeline" and r.get("name") == "phases"]
-    assert len(phases) == 1 and phases[0]["windows"] > 0 and phases[0]["account"] > 0  # its time
-    # the account step: the single-GPU execution's phase account, adding up, its profile kept
-    (accounted,) = [r for r in found if r["stage"] == "account" and r.get("profiled_ms") is not None]
-    assert accounted["status"] == "pass" and accounted["name"] == "inference-ep8-f1536-bf16-mok-native"
-    parts = sum(v or 0 for v in accounted["phases"].values()) + accounted["unclaimed_ms"]
-    assert parts == pytest.approx(accounted["profiled_ms"], rel=1e-4)
-    assert accounted["phases"]["dispatch"] is None and accounted["phases"]["fprop"] > 0  # one rank: no comm
-    assert accounted["traces"] == ["traces/inference-ep8-f1536-bf16-mok-native/attempt-1/rank-0.json.gz"]
+    assert sorted(r["execution"] for r in phases) == sorted(pair)
+    assert all(r["windows"] > 0 and r["account"] > 0 and r["compiles"] == 0 for r in phases)  # its time
+    rows = [r for r in found if r["stage"] in ("pipeline", "packing") and r.get("iterationMS")]
+    assert [r["name"] for r in rows] == [*sorted(pair), *PACKING.execution_ids()]
+    assert {r["git_sha"] for r in rows} == {code["git_sha"]}  # the record's commit, not .git's say
+    # the matched pair: MoK's iteration over Dist-MoE's, published with its interval
+    (published,) = [r for r in found if r["stage"] == "pipeline" and r.get("name") == "pair"]
+    assert (published["mok_execution_id"], published["dist_execution_id"]) == tuple(pair)
+    ratio = published["mokIterationMS"] / published["distIterationMS"]
+    assert published["speedup"] == pytest.approx(ratio, rel=1e-5)  # six digits published
+    assert published["speedupLow"] <= published["speedup"] <= published["speedupHigh"]
+    # what each grouped job cost: its wall time over its rank-0 windows, no compile
+    costs = {r["stage"]: r for r in found if r.get("name") == "cost"}
+    assert costs["pipeline"]["executions"] == 2 and costs["packing"]["executions"] == 1
+    assert costs["pipeline"]["windows_s"] == pytest.approx(sum(r["windows"] for r in phases), abs=0.01)
+    assert all(c["over_windows"] > 1 and c["compiles"] == 0 for c in costs.values())
+    # the packing execution's peak beside its estimate, read from the pack (the h200 preset's)
+    (peak,) = [r for r in found if r["stage"] == "packing" and r.get("name") == "peak"]
+    estimate = json.loads((whl / pack.ESTIMATES).read_text())[PACKING.execution_ids()[0]]
+    assert (peak["estimated_peak_gib"], peak["estimate_preset"]) == (estimate["timed_peak_gib"], "h200")
+    # the account step: each single-GPU execution's phase account, adding up, its profile kept
+    accounted = [r for r in found if r["stage"] == "account" and r.get("profiled_ms") is not None]
+    assert sorted(r["name"] for r in accounted) == sorted(pair) and {r["status"] for r in accounted} == {
+        "pass"
+    }
+    for r in accounted:
+        parts = sum(v or 0 for v in r["phases"].values()) + r["unclaimed_ms"]
+        assert parts == pytest.approx(r["profiled_ms"], rel=1e-4)
+        assert r["phases"]["dispatch"] is None and r["phases"]["fprop"] > 0  # one rank: no communication
+        assert r["traces"] == [f"traces/{r['name']}/attempt-1/rank-0.json.gz"]
     # the multi-rank rehearsals: one rank's gloo loopback calls the exchange's all-to-alls (eagerly:
     # no CUDA graph on a CPU) and computes what one rank alone does; two CPU ranks route rows across
     # ranks through two executions' gates
@@ -422,19 +537,38 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(tmp_path,
         assert f"] {label}: pass in " in done.stdout, label
     summary = (out / "summary.md").read_text()
     assert "The stages that run layers ran on: cute kernels" in summary and "To finish" not in summary
-    assert "## Loopback" in summary and "## Ranks sharing one GPU" in summary
+    assert "## Loopback" in summary and "## Ranks sharing one GPU" in summary and "Did not fit" not in summary
+    assert (
+        f"Code: prepared from commit {code['commit'][:12]}" in summary
+        and "Kernel cache: 1 kernels" in summary
+    )
+    for title in (
+        "Matched pairs",
+        "Elementwise kernels",
+        "The packing execution's peak",
+        "What a dataset cost",
+    ):
+        assert f"## {title}" in summary, title
     assert "## Where each execution's iteration went (phase account, ms)" in summary
     assert done.stdout.rstrip().endswith(summary.rstrip())
 
 
 @pytest.mark.slow
-def test_a_run_stopped_from_outside_keeps_what_it_did_and_prints_its_summary(tmp_path):
+def test_a_run_stopped_from_outside_keeps_what_it_did_and_prints_its_summary(tmp_path, device_like):
     """SIGTERM to the run (what the device tool sends at its call's limit) once the defaults' smoke
     has ended: every process of the run is killed, the finished steps' records and the summary stay
     in OUT_DIR, and stdout has each finished step's line, the reason and the summary."""
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [str(SCRIPT), str(out), "--dry-run", "--only", "env,smoke,correctness,timing"],
+        [
+            str(SCRIPT),
+            str(out),
+            "--dry-run",
+            "--only",
+            "env,smoke,correctness,timing",
+            "--whl",
+            str(device_like[1]),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -469,7 +603,9 @@ def _runs(proc: Path, run_id: str) -> bool:
 
 
 def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
-    from jobs.gpu_run import Run, _rerun_args, write_summary
+    from jobs.gpu_run.main import rerun_args
+    from jobs.gpu_run.run import Run
+    from jobs.gpu_run.summary import write_summary
 
     run = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "7", {})
     other = Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "6", {})
@@ -488,7 +624,7 @@ def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
     run.record("correctness", name="stage", variant="tail64", status="skip", reason=SPENT)
     run.record("pipeline", name="stage", status="skip", reason=RUN_SPENT)
     run.record("timing", name="stage", variant="cta2", status="skip")  # all refused: nothing to rerun
-    args = _rerun_args(run)
+    args = rerun_args(run)
     assert args == ["--total", "220", "--only", "correctness,timing,pipeline", "--variants", "default,tail64"]
     run.record("run", name="rerun", status="info", args=args)
     write_summary(tmp_path)
@@ -497,4 +633,4 @@ def test_what_a_run_had_no_time_for_becomes_its_rerun(tmp_path):
         .read_text()
         .endswith(f"To finish: `jobs/gpu-run.sh OUT_DIR {' '.join(args)}`\n")
     )
-    assert _rerun_args(Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "8", {})) == []
+    assert rerun_args(Run(tmp_path, tmp_path, True, 0.0, io.StringIO(), "8", {})) == []

@@ -1,5 +1,5 @@
 """Which kernels each stage of the device run may run (``cutlass_kernels.gating``), the gate of its
-tests and pipeline stages, and the order of its steps (``jobs/gpu_run.steps``), on records as the
+tests and pipeline stages, and the order of its steps (``jobs.gpu_run.plan.steps``), on records as the
 stages write them."""
 
 from __future__ import annotations
@@ -7,7 +7,18 @@ from __future__ import annotations
 import pytest
 
 from cutlass_kernels import gating
-from jobs.gpu_run import RESERVE_S, TOTAL_S, Step, reserved_after, steps
+from jobs.gpu_run.plan import (
+    RESERVE_S,
+    STAGES,
+    TOTAL_S,
+    UNPACKED_S,
+    VARIANT_RESERVE_S,
+    Step,
+    beyond,
+    reserved_after,
+    reserves,
+    steps,
+)
 
 
 def verdict(stage: str, k: str, status: str = "pass", **why: str) -> dict:
@@ -121,23 +132,34 @@ def test_unknown_stage_is_refused():
         gating.refusal("sm_90a", {}, "tests", "fprop/bfloat16/default")
 
 
-def test_steps_run_the_gate_then_tests_then_timing_then_pipeline_then_the_other_variants():
-    order = steps(
-        ["env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline"],
-        ["tail64", "default", "swiglu", "inplace"],
-    )
+SM90 = ["default", "swiglu", "mxquant", "swiglufwd", "tma_epilogue", "tail64", "cluster2x1"]
+SM90 += ["tma_cluster2x1", "tma_tail64", "inplace", "ragged_tile", "inplace_tile"]
+CHOSEN = ["tma_epilogue", "tma_cluster2x1", "inplace"]
+
+
+def test_steps_run_the_gate_then_the_new_kernels_then_the_pairs_then_the_rest():
+    order = steps(STAGES, SM90, chosen=CHOSEN)
+    gate = ["smoke default", "correctness default"]
+    gate += [f"{s} {v}" for v in CHOSEN for s in ("smoke", "correctness")] + ["correctness swiglu"]
+    new = ["correctness mxquant", "correctness swiglufwd"]  # elementwise: no smoke stage
+    new += [
+        f"{s} {v}" for v in ("ragged_tile", "inplace_tile", "tma_tail64") for s in ("smoke", "correctness")
+    ]
+    new += [f"timing {v}" for v in ("mxquant", "swiglufwd", "ragged_tile", "inplace_tile", "tma_tail64")]
     assert [s.label for s in order] == [
         "env",
-        "smoke default",
-        "correctness default",
-        "correctness swiglu",  # the SwiGLU backward kernel: no smoke stage
-        "tests",
-        "loopback",  # the multi-rank rehearsals: as soon as the kernels they run are known good
+        *gate,  # the gate of the stages that run layers: the kernels they run
+        *new,  # the kernels no GPU has checked yet: their checks, then their timing
+        "timing default",  # what the variant table measures the new ones against
+        "pipeline",  # the matched pairs
+        "account",
+        "loopback",  # the multi-rank rehearsals
         "ranks",
-        "timing default",
+        "packing",  # the packing execution beside its estimate
+        "tests",
         "timing swiglu",
-        "pipeline",
-        *(f"{s} {v}" for v in ("tail64", "inplace") for s in gating.KERNEL_STAGES),
+        *(f"{s} {v}" for v in ("tail64", "cluster2x1") for s in gating.KERNEL_STAGES),  # timed before
+        *(f"timing {v}" for v in CHOSEN),
         "sass",
     ]
     planted = steps(
@@ -148,29 +170,39 @@ def test_steps_run_the_gate_then_tests_then_timing_then_pipeline_then_the_other_
     assert planted == [
         Step("smoke", "default"),
         Step("planted-fail"),
+        Step("timing", "default"),
         Step("tests"),
         Step("planted-hang"),
-        Step("timing", "default"),
         Step("smoke", "cta2"),
         Step("timing", "cta2"),
         Step("sass"),
     ]
 
 
-def test_each_named_step_keeps_its_reserve_from_the_start():
-    """A step may use what is left beyond the reserves of the steps after it: the tests' and the
-    pipeline's time stays theirs whatever the kernel stages take, and the unnamed steps (the other
-    variants) reserve nothing."""
-    order = steps(
-        ["env", "smoke", "correctness", "timing", "tests", "loopback", "ranks", "pipeline"],
-        ["default", "swiglu", "tail64"],
-    )
+def test_the_reserves_go_to_the_steps_in_order_while_the_window_holds_them():
+    """A step may use what is left beyond the reserves granted to the steps after it; the reserves go
+    in order while their sum fits the window, and the steps past it (or with none of their own: the
+    variants timed before, the chosen ones' timing) run on what the others leave, named by ``beyond``."""
+    order = steps(STAGES, SM90, chosen=CHOSEN)
     labels = [s.label for s in order]
-    after_env = reserved_after(order, 0)
-    assert after_env == sum(RESERVE_S[label] for label in labels[1:] if label in RESERVE_S)
-    assert reserved_after(order, labels.index("tests")) == sum(
-        RESERVE_S[k] for k in ("loopback", "ranks", "timing default", "timing swiglu", "pipeline", "sass")
+    full = reserves(order, float("inf"), CHOSEN)
+    assert [labels[i] for i, r in enumerate(full) if not r] == [
+        *(f"{s} {v}" for v in ("tail64", "cluster2x1") for s in gating.KERNEL_STAGES),
+        *(f"timing {v}" for v in CHOSEN),
+    ]
+    assert full[labels.index("smoke tma_epilogue")] == VARIANT_RESERVE_S["smoke"]
+    assert full[labels.index("timing ragged_tile")] == VARIANT_RESERVE_S["timing"]
+    budget = TOTAL_S - UNPACKED_S
+    granted = reserves(order, budget, CHOSEN)
+    assert sum(granted) <= budget < sum(full)
+    first_out = next(i for i, (g, f) in enumerate(zip(granted, full, strict=True)) if f and not g)
+    assert granted[:first_out] == full[:first_out] and not any(granted[first_out:])
+    assert labels.index("pipeline") < first_out  # the new kernels and the matched pairs fit
+    assert beyond(order, granted, CHOSEN) == [labels[i] for i in range(first_out, len(order)) if full[i]]
+    assert reserved_after(granted, 0) == sum(granted) - granted[0]
+    assert reserved_after(granted, labels.index("pipeline"), 2.0) == 2 * sum(
+        granted[labels.index("pipeline") + 1 :]
     )
-    assert reserved_after(order, labels.index("pipeline")) == RESERVE_S["sass"]
-    assert reserved_after(order, labels.index("timing tail64"), 2.0) == 2 * RESERVE_S["sass"]
-    assert after_env + RESERVE_S["env"] <= TOTAL_S - 20  # and the unpacking's ~20 s
+    # a rerun's smaller window: the first steps keep theirs, the rest none
+    small = reserves(order, 100, CHOSEN)
+    assert sum(small) <= 100 and small[0] == RESERVE_S["env"] and not small[-1]

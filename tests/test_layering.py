@@ -199,3 +199,57 @@ def test_a_planted_import_of_the_estimate_is_reached():
     graph = {k: set(v) for k, v in GRAPH.items()}
     graph["pipeline.report.publish"].add("pipeline.tools.estimate.table")
     assert "pipeline.tools.estimate.table" in reached(graph, "pipeline.commands.aggregate")
+
+
+# ----------------------------------------------------------------------------------------------- jobs/
+# The scripts around the packages (the device run, its records' tables, the checkers) sit above every
+# stage: they may import the pipeline and the kernels, never the tests, and no package imports them.
+# The device run's modules import downward among themselves, in this order (bottom first), and its
+# runner process reaches neither torch nor Hydra: it starts before the packed wheels are unpacked.
+JOBS = {
+    ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+    for p in sorted((ROOT / "jobs").rglob("*.py"))
+}
+DEVICE_RUN = (
+    "plan",
+    "pack",
+    "pytest_records",
+    "summary",
+    "run",
+    "environment",
+    "kernels",
+    "layers",
+    "main",
+    "__main__",
+)
+RUNNER_LACKS = ("torch", "hydra", "omegaconf", "submitit")
+
+
+@pytest.mark.parametrize("module", sorted(JOBS))
+def test_jobs_never_import_the_tests(module):
+    uses = sorted(n for n in imports(JOBS[module]) if n.split(".")[0] == "tests")
+    assert not uses, f"{module} imports {uses}"
+
+
+def test_no_package_imports_jobs():
+    assert not [(m, n) for m, p in MODULES.items() for n in imports(p) if n.split(".")[0] == "jobs"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in JOBS if m.startswith("jobs.gpu_run.")))
+def test_the_device_run_imports_downward(module):
+    own = DEVICE_RUN.index(module.removeprefix("jobs.gpu_run."))  # a new module takes its place here
+    above = sorted(
+        n
+        for n in imports(JOBS[module])
+        if n.startswith("jobs.gpu_run") and n != module
+        if n == "jobs.gpu_run" or DEVICE_RUN.index(n.removeprefix("jobs.gpu_run.")) >= own
+    )
+    assert not above, f"{module} imports {above}"
+
+
+def test_the_device_runner_reaches_neither_torch_nor_hydra():
+    graph = {**GRAPH, **{m: {n for n in imports(p) if n in MODULES or n in JOBS} for m, p in JOBS.items()}}
+    reach = {"jobs.gpu_run.main", *reached(graph, "jobs.gpu_run.main")}
+    paths = {**MODULES, **JOBS}
+    uses = sorted((m, n) for m in reach for n in imports(paths[m]) if n.split(".")[0] in RUNNER_LACKS)
+    assert not uses, uses

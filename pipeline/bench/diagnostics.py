@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from pipeline.data.meta import Versions
+from pipeline.data.meta import GIT_SHA_ENV, Versions
 
 
 def peak_rss_bytes() -> int:
@@ -82,7 +82,10 @@ def _package(name: str) -> str | None:
 
 
 def git_sha(repo: Path) -> str | None:
-    """Commit of the code that ran; None outside a git checkout."""
+    """Commit of the code that ran: the one the environment names (:data:`GIT_SHA_ENV`, a copied tree's
+    record), else ``repo``'s HEAD; None outside a git checkout."""
+    if named := os.environ.get(GIT_SHA_ENV):
+        return named
     try:
         done = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True

@@ -67,11 +67,14 @@ def resolve_device(preference: str) -> str:
 
 def cpu_threads(ranks_per_node: int) -> int:
     """A CPU rank's threads: its share of the node's cores, and no more than the CPUs Slurm gave its
-    task (SLURM_CPUS_PER_TASK): nodes of one host may advertise more CPUs than it has, and threads
-    beyond a rank's cores would time-slice with the other ranks' and dominate the timings."""
+    task (SLURM_CPUS_PER_TASK) or the process's thread count where one is named (OMP_NUM_THREADS):
+    nodes of one host may advertise more CPUs than it has, and threads beyond a rank's cores would
+    time-slice with the other ranks' (or a shared host's other work) and dominate the timings."""
     share = max(1, (os.cpu_count() or 1) // ranks_per_node)
-    given = os.environ.get("SLURM_CPUS_PER_TASK", "")
-    return min(share, int(given)) if given.isdigit() and int(given) > 0 else share
+    for name in ("SLURM_CPUS_PER_TASK", "OMP_NUM_THREADS"):
+        given = os.environ.get(name, "")
+        share = min(share, int(given)) if given.isdigit() and int(given) > 0 else share
+    return share
 
 
 def init(device: str, timeout_s: float, folder: Path, attempt: int) -> Context:

@@ -177,14 +177,16 @@ def execute(ctx: distributed.Context, spec: JobSpec, phases: Phases, shared: Sha
 
 class Phases:
     """Wall seconds of each part of an execution on this rank, with the process's age when it began
-    (interpreter start, imports, the job's unpickling) and the kernel compiles inside the parts: where
-    an execution's time goes besides its windows, one line in the job's log."""
+    (interpreter start, imports, the job's unpickling), the kernel compiles inside the parts and the
+    kernels loaded from the kernel cache instead: where an execution's time goes besides its windows,
+    one line in the job's log."""
 
     def __init__(self, first: bool = True) -> None:
         # the process's start counts for the first execution of a group; the later ones share it
         self.seconds: dict[str, float] = {"process": process_age_s() if first else 0.0}
         self.began = time.monotonic()
         self.compiled = compiles.spent()  # what earlier executions of the group compiled is theirs
+        self.loaded = compiles.loads()[1]  # and the kernels they loaded from the kernel cache
 
     @contextlib.contextmanager
     def __call__(self, name: str) -> Iterator[None]:
@@ -201,7 +203,8 @@ class Phases:
         timed = sum(v for k, v in self.seconds.items() if k != "process")
         parts = {**self.seconds, "record": time.monotonic() - self.began - timed, "compile": compiling}
         rounded = {k: round(v, 3) for k, v in parts.items()}
-        return f"phases {execution_id} " + json.dumps({**rounded, "compiles": kernels})
+        loads = compiles.loads()[1] - self.loaded
+        return f"phases {execution_id} " + json.dumps({**rounded, "compiles": kernels, "loads": loads})
 
 
 def rank_account(

@@ -65,6 +65,11 @@ class Versions:
     cutlass_dsl: str | None
 
 
+# The commit a run was prepared from, for a checkout whose own .git may be stale (a copied tree: the
+# device run sets it from its pack's record); unset, the checkout's HEAD (pipeline.bench.diagnostics)
+GIT_SHA_ENV = "MOE_BENCH_GIT_SHA"
+
+
 @dataclass(frozen=True)
 class Provenance:
     """Where and with what the execution ran: the launch ``backend`` (local or slurm), the ``cluster``

@@ -1,4 +1,4 @@
-"""A pytest plugin of the device run's tests stage (``-p pytest_records``): each test's start and
+"""A pytest plugin of the device run's tests stage (``-p jobs.gpu_run.pytest_records``): each test's start and
 outcome appended to the run's results file (``$GPU_RUN_RESULTS``) the moment they happen, so a
 pytest killed at its limit keeps every test that ended and names the one it was in."""
 
@@ -9,12 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from cutlass_kernels.results import append
+from jobs.gpu_run.plan import RECORDS_ENV
 
 _OUTCOME = {"passed": "pass", "skipped": "skip", "failed": "fail"}
 
 
 def _record(**fields: Any) -> None:
-    append(Path(os.environ["GPU_RUN_RESULTS"]), {"stage": "tests", **fields})
+    append(Path(os.environ[RECORDS_ENV]), {"stage": "tests", **fields})
 
 
 def pytest_runtest_logstart(nodeid: str, location: object) -> None:
