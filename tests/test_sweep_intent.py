@@ -23,7 +23,8 @@ from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
-from pipeline.launch.plan import cause, validate
+from pipeline.launch.jobs import cause
+from pipeline.launch.plan import validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
 from tests.intents import ONE, intended_dataset

@@ -16,7 +16,8 @@ from pipeline.bench.spec import JobSpec
 from pipeline.compose import compose_jobs, job_config, output
 from pipeline.compose.launcher import claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.launch.groups import check_limits
-from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.jobs import Outcome
+from pipeline.launch.plan import plan
 from pipeline.launch.sweep import ExecutionFailed, run
 
 

@@ -39,8 +39,8 @@ from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings
 from pipeline.launch.backends import backend
 from pipeline.launch.groups import check_limits
-from pipeline.launch.jobs import FAILED
-from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.jobs import FAILED, Outcome
+from pipeline.launch.plan import plan
 from pipeline.launch.settings import SITE_KEYS, LaunchSettings, resubmission
 from pipeline.launch.sweep import check_folders, check_shared, claimed, other_writers, run
 from pipeline.matrix import REPORT, Suite

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.launch.jobs import Backend
 from pipeline.launch.local import LocalBackend
-from pipeline.launch.plan import Backend
 from pipeline.launch.slurm import SlurmBackend
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (LocalBackend(), SlurmBackend())}

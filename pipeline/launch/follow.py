@@ -22,7 +22,7 @@ from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.groups import Group
-from pipeline.launch.plan import Outcome, cause, first_line
+from pipeline.launch.jobs import Outcome, cause, first_line
 
 POLL_S = 0.5
 

@@ -1,4 +1,4 @@
-"""A sweep's plan: every execution validated before any is submitted, and what a backend reports back.
+"""A sweep's plan: every execution validated before any is submitted.
 
 Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
 holds its EP degree, a feasible routing plan, a device word that exists). Whether the device is there is
@@ -9,67 +9,17 @@ job runs it as it is.
 
 from __future__ import annotations
 
-import math
-import re
-import socket
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from pipeline.base.vocabulary import DEVICES
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
-from pipeline.data.scan import dataset_settings, scan_shards
-from pipeline.launch.jobs import Job, JobState
+from pipeline.data.scan import dataset_settings
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import Execution, suite_of
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
-
-if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
-    from pipeline.bench.execute import Summary
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one execution ended: rank 0's summary or the error; or why it never started (``missing``:
-    its job ended first, so status calls it missing) or was left to another writer that took it over
-    (``taken``); none of these while it was submitted without being waited for."""
-
-    planned: JobSpec
-    summary: Summary | None
-    error: str | None
-    missing: str | None = None
-    taken: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return any(x is not None for x in (self.summary, self.error, self.missing, self.taken))
-
-    @property
-    def failed(self) -> bool:
-        """Whether it failed or never ran here (the sweep ends in exit status 1, as status does)."""
-        return self.error is not None or self.missing is not None
-
-
-class Backend(Protocol):
-    """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
-    execution in the order they end (or at once, unfinished, when the settings do not wait), and
-    calls ``started`` as each execution starts running."""
-
-    name: str
-
-    def run(
-        self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
-    ) -> Iterator[Outcome]: ...
-
-    def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
-
-    def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
-        """The settings a resubmission runs with (e.g. a scheduler's without waiting)."""
-        ...
-
 
 SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x 1,000,003 + rank: 64 bits)
 
@@ -225,81 +175,3 @@ def _invalid(errors: dict[str, list[str]], total: int) -> list[str]:
             who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"{who}: {message}")
     return out
-
-
-def intents(planned: list[JobSpec], settings: LaunchSettings) -> dict[Dataset, ledger.Intended]:
-    """The intent of a sweep in each of its datasets: every execution it means there, with its
-    overrides, the launch settings and the comparable settings (one per dataset: the plan checked)."""
-    by_dataset: dict[Dataset, list[JobSpec]] = {}
-    for p in planned:
-        by_dataset.setdefault(p.dataset, []).append(p)
-    return {
-        dataset: ledger.Intended(
-            executions=tuple(ledger.Intention(p.execution_id, tuple(p.overrides)) for p in mine),
-            settings=settings.to_json(),
-            comparable=Comparable.of_config(mine[0].config),
-        )
-        for dataset, mine in by_dataset.items()
-    }
-
-
-def resumed(planned: list[JobSpec]) -> tuple[list[JobSpec], list[JobSpec]]:
-    """(to run, done already) of ``planned``: done is an execution with a valid shard in its dataset,
-    of the dataset's settings, which the plan made sure the sweep has (what ``--resume`` skips)."""
-    done = {d: set(scan_shards(d).newest) for d in dict.fromkeys(p.dataset for p in planned)}
-    return (
-        [p for p in planned if p.execution_id not in done[p.dataset]],
-        [p for p in planned if p.execution_id in done[p.dataset]],
-    )
-
-
-def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
-    """(nodes, tasks per node) holding ``ranks`` tasks, at most ``tasks_per_node`` per node."""
-    per_node = ranks if tasks_per_node is None else min(ranks, tasks_per_node)
-    if per_node < 1 or ranks % per_node:
-        raise ValueError(f"{ranks} ranks cannot be spread evenly at {tasks_per_node} tasks per node")
-    return math.ceil(ranks / per_node), per_node
-
-
-def submitted(
-    p: JobSpec,
-    job_id: str,
-    settings: LaunchSettings,
-    *,
-    attempt: int | None = None,
-    requeued_from: int | None = None,
-) -> ledger.Submitted:
-    """The ledger's record of one submission of ``p`` (as ``attempt`` when a requeue renumbers it)."""
-    attempt = p.attempt if attempt is None else attempt
-    dataset = p.dataset
-    return ledger.Submitted(
-        execution_id=p.execution.execution_id,
-        attempt=attempt,
-        job_id=str(job_id),
-        overrides=p.overrides,
-        backend=settings.backend,
-        cluster=settings.cluster,
-        log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
-        requeued_from=requeued_from,
-        settings=settings.to_json(),
-        owner=p.owner,
-        host=socket.gethostname() if settings.backend == "local" else None,  # a local job runs here
-    )
-
-
-def cause(err: Exception) -> str:
-    """What went wrong, in one line, from an error submitit raised: the last line of the task's
-    traceback that it quotes (``ValueError: ...``), else its first line (a job that left no result)."""
-    text = str(err)
-    trace = re.search(r"with trace:\n-+\n(.*?)\n-+\n", text, re.S)
-    if trace is not None:
-        return first_line(trace.group(1).strip().splitlines()[-1])
-    lines = text.strip().splitlines()
-    if type(err).__name__ == "UncompletedJobError":  # "Job J (task: 0) with path P" / "has not produced..."
-        return " ".join(line.strip() for line in lines[:2])
-    return f"{type(err).__name__}: {first_line(text)}"
-
-
-def first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else "no reason given"

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-import secrets
 import subprocess
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -37,9 +35,8 @@ from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.follow import follow
-from pipeline.launch.groups import Group, groups, link
-from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, submitted
+from pipeline.launch.groups import Group, groups
+from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, Outcome, submitted
 from pipeline.launch.settings import LaunchSettings
 
 if TYPE_CHECKING:  # the job's modules import torch, which the submitting side and status need not
@@ -100,7 +97,7 @@ class SlurmTask:
         following = []
         for spec in left:
             attempt = ledger.next_attempt(spec.dataset, spec.execution_id)
-            link(spec.dataset.log_dir(spec.execution_id, attempt), spec.log_dir.resolve())
+            spec.dataset.link_log_dir(spec.execution_id, attempt, spec.log_dir.resolve())
             record = submitted(spec, job_id, self.settings, attempt=attempt, requeued_from=spec.attempt)
             ledger.append(spec.dataset, record)
             following.append(replace(spec, attempt=attempt))
@@ -141,16 +138,15 @@ def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[tuple[Group
         arrays[(group.dataset, group.nodes, group.per_node)].append(group)
     jobs: list[tuple[Group, submitit.Job]] = []
     for (dataset, nodes, per_node), members in arrays.items():
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        folder = dataset.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
-        folder.mkdir(parents=True)
+        folder = dataset.new_array_dir(nodes, per_node)
         executor = _executor(settings, folder, nodes, per_node)
         with executor.batch():
             submitted_jobs = [executor.submit(SlurmTask(settings), list(g.members)) for g in members]
         for group, job in zip(members, submitted_jobs, strict=True):
             for p in group.members:
-                link(p.log_dir, folder)
-                ledger.append(dataset, submitted(p, job.job_id, settings))
+                record = submitted(p, job.job_id, settings)
+                dataset.link_log_dir(p.execution_id, p.attempt, folder)
+                ledger.append(dataset, record)
             jobs.append((group, job))
         count = sum(len(g.members) for g in members)
         print(
