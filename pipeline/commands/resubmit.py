@@ -224,7 +224,7 @@ def resubmit(
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {}, reuse)  # all of it planned before anything is submitted
     if exclude_failed_nodes:
-        if any(batch.settings.backend == "local" for batch in planned):
+        if any(batch.settings.on_this_host for batch in planned):
             raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
         planned = [
             replace(b, settings=replace(b.settings, exclude=failed_nodes(statuses, b.settings.exclude)))

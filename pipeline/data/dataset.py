@@ -5,7 +5,7 @@
   shards/execution=<execution_id>/attempt-<n>.parquet   one per completed attempt (the shard contract)
   ledger/<ns>-<host>-<pid>-<seq>.json                   the launch ledger, one file per record
   logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
-  logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
+  logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of a job of several executions
   claims/<execution_id>/attempt-<n>.json                who writes that attempt (pipeline.data.claims)
   claims/.owners/<sweep>.json                           a live writer's heartbeat
   hydra/                                                Hydra's run and multirun folders

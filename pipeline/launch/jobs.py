@@ -2,8 +2,8 @@
 :class:`Backend` runs a sweep's jobs; a submitted :class:`Job` stands in a :class:`JobState`; each
 execution ends in an :class:`Outcome`; each submission is a ledger record (:func:`submitted`).
 
-The backends themselves (:mod:`pipeline.launch.local`, :mod:`pipeline.launch.slurm`) are named in
-:mod:`pipeline.launch.backends`.
+The backends themselves (:mod:`pipeline.launch.local`, :mod:`pipeline.launch.debug`,
+:mod:`pipeline.launch.slurm`) are named in :mod:`pipeline.launch.backends`.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class Submission(Protocol):
 
 
 class Backend(Protocol):
-    """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one
+    """What runs a sweep's jobs: local processes, this very process, or a scheduler. ``run`` yields one
     outcome per execution in the order they end (or at once, unfinished, when the settings do not
     wait), and calls ``started`` as each execution starts running."""
 
@@ -136,7 +136,7 @@ def submitted(
         requeued_from=requeued_from,
         settings=settings.to_json(),
         owner=p.owner,
-        host=socket.gethostname() if settings.backend == "local" else None,  # a local job runs here
+        host=socket.gethostname() if settings.on_this_host else None,  # its job runs here
     )
 
 

@@ -60,6 +60,7 @@ def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings)
             execution, shape, timing = validate(config)
             _routing_plans(shape, config["seed"])
             _device_here(config, settings)
+            _in_this_process(shape, settings)
         except ValueError as err:
             errors.setdefault(str(err), []).append(_job_name(overrides))
             continue
@@ -140,20 +141,24 @@ def _device_here(config: dict[str, Any], settings: LaunchSettings) -> None:
     from pipeline.bench.distributed import resolve_device
 
     device = config["device"]
-    if settings.backend == "local":
+    if settings.on_this_host:
         gpus = resolve_device("auto") == "cuda"
-        resolve_device(device)  # the local jobs run on this host: it says whether the device exists
+        resolve_device(device)  # the jobs run on this host: it says whether the device exists
     else:
         gpus = bool(settings.gpus)
     if config["scale"]["name"] == "full" and device == "auto" and not gpus:
-        where = (
-            "this host has no GPU"
-            if settings.backend == "local"
-            else f"cluster {settings.cluster} has no GPUs"
-        )
+        where = "this host has no GPU" if settings.on_this_host else f"cluster {settings.cluster} has no GPUs"
         raise ValueError(
             f"scale=full but {where}: it would run each execution on CPU ranks at the report's shape "
             "(hours each); choose scale=cpu or scale=ci, or ask for it with device=cpu"
+        )
+
+
+def _in_this_process(shape: Shape, settings: LaunchSettings) -> None:
+    """Refuse an execution of several ranks on the debug backend, which runs one, in this process."""
+    if settings.backend == "debug" and shape.ranks > 1:
+        raise ValueError(
+            f"backend=debug runs one rank, in this process; this execution has {shape.ranks}: add max_ranks=1"
         )
 
 

@@ -45,10 +45,11 @@ from pipeline.data.comparable import LOCAL_CLUSTER
 TARGET = "hydra_plugins.moe_bench_launcher.moe_bench_launcher.MoEBenchLauncher"
 # What a cluster preset holds besides launcher keys: its name, ranks per node, one GPU per task or none.
 PRESET_KEYS = ("name", "ranks_per_node", "gpus", "gpu_memory_gb", "arch")
-BackendName = Literal["local", "slurm"]  # who runs the jobs: processes of this machine, or Slurm
+# who runs the jobs: processes of this machine, this very process (pipeline.launch.debug), or Slurm
+BackendName = Literal["local", "debug", "slurm"]
 Grouping = Literal["shape", "none"]  # the executions of one resource shape in one job, or each alone
 # The Hydra launcher configs (``hydra/launcher=<name>``) and the backends each takes, its default first.
-LAUNCHERS: dict[str, tuple[BackendName, ...]] = {"local": ("local",), "slurm": ("slurm",)}
+LAUNCHERS: dict[str, tuple[BackendName, ...]] = {"local": ("local", "debug"), "slurm": ("slurm",)}
 BOTH, SLURM = ("local", "slurm"), ("slurm",)  # the launchers that take a key
 MIN_TIMEOUT_MIN, MAX_TIMEOUT_MIN = 1, 43_200  # Slurm's unit (whole minutes); 30 days
 _OPTION = "launcher option"  # the key of an option's declaration in its field's metadata
@@ -162,6 +163,11 @@ class LaunchSettings(LauncherOptions, JsonRecord):
     backend: BackendName = field(kw_only=True)
     cluster: str = field(kw_only=True)
     gpus: bool | None = field(kw_only=True)
+
+    @property
+    def on_this_host(self) -> bool:
+        """Whether the jobs run on this machine (the local and debug backends), not a scheduler's."""
+        return self.backend != "slurm"
 
     @property
     def group_limit_s(self) -> float:

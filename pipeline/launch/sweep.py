@@ -319,7 +319,7 @@ def left_over(planned: list[JobSpec], settings: LaunchSettings) -> str:
     done = sum(ledger.Finished in k for k in kinds.values())
     failed = sum(ledger.Failed in k for k in kinds.values())
     datasets = " ".join(dict.fromkeys(str(p.dataset.root) for p in planned))
-    if settings.backend != "local":
+    if not settings.on_this_host:
         return f"{done} done, {failed} failed; the other jobs go on: python -m pipeline.status {datasets}"
     not_started = sum(ledger.Started not in k for k in kinds.values())
     return (
