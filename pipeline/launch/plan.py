@@ -9,6 +9,8 @@ job runs it as it is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pipeline.base.vocabulary import DEVICES
@@ -24,12 +26,36 @@ from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
 SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x 1,000,003 + rank: 64 bits)
 
 
-def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
-    """The matrix cell, shape and timing of one composed config, every run key checked: the scale's
+@dataclass(frozen=True)
+class Composed:
+    """One job of a sweep as Hydra composed it (:func:`pipeline.compose.composed`): the overrides that
+    select it, and its resolved config without Hydra's own node, which the job records as composed."""
+
+    overrides: tuple[str, ...]
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A composed job, every run key checked (:func:`validate`): its matrix cell, shape and timing,
+    and the scale, seed, device word and dataset folder it names."""
+
+    execution: Execution
+    shape: Shape
+    timing: TimingPlan
+    scale: str
+    seed: int
+    device: str
+    dataset_dir: str
+
+
+def validate(job: Composed) -> Checked:
+    """The matrix cell, shape and timing of one composed job, every run key checked: the scale's
     keys typed and bounded, the seed, the trace switch, the device word, the dataset folder's type (a
     ValueError names what is wrong); ``python -m pipeline.list`` checks a selection the same way.
     (Whether the routing plans are feasible, the plan checks: building them takes seconds per
     execution at full scale.)"""
+    config = job.config
     execution, shape, timing = resolve(config)
     seed = config.get("seed")
     check_number("seed", seed, integer=True)
@@ -41,64 +67,68 @@ def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
         )
     if not isinstance(config.get("keep_traces", False), bool):
         raise ValueError(f"keep_traces must be true or false, got {config.get('keep_traces')!r}")
-    if config.get("device") not in DEVICES:  # which device exists is the job's host to say
-        raise ValueError(f"device {config.get('device')!r}; allowed: {', '.join(DEVICES)}")
-    if not isinstance(config.get("dataset_dir"), str):
-        raise ValueError(f"dataset_dir must be a path, got {config.get('dataset_dir')!r}")
-    return execution, shape, timing
+    device = config.get("device")
+    if not isinstance(device, str) or device not in DEVICES:  # which device exists: the job's host says
+        raise ValueError(f"device {device!r}; allowed: {', '.join(DEVICES)}")
+    dataset_dir = config.get("dataset_dir")
+    if not isinstance(dataset_dir, str):
+        raise ValueError(f"dataset_dir must be a path, got {dataset_dir!r}")
+    return Checked(execution, shape, timing, config["scale"]["name"], seed, device, dataset_dir)
 
 
-def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings) -> list[JobSpec]:
-    """Validate every (overrides, resolved config) job to run with ``settings`` and build its spec;
-    raise one ValueError, one line, naming every problem: invalid executions (grouped by problem), a
-    dataset folder that cannot be written, two jobs of one execution, a sweep whose comparable
-    settings are not those of its dataset."""
+def plan(jobs: list[Composed], settings: LaunchSettings) -> list[JobSpec]:
+    """Validate every composed job to run with ``settings`` and build its spec; raise one ValueError,
+    one line, naming every problem: invalid executions (grouped by problem), a dataset folder that
+    cannot be written, two jobs of one execution, a sweep whose comparable settings are not those of
+    its dataset."""
     errors: dict[str, list[str]] = {}
-    checked = []
-    for overrides, config in jobs:
+    valid: list[tuple[Composed, Checked]] = []
+    for job in jobs:
         try:
-            execution, shape, timing = validate(config)
-            _routing_plans(shape, config["seed"])
-            _device_here(config, settings)
-            _in_this_process(shape, settings)
+            checked = validate(job)
+            _routing_plans(checked.shape, checked.seed)
+            _device_here(checked, settings)
+            _in_this_process(checked.shape, settings)
         except ValueError as err:
-            errors.setdefault(str(err), []).append(_job_name(overrides))
+            errors.setdefault(str(err), []).append(_job_name(job.overrides))
             continue
-        checked.append((execution, shape, timing, config, overrides))
+        valid.append((job, checked))
     if errors:
         raise ValueError("nothing was launched; " + "; ".join(_invalid(errors, len(jobs))))
-    datasets = {d: Dataset.writable(d) for d in dict.fromkeys(c["dataset_dir"] for _, _, _, c, _ in checked)}
-    check_distinct([(o, str(datasets[c["dataset_dir"]].root), e.execution_id) for e, _, _, c, o in checked])
+    datasets = {d: Dataset.writable(d) for d in dict.fromkeys(c.dataset_dir for _, c in valid)}
+    check_distinct(
+        [(j.overrides, str(datasets[c.dataset_dir].root), c.execution.execution_id) for j, c in valid]
+    )
     for dataset in dict.fromkeys(datasets.values()):
-        mine = [c for _, _, _, c, _ in checked if datasets[c["dataset_dir"]] == dataset]
-        check_settings(dataset, [Comparable.of_config(c) for c in mine])
+        mine = [j.config for j, c in valid if datasets[c.dataset_dir] == dataset]
+        check_settings(dataset, [Comparable.of_config(config) for config in mine])
     return [
         JobSpec(
-            execution=e,
-            shape=s,
-            timing=t,
-            seed=c["seed"],
-            device=c["device"],
-            dataset=datasets[c["dataset_dir"]],
-            attempt=ledger.next_attempt(datasets[c["dataset_dir"]], e.execution_id),
+            execution=c.execution,
+            shape=c.shape,
+            timing=c.timing,
+            seed=c.seed,
+            device=c.device,
+            dataset=datasets[c.dataset_dir],
+            attempt=ledger.next_attempt(datasets[c.dataset_dir], c.execution.execution_id),
             backend=settings.backend,
             cluster=settings.cluster,
-            config={**c, "dataset_dir": str(datasets[c["dataset_dir"]].root)},
-            overrides=o,
-            check=suite_of(c).check,
+            config={**j.config, "dataset_dir": str(datasets[c.dataset_dir].root)},
+            overrides=list(j.overrides),
+            check=suite_of(j.config).check,
         )
-        for e, s, t, c, o in checked
+        for j, c in valid
     ]
 
 
-def check_distinct(jobs: list[tuple[list[str], str, str]]) -> None:
+def check_distinct(jobs: Sequence[tuple[Sequence[str], str, str]]) -> None:
     """Refuse two jobs of (overrides, dataset folder, execution id) that would be one execution of
     one dataset: an execution is its matrix cell, so a setting outside the matrix (``seed=0,1``,
     ``scale.tokens=16,32``) makes no new one. Each such setting goes into a dataset of its own."""
-    seen: dict[tuple[str, str], list[str]] = {}
-    for overrides, dataset, execution_id in jobs:
-        first = seen.setdefault((dataset, execution_id), overrides)
-        if first is not overrides:
+    seen: dict[tuple[str, str], int] = {}
+    for i, (overrides, dataset, execution_id) in enumerate(jobs):
+        first = jobs[seen.setdefault((dataset, execution_id), i)][0]
+        if seen[dataset, execution_id] != i:
             a = " ".join(o for o in first if o not in overrides) or "(the same overrides)"
             b = " ".join(o for o in overrides if o not in first) or "(the same overrides)"
             raise ValueError(
@@ -134,19 +164,19 @@ def _routing_plans(shape: Shape, seed: int) -> None:
     routing_plans(shape, seed)
 
 
-def _device_here(config: dict[str, Any], settings: LaunchSettings) -> None:
+def _device_here(checked: Checked, settings: LaunchSettings) -> None:
     """Refuse what cannot run where the jobs go: a device the local host lacks, and ``scale=full`` on
     CPUs unless ``device=cpu`` asks for it (the default scale would start up to 64 CPU ranks at
     D = 7,168 on a machine without a GPU)."""
     from pipeline.bench.distributed import resolve_device
 
-    device = config["device"]
+    device = checked.device
     if settings.on_this_host:
         gpus = resolve_device("auto") == "cuda"
         resolve_device(device)  # the jobs run on this host: it says whether the device exists
     else:
         gpus = bool(settings.gpus)
-    if config["scale"]["name"] == "full" and device == "auto" and not gpus:
+    if checked.scale == "full" and device == "auto" and not gpus:
         where = "this host has no GPU" if settings.on_this_host else f"cluster {settings.cluster} has no GPUs"
         raise ValueError(
             f"scale=full but {where}: it would run each execution on CPU ranks at the report's shape "
@@ -162,7 +192,7 @@ def _in_this_process(shape: Shape, settings: LaunchSettings) -> None:
         )
 
 
-def _job_name(overrides: list[str]) -> str:
+def _job_name(overrides: Sequence[str]) -> str:
     """A job by its matrix choices (``workload=... variant=...``), else by all of its overrides."""
     chosen = [o for o in overrides if o.startswith(("workload=", "variant="))]
     return " ".join(chosen or overrides) or "the default execution"

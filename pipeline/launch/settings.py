@@ -208,7 +208,7 @@ SITE_KEYS = site_keys()
 SWEEP_KEYS = ("resume",)
 
 
-def launcher_conf(launcher: str, options: type[LauncherOptions] = LaunchSettings) -> Any:
+def launcher_conf(launcher: str, options: type[LauncherOptions] = LaunchSettings) -> type:
     """Hydra's typed config of ``hydra/launcher=<launcher>``, made from the declaration: Hydra's
     ``_target_``, the ``backend`` (the launcher's first by default), every key the launcher takes
     (a choice as a string, a tuple as a list; on Slurm ``None`` where a preset or the Slurm default
@@ -243,7 +243,7 @@ def _hydra_type(hint: Any) -> Any:
     return hint
 
 
-CONFS: dict[str, Any] = {name: launcher_conf(name) for name in LAUNCHERS}
+CONFS: dict[str, type] = {name: launcher_conf(name) for name in LAUNCHERS}
 LocalLauncherConf, SlurmLauncherConf = CONFS["local"], CONFS["slurm"]
 
 
