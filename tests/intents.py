@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.compose import job_config
+from pipeline.compose import composed
 from pipeline.compose.select import select
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
@@ -23,7 +23,7 @@ def intended_dataset(folder: Path) -> Dataset:
     intent = ledger.Intended(
         (ledger.Intention("inference-ep8-f1536-bf16-mok-native", tuple(overrides)),),
         settings=settings.to_json(),
-        comparable=Comparable.of_config(job_config(config)),
+        comparable=Comparable.of_config(composed(overrides, config).config),
     )
     ledger.append(dataset, intent)
     return dataset

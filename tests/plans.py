@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.bench.spec import JobSpec
-from pipeline.compose import job_config
+from pipeline.compose import composed
 from pipeline.compose.select import select
 from pipeline.launch.plan import plan
 from pipeline.launch.settings import LaunchSettings
@@ -16,4 +16,4 @@ LOCAL = LaunchSettings(backend="local", cluster="local", gpus=None, timeout_min=
 
 def planned_sweep(dataset: Path, arguments: list[str], settings: LaunchSettings = LOCAL) -> list[JobSpec]:
     jobs = select([*arguments, f"dataset_dir={dataset}"])
-    return plan([(list(o), job_config(c)) for o, c in jobs], settings)
+    return plan([composed(o, c) for o, c in jobs], settings)

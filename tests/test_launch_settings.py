@@ -2,12 +2,24 @@
 unknown keys and wrong launcher / preset combinations refused in one line before anything is submitted,
 and the sbatch script holding what was asked."""
 
+from dataclasses import dataclass, replace
+
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from pipeline.compose import CONFIG_DIR, CONFIG_NAME, register
 from pipeline.compose.launcher import cluster_of, launcher_settings, presets
-from pipeline.launch.settings import LaunchSettings, allowed_keys, effective
+from pipeline.launch.settings import (
+    LAUNCHERS,
+    LaunchSettings,
+    allowed_keys,
+    effective,
+    launcher_conf,
+    option,
+    resubmission,
+)
 from pipeline.launch.slurm import _executor
 from tests.slurm_support import python_module
 
@@ -79,7 +91,9 @@ def test_changed_settings_are_checked(changes, message):
 
 
 def test_unknown_key_lists_the_allowed_ones():
-    with pytest.raises(ValueError, match="allowed: backend, partition, account, qos"):
+    with pytest.raises(
+        ValueError, match="allowed: backend, timeout_min, tasks_per_node, group, group_minutes"
+    ):
         effective({"backend": "slurm", "acount": "x"}, {"name": "a"}, ["a"])
     assert presets() == ["gb300", "h200", "local-slurm"]
 
@@ -91,6 +105,10 @@ def test_unknown_key_lists_the_allowed_ones():
         (["hydra/launcher=slurm"], "cluster=gb300|h200|local-slurm"),
         (["cluster=h200"], "cluster=h200 is a Slurm preset"),
         (["hydra/launcher=basic"], "allowed: hydra/launcher=local|slurm"),
+        (
+            ["hydra.launcher.group=shapes"],
+            "launcher setting group 'shapes' is not allowed; allowed: shape, none",
+        ),
         (["seed=0,1"], "seed=0 and seed=1 both select inference-ep8-f1536-bf16-mok-native in"),
     ],
 )
@@ -143,3 +161,62 @@ def test_sbatch_script_holds_every_option(tmp_path):
         assert line in script.splitlines(), line
     assert "--cpu-bind=none" in script
     assert set(allowed_keys("slurm")) >= {"account", "qos", "exclude", "setup", "srun_args", "comment"}
+
+
+def test_a_choice_outside_its_literal_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^group 'shapes' is not allowed; allowed: shape, none$"):
+        LaunchSettings(backend="local", cluster="local", gpus=None, group="shapes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^backend 'slurmm' is not allowed; allowed: local \(hydra/launch"):
+        effective({"backend": "slurmm"}, None, [])
+    recorded = settings().to_json() | {"group": "all"}
+    with pytest.raises(
+        ValueError, match="^recorded launcher setting group 'all' is not allowed; allowed: shape"
+    ):
+        resubmission(recorded, settings())
+
+
+@dataclass(frozen=True)
+class WithMail(LaunchSettings):
+    """One more launcher key, declared here alone: both launchers take it, Slurm passes it to submitit
+    as ``mail_user`` (sbatch's ``--mail-user``), and it reaches the script as text (a site key)."""
+
+    mail_user: str | None = option(submitit=True, site=True)
+
+
+@pytest.fixture
+def mail_confs():
+    """Hydra's launcher configs made from :class:`WithMail` in the ConfigStore; the project's own
+    again afterwards."""
+    register()
+    for name in LAUNCHERS:
+        node = launcher_conf(name, WithMail)
+        ConfigStore.instance().store(group="hydra/launcher", name=name, node=node, provider="moe_bench")
+    yield
+    register()
+
+
+def test_an_option_declared_once_reaches_both_launchers_and_the_sbatch_script(mail_confs, tmp_path):
+    def launched(*overrides: str) -> LaunchSettings:
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.3"):
+            cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
+        launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+        cluster = cluster_of(cfg)
+        preset = None if cluster is None else OmegaConf.to_container(cluster, resolve=True)
+        return effective(launcher, preset, presets(), WithMail)
+
+    mail = "hydra.launcher.mail_user=ops@example.org"
+    local = launched(mail)  # the local launcher's typed config takes it without a +
+    assert isinstance(local, WithMail) and (local.backend, local.mail_user) == ("local", "ops@example.org")
+    on_slurm = launched("hydra/launcher=slurm", "cluster=local-slurm", mail)
+    assert (on_slurm.backend, on_slurm.mail_user) == ("slurm", "ops@example.org")
+    assert {"mail_user"} <= set(allowed_keys("local", WithMail)) & set(allowed_keys("slurm", WithMail))
+    assert WithMail.from_json(on_slurm.to_json()) == on_slurm  # the ledger's JSON reads back
+    # a site key: a resubmission takes it from today's configuration, not the recorded one
+    today = replace(on_slurm, mail_user="today@example.org")
+    assert resubmission(on_slurm.to_json(), today).mail_user == "today@example.org"
+    script = _executor(on_slurm, tmp_path, 1, 1)._make_submission_file_text("true", "uid")
+    assert "#SBATCH --mail-user=ops@example.org" in script.splitlines()
+    # the project's own declaration has no such key
+    assert "mail_user" not in allowed_keys("slurm")
+    with pytest.raises(ValueError, match="unknown launcher key.s. mail_user for hydra/launcher=slurm"):
+        effective({"backend": "slurm", "mail_user": "x"}, {"name": "local-slurm"}, [])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.compose import job_config
+from pipeline.compose import composed
 from pipeline.compose.select import select
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
@@ -74,7 +74,7 @@ def test_unknown_launcher_key_submits_nothing(tmp_path):
         "+hydra.launcher.acount=x",
     )
     assert done.returncode == 2
-    assert "unknown launcher key(s) acount" in done.stderr and "allowed: backend, partition" in done.stderr
+    assert "unknown launcher key(s) acount" in done.stderr and "allowed: backend, timeout_min" in done.stderr
     # a submission creates its array's log folder before sbatch runs: none was made
     assert not (tmp_path / "logs").exists() and not (tmp_path / "ledger").exists()
 
@@ -159,7 +159,7 @@ def test_resubmit_runs_todays_configuration_never_the_shell_lines_a_dataset_reco
         "additional_parameters": {"mail-user": "stranger@example.org"},
     }
     settings = {**today.to_json(), **stranger}
-    comparable = Comparable.of_config(job_config(config))
+    comparable = Comparable.of_config(composed(overrides, config).config)
     ledger.append(
         Dataset(dataset), ledger.Intended((ledger.Intention(MOK, tuple(overrides)),), settings, comparable)
     )

@@ -4,16 +4,19 @@ array per resource shape."""
 
 import json
 import subprocess
+from collections.abc import Mapping
+from typing import Any
 
 import pyarrow.parquet as pq
 from hydra import compose, initialize_config_dir
 
-from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, register
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, composed, register
 from pipeline.compose.launcher import cluster_of, launcher_settings
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
 from pipeline.data.topology import Topology
-from pipeline.launch.plan import plan
+from pipeline.launch.plan import Composed, plan
+from pipeline.launch.settings import LaunchSettings
 from pipeline.launch.slurm import submit as submit_arrays
 from tests.slurm_support import (
     needs_cluster,
@@ -90,11 +93,12 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
     assert not Dataset(tmp_path).shard_path(MOK, 2).exists()
 
 
-def composed(*overrides: str) -> tuple[dict, dict]:
-    """(launcher config, job config) that ``pipeline.run`` would hand the launcher for these overrides."""
+def composed_on_slurm(*overrides: str) -> tuple[LaunchSettings, Mapping[str, Any]]:
+    """(launcher settings, job config) that ``pipeline.run`` would hand the launcher for these
+    overrides."""
     overrides = (*overrides, "hydra/launcher=slurm", "cluster=local-slurm")
     cfg = compose(CONFIG_NAME, overrides=list(overrides), return_hydra_config=True)
-    return launcher_settings(cfg.hydra.launcher, cluster_of(cfg)), job_config(cfg)
+    return launcher_settings(cfg.hydra.launcher, cluster_of(cfg)), composed(overrides, cfg).config
 
 
 def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
@@ -113,12 +117,12 @@ def test_each_resource_shape_goes_out_as_its_own_job_array(tmp_path):
                     "scale=ci",
                     f"max_ranks={max_ranks}",
                 ]
-                launcher, config = composed(
+                launcher, config = composed_on_slurm(
                     *overrides,
                     f"dataset_dir={tmp_path / f'ranks{max_ranks}'}",
                     "hydra.launcher.partition=debug",
                 )
-                jobs.append((overrides, config))
+                jobs.append(Composed(tuple(overrides), config))
     submitted = submit_arrays(plan(jobs, launcher), launcher)
     assert sorted(len(group.members) for group, _ in submitted) == [2, 2]  # each shape's two: one job
     arrays = sorted({job.job_id.split("_")[0] for _, job in submitted}, key=int)

@@ -155,7 +155,7 @@ def test_resubmission_groups_executions_by_their_recorded_settings(tmp_path):
         "cluster=local-slurm",
         f"dataset_dir={tmp_path}",
     ]
-    with pytest.raises(ValueError, match="unknown launcher key.*acount.*allowed: partition, account"):
+    with pytest.raises(ValueError, match="launcher key.*acount.*allowed: timeout_min, .*, account"):
         batches(tmp_path, chosen, {"acount": "proj"})
 
 

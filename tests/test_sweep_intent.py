@@ -17,13 +17,14 @@ import pytest
 
 from pipeline import REPO_ROOT
 from pipeline.commands import cli
-from pipeline.compose import job_config
+from pipeline.compose import composed
 from pipeline.compose.select import select
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
 from pipeline.data.schema import METADATA_KEY
-from pipeline.launch.plan import cause, validate
+from pipeline.launch.jobs import cause
+from pipeline.launch.plan import validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
 from tests.intents import ONE, intended_dataset
@@ -70,8 +71,8 @@ def test_a_differently_set_run_or_resubmission_is_refused_naming_the_keys(tmp_pa
 def _configs() -> dict[str, dict]:
     """The composed configs of the first two executions at scale=ci, as their shards record them."""
     jobs = select(["workload=inference-ep8-f1536", "variant=mok-bf16,dist-moe-bf16", "scale=ci"])
-    configs = [job_config(cfg) for _, cfg in jobs]
-    return {validate(c)[0].execution_id: c for c in configs}
+    composed_jobs = [composed(overrides, cfg) for overrides, cfg in jobs]
+    return {validate(job).execution.execution_id: dict(job.config) for job in composed_jobs}
 
 
 def _shard(dataset: Path, execution_id: str, attempt: int, config: dict, seed: int = 0) -> Path:

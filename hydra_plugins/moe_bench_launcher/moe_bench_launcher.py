@@ -13,10 +13,11 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
 from pipeline.bench.spec import JobSpec
-from pipeline.compose import compose_jobs, job_config, output
+from pipeline.compose import compose_jobs, composed, output
 from pipeline.compose.launcher import claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.launch.groups import check_limits
-from pipeline.launch.plan import Outcome, plan
+from pipeline.launch.jobs import Outcome
+from pipeline.launch.plan import plan
 from pipeline.launch.sweep import ExecutionFailed, run
 
 
@@ -42,7 +43,7 @@ class MoEBenchLauncher(Launcher):
             settings = [launcher_settings(self.config.hydra.launcher, cluster_of(c)) for c in configs]
             if any(s != settings[0] for s in settings):
                 raise ValueError("one sweep runs on one cluster preset; sweep cluster= in separate runs")
-            jobs = [(list(o), job_config(c)) for o, c in zip(job_overrides, configs, strict=True)]
+            jobs = [composed(o, c) for o, c in zip(job_overrides, configs, strict=True)]
             planned = plan(jobs, settings[0])
             check_limits(planned, settings[0])
         config_of = {_key(p): cfg for p, cfg in zip(planned, configs, strict=True)}

@@ -28,8 +28,10 @@ import contextlib
 import gc
 import json
 import os
+import sys
 import threading
 import time
+import traceback
 
 import submitit
 import torch
@@ -48,9 +50,11 @@ DEAD_RANK_EXIT = 4  # the job's exit status when a rank died while an execution 
 GRACE_S = 10.0  # the ranks but rank 0 end a hung job this much after its deadline: rank 0 says why
 
 
-def run_group(specs: list[JobSpec]) -> list[Summary | None]:
+def run_group(specs: list[JobSpec], debug: bool = False) -> list[Summary | None]:
     """Body of each task of a group's job: its executions in order; rank 0's summaries, else Nones.
-    A failed execution is recorded and the group goes on; the job then ends in :class:`GroupFailed`."""
+    A failed execution is recorded (its traceback in the rank's log) and the group goes on; the job
+    then ends in :class:`GroupFailed`. With ``debug`` (one rank, in the sweep's own process) the
+    failed execution's error is raised where it happened, once recorded: a post-mortem opens there."""
     if not specs:
         raise ValueError("a group holds at least one execution")
     with contextlib.ExitStack() as beating:
@@ -60,10 +64,10 @@ def run_group(specs: list[JobSpec]) -> list[Summary | None]:
             if env.global_rank == 0 and specs[0].owner is not None:
                 name = claims.job_beat_name(specs[0].owner, env.job_id)
                 beating.enter_context(claims.Heartbeat(specs[0].dataset, name))
-        return _run(specs)
+        return _run(specs, debug)
 
 
-def _run(specs: list[JobSpec]) -> list[Summary | None]:
+def _run(specs: list[JobSpec], debug: bool) -> list[Summary | None]:
     phases = Phases()
     timeout = max(s.deadline_s for s in specs)
     with phases("init"):  # the device and the process group
@@ -82,12 +86,14 @@ def _run(specs: list[JobSpec]) -> list[Summary | None]:
         for index, spec in enumerate(specs):
             if index:
                 phases = Phases(first=False)
-            summary, error = None, None
+            summary, error, raised = None, None, None
             with Watchdog(ctx, spec, peers):
                 try:
                     summary = execute(ctx, spec, phases, shared)
                 except Exception as err:  # this rank's; the group agrees on it below
-                    error = (time.time(), f"{type(err).__name__}: {err}")
+                    error, raised = (time.time(), f"{type(err).__name__}: {err}"), err
+                    print(f"{spec.execution_id} failed on rank {ctx.rank}:", file=sys.stderr, flush=True)
+                    traceback.print_exc()  # into the rank's log: where it failed
                     distributed.abort()  # no other rank waits for this one in a collective
                 except BaseException as err:  # the job is being stopped (a requeue, a signal): so is this
                     if ctx.rank == 0:
@@ -97,6 +103,8 @@ def _run(specs: list[JobSpec]) -> list[Summary | None]:
             if failures:
                 if ctx.rank == 0:
                     _record_failure(spec, ctx.job_id, failures)
+                if debug and raised is not None:
+                    raise raised
                 round_ += 1
                 distributed.rejoin(ctx, round_)
                 summary = None

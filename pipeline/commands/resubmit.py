@@ -21,7 +21,6 @@ import json
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 from hydra.errors import HydraException
@@ -30,7 +29,7 @@ from omegaconf.errors import OmegaConfBaseException
 from pipeline.base.exits import dataset_parser, refuse
 from pipeline.base.printable import printable
 from pipeline.bench.spec import JobSpec
-from pipeline.compose import job_config
+from pipeline.compose import composed
 from pipeline.compose.errors import one_line
 from pipeline.compose.launcher import cluster_of, launcher_settings
 from pipeline.compose.select import compose_each
@@ -39,9 +38,9 @@ from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings
 from pipeline.launch.backends import backend
 from pipeline.launch.groups import check_limits
-from pipeline.launch.jobs import FAILED
-from pipeline.launch.plan import Outcome, plan
-from pipeline.launch.settings import SITE_KEYS, LaunchSettings, resubmission
+from pipeline.launch.jobs import FAILED, Outcome
+from pipeline.launch.plan import Composed, plan
+from pipeline.launch.settings import SITE_KEYS, LaunchSettings, launcher_of, resubmission
 from pipeline.launch.sweep import check_folders, check_shared, claimed, other_writers, run
 from pipeline.matrix import REPORT, Suite
 from pipeline.survey import MISSING, ExecutionStatus, dataset_survey
@@ -68,7 +67,7 @@ class Batch:
     configuration replaces (key -> the recorded value), ``reused``: what they reuse as recorded."""
 
     settings: LaunchSettings
-    jobs: list[tuple[list[str], dict[str, Any]]]
+    jobs: list[Composed]
     was: list[ExecutionStatus]
     planned: tuple[JobSpec, ...] = ()
     unused: dict[str, object] | None = None
@@ -127,7 +126,8 @@ def batches(
     for name, members in by_backend.items():
         runner = backend(name)
         try:
-            configs = compose_each([o for _, _, o in members], [f"hydra/launcher={name}"], suite.definition())
+            launcher = [f"hydra/launcher={launcher_of(name)}", f"hydra.launcher.backend={name}"]
+            configs = compose_each([o for _, _, o in members], launcher, suite.definition())
             todays = [launcher_settings(cfg.hydra.launcher, cluster_of(cfg)) for cfg in configs]
         except (HydraException, OmegaConfBaseException) as err:
             raise ValueError(f"the ledger's overrides do not compose today: {one_line(err)}") from None
@@ -137,7 +137,7 @@ def batches(
             reused = {k: recorded.get(k) for k in reuse if recorded.get(k) not in (None, [], {})}
             key = json.dumps([settings.to_json(), unused, reused], sort_keys=True, default=str)
             batch = groups.setdefault(key, Batch(settings, [], [], unused=unused, reused=reused))
-            batch.jobs.append((overrides, job_config(cfg)))
+            batch.jobs.append(composed(overrides, cfg))
             batch.was.append(status)
     planned = [replace(b, planned=tuple(plan(b.jobs, b.settings))) for b in groups.values()]
     for b in planned:
@@ -224,7 +224,7 @@ def resubmit(
     chosen = [s for s in statuses if s.state in wanted]
     planned = batches(dataset, chosen, changes or {}, reuse)  # all of it planned before anything is submitted
     if exclude_failed_nodes:
-        if any(batch.settings.backend == "local" for batch in planned):
+        if any(batch.settings.on_this_host for batch in planned):
             raise ValueError("--exclude-failed-nodes needs a Slurm dataset: the local launcher has no nodes")
         planned = [
             replace(b, settings=replace(b.settings, exclude=failed_nodes(statuses, b.settings.exclude)))

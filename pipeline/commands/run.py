@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from pipeline.base.exits import BAD_INPUT, FAILED, OK, refuse, shorten
 from pipeline.base.folders import check_path
-from pipeline.compose import CONFIG_DIR, CONFIG_NAME, job_config, output, register
+from pipeline.compose import CONFIG_DIR, CONFIG_NAME, composed, output, register
 from pipeline.compose.errors import one_line
 from pipeline.compose.launcher import RESUME, claimed_sweep, cluster_of, launcher_settings, refusals
 from pipeline.compose.overrides import check as check_overrides
@@ -44,7 +44,7 @@ def main(cfg: DictConfig) -> None:
     discard = lambda: output.discard(Path(hydra_cfg.runtime.output_dir))  # noqa: E731
     with refusals(PROG, cleanup=discard):
         settings = launcher_settings(hydra_cfg.launcher, cluster_of(cfg))
-        planned = plan([(list(hydra_cfg.overrides.task), job_config(cfg))], settings)
+        planned = plan([composed(hydra_cfg.overrides.task, cfg)], settings)
         check_limits(planned, settings)
     with claimed_sweep(PROG, planned, hydra_cfg.launcher, discard) as sweep:
         outcomes = run(sweep.to_run, settings)

@@ -13,20 +13,23 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from hydra.core.config_loader import ConfigLoader
 from omegaconf import DictConfig, OmegaConf
 
 from pipeline.compose.store import CHOICES
+from pipeline.launch.plan import Composed
 
 _PLAIN = re.compile(r"[A-Za-z0-9._-]+")  # a name that needs no parsing (no quotes, no interpolation)
 
 
-def job_config(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved config of one execution, without Hydra's own node (what the job receives)."""
-    return cast(dict[str, Any], OmegaConf.to_container(without_hydra(cfg), resolve=True))
+def composed(overrides: Sequence[str], cfg: DictConfig) -> Composed:
+    """One job as the plan takes it: the ``overrides`` that select it and its resolved config, without
+    Hydra's own node (what the job receives)."""
+    config = cast(Mapping[str, Any], OmegaConf.to_container(without_hydra(cfg), resolve=True))
+    return Composed(tuple(overrides), config)
 
 
 def without_hydra(cfg: DictConfig) -> DictConfig:

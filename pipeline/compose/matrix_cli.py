@@ -13,7 +13,7 @@ from pipeline.base.exits import OK, refuse
 from pipeline.base.folders import check_path
 from pipeline.base.gpu_presets import GpuPreset
 from pipeline.compose.errors import one_line
-from pipeline.compose.jobs import job_config
+from pipeline.compose.jobs import composed
 from pipeline.compose.overrides import check as check_overrides
 from pipeline.compose.select import select
 from pipeline.launch.plan import check_distinct, validate
@@ -66,15 +66,15 @@ def main(arguments: list[str]) -> int:
         check_overrides(arguments, folders)
         jobs = select(arguments, folders)
         # the launcher's own checks: what it would refuse is not listed as launchable
-        configs = [job_config(cfg) for _, cfg in jobs]
-        checked = [validate(c) for c in configs]
-        executions = [execution for execution, _, _ in checked]
-        for c in configs:  # its form (nothing is written here, so not whether it can be written)
-            _dataset_path(c["dataset_dir"])
+        composed_jobs = [composed(overrides, cfg) for overrides, cfg in jobs]
+        checked = [validate(job) for job in composed_jobs]
+        executions = [c.execution for c in checked]
+        for c in checked:  # its form (nothing is written here, so not whether it can be written)
+            _dataset_path(c.dataset_dir)
         check_distinct(
             [
-                (o, c["dataset_dir"], e.execution_id)
-                for (o, _), c, e in zip(jobs, configs, executions, strict=True)
+                (j.overrides, c.dataset_dir, c.execution.execution_id)
+                for j, c in zip(composed_jobs, checked, strict=True)
             ]
         )
     except (ValueError, HydraException, OmegaConfBaseException) as err:
@@ -82,7 +82,10 @@ def main(arguments: list[str]) -> int:
     for (overrides, _), execution in zip(jobs, executions, strict=True):
         print(execution.execution_id, *overrides)
     for line in spans(
-        [(c.get("cluster"), shape.ep, shape.ranks) for c, (_, shape, _) in zip(configs, checked, strict=True)]
+        [
+            (j.config.get("cluster"), c.shape.ep, c.shape.ranks)
+            for j, c in zip(composed_jobs, checked, strict=True)
+        ]
     ):
         print(line)
     n, workloads, pairs = counts(executions)

@@ -4,9 +4,9 @@ Every record that crosses a file between stages (shard metadata, launch settings
 frozen dataclass whose fields are JSON scalars, other records, tuples of them, or mappings of
 string keys. ``encode`` gives its plain JSON values; ``decode`` builds it from them, checking every
 field against its annotation (an int is an int and not a bool, a float is a finite number, a tuple
-is a list, None only where the annotation allows it) before the record's own ``__post_init__`` rules
-run, so a record read back is valid exactly when it constructs. A :class:`RecordError` names the
-field (``shape.windows``) and what was wrong with it.
+is a list, None only where the annotation allows it, a ``Literal`` one of its values) before the
+record's own ``__post_init__`` rules run, so a record read back is valid exactly when it
+constructs. A :class:`RecordError` names the field (``shape.windows``) and what was wrong with it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import types
 import typing
 from functools import cache
-from typing import Any, Self, TypeVar, Union
+from typing import Any, Literal, Self, TypeVar, Union
 
 T = TypeVar("T")
 
@@ -86,6 +86,8 @@ def _value(hint: Any, data: object, path: str) -> Any:
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
         return decode(hint, data, path)  # type: ignore[arg-type]
+    if origin is Literal:
+        return _chosen(hint, data, path)
     if origin in (tuple, list):
         if not isinstance(data, list):
             raise RecordError(f"{path} must be a list, got {_short(data)}")
@@ -99,6 +101,27 @@ def _value(hint: Any, data: object, path: str) -> Any:
     if hint is Any or _is(hint, data):
         return data
     raise RecordError(f"{path} must be {_name(hint)}, got {_short(data)}")
+
+
+def check_choices(record: object) -> None:
+    """Refuse (:class:`RecordError`) a field of ``record`` whose annotation is a ``Literal`` and whose
+    value is none of its values: a record built in code, not decoded, is held to its choices too."""
+    hints = _hints(type(record))  # type: ignore[arg-type]  # dataclass types are hashable
+    for f in dataclasses.fields(record):  # type: ignore[arg-type]
+        hint = hints[f.name]
+        value = getattr(record, f.name)
+        if typing.get_origin(hint) in (Union, types.UnionType) and value is not None:
+            hint = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        if typing.get_origin(hint) is Literal:
+            _chosen(hint, value, f.name)
+
+
+def _chosen(hint: Any, data: object, path: str) -> object:
+    """``data`` when it is one of the ``Literal`` ``hint``'s values; a RecordError names it and them."""
+    allowed = typing.get_args(hint)
+    if any(data == a and type(data) is type(a) for a in allowed):
+        return data
+    raise RecordError(f"{path} {_short(data)} is not allowed; allowed: {', '.join(map(str, allowed))}")
 
 
 def _is(hint: type, data: object) -> bool:

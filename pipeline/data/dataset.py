@@ -5,7 +5,7 @@
   shards/execution=<execution_id>/attempt-<n>.parquet   one per completed attempt (the shard contract)
   ledger/<ns>-<host>-<pid>-<seq>.json                   the launch ledger, one file per record
   logs/<execution_id>/attempt-<n>/                      submitit's folder of that job (or a link to it)
-  logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of one Slurm job array
+  logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/            the shared folder of a job of several executions
   claims/<execution_id>/attempt-<n>.json                who writes that attempt (pipeline.data.claims)
   claims/.owners/<sweep>.json                           a live writer's heartbeat
   hydra/                                                Hydra's run and multirun folders
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
+import time
 from pathlib import Path, PurePosixPath
 
 from pipeline.base.folders import check_path, check_writable
@@ -191,6 +193,22 @@ class Dataset:
     def log_dir(self, execution_id: str, attempt: int) -> Path:
         """``logs/<execution_id>/attempt-<n>/``: submitit's folder for that job."""
         return self.logs_dir / safe_name(execution_id, "execution id") / f"attempt-{attempt}"
+
+    def new_array_dir(self, nodes: int, per_node: int) -> Path:
+        """A new ``logs/arrays/<stamp>-<nodes>x<tasks>-<tag>/``, made here: the one log folder of a job
+        of several executions, or of a Slurm job array (UTC stamp, a random tag: two never meet)."""
+        self.check_folder(self.arrays_dir)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        folder = self.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
+        folder.mkdir(parents=True)
+        return folder
+
+    def link_log_dir(self, execution_id: str, attempt: int, folder: Path) -> None:
+        """``logs/<execution_id>/attempt-<n>`` -> ``folder``, the shared folder its job writes its logs
+        in (a relative link: a moved dataset keeps it)."""
+        log_dir = self.log_dir(execution_id, attempt)
+        log_dir.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(folder, log_dir.parent), log_dir, target_is_directory=True)
 
     def trace_path(self, execution_id: str, attempt: int, rank: int) -> Path:
         """``traces/<execution_id>/attempt-<n>/rank-<r>.json.gz``: one rank's profile of the phase

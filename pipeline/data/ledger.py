@@ -32,7 +32,8 @@ from pipeline.data.codec import RecordError, decode, encode
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import MAX_ATTEMPT, Dataset, check_attempt, safe_name
 
-JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")  # a pid, a Slurm job, or a Slurm array task
+# a pid, a Slurm job, a Slurm array task, or submitit's job in the sweep's own process (its debug job)
+JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?|DEBUG_[0-9]{1,20}")
 
 
 def now() -> str:
@@ -51,7 +52,9 @@ class _Record:
         check_attempt(self.attempt)  # bounded: a number read from a dataset becomes the next attempt's
         safe_name(self.execution_id, "execution id")  # names from a ledger become paths: plain ones only
         if not JOB_ID.fullmatch(self.job_id):
-            raise ValueError(f"job id {self.job_id[:40]!r} is not a scheduler's (digits, or digits_digits)")
+            raise ValueError(
+                f"job id {self.job_id[:40]!r} is not a scheduler's (digits, digits_digits or DEBUG_digits)"
+            )
 
     def to_json(self) -> dict[str, object]:
         return {"event": self.event, **{k: v for k, v in encode(self).items() if v is not None}}

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pipeline.launch.debug import DebugBackend
+from pipeline.launch.jobs import Backend
 from pipeline.launch.local import LocalBackend
-from pipeline.launch.plan import Backend
 from pipeline.launch.slurm import SlurmBackend
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (LocalBackend(), SlurmBackend())}
+BACKENDS: dict[str, Backend] = {b.name: b for b in (LocalBackend(), DebugBackend(), SlurmBackend())}
 
 
 def backend(name: str) -> Backend:

@@ -14,7 +14,7 @@ run).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,13 @@ from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.groups import Group
-from pipeline.launch.plan import Outcome, cause, first_line
+from pipeline.launch.jobs import Outcome, Submission, cause, first_line
 
 POLL_S = 0.5
 
 
 def follow(
-    jobs: list[tuple[Group, Any]],
+    jobs: Sequence[tuple[Group, Submission]],
     started: Callable[[JobSpec], None],
     poll_s: float = POLL_S,
     settle: Callable[[Group, Any], str | None] | None = None,
@@ -72,7 +72,7 @@ def follow(
 
 def _closing(
     group: Group,
-    job: Any,
+    job: Submission,
     records: list[ledger.Record],
     ended: set[tuple[Dataset, str, int]],
     died: str | None = None,

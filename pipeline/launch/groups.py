@@ -18,9 +18,6 @@ could meet: :func:`check_limits` refuses it before anything is launched.
 from __future__ import annotations
 
 import math
-import os
-import secrets
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -29,7 +26,6 @@ from pathlib import Path
 from pipeline.bench.spec import JobSpec
 from pipeline.data.dataset import Dataset
 from pipeline.data.scan import scan_shards
-from pipeline.launch.plan import resource_shape
 from pipeline.launch.settings import LaunchSettings
 
 # Seconds one execution takes from its job's start to its shard, by scale and kind: measured on this
@@ -94,6 +90,14 @@ def groups(planned: list[JobSpec], settings: LaunchSettings) -> list[Group]:
     return sorted(out, key=lambda g: min(first[p.dataset, p.execution_id] for p in g.members))
 
 
+def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
+    """(nodes, tasks per node) holding ``ranks`` tasks, at most ``tasks_per_node`` per node."""
+    per_node = ranks if tasks_per_node is None else min(ranks, tasks_per_node)
+    if per_node < 1 or ranks % per_node:
+        raise ValueError(f"{ranks} ranks cannot be spread evenly at {tasks_per_node} tasks per node")
+    return math.ceil(ranks / per_node), per_node
+
+
 def check_limits(planned: list[JobSpec], settings: LaunchSettings) -> None:
     """Refuse (ValueError, one line) a ``deadline_s`` or ``timeout_min`` shorter than what an execution
     of ``planned`` is estimated to take: every execution would fail, or its job die, for the limit."""
@@ -121,19 +125,10 @@ def job_folder(group: Group) -> Path:
     group's own under ``logs/arrays/`` that every member's attempt folder links to."""
     if len(group.members) == 1:
         return group.members[0].log_dir
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    folder = group.dataset.arrays_dir / f"{stamp}-{group.nodes}x{group.per_node}-{secrets.token_hex(3)}"
-    group.dataset.check_folder(group.dataset.arrays_dir)
-    folder.mkdir(parents=True)
+    folder = group.dataset.new_array_dir(group.nodes, group.per_node)
     for p in group.members:
-        link(p.log_dir, folder)
+        p.dataset.link_log_dir(p.execution_id, p.attempt, folder)
     return folder
-
-
-def link(log_dir: Path, folder: Path) -> None:
-    """``logs/<execution_id>/attempt-<n>`` -> the folder its job writes its logs in."""
-    log_dir.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(folder, log_dir.parent), log_dir, target_is_directory=True)
 
 
 def _sharing_order(members: list[JobSpec]) -> Callable[[JobSpec], tuple[int, int]]:

@@ -37,8 +37,7 @@ from pipeline.bench.spec import JobSpec
 from pipeline.data import claims, ledger
 from pipeline.launch.follow import follow
 from pipeline.launch.groups import Group, groups, job_folder
-from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, resource_shape, submitted
+from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState, Outcome, submitted
 from pipeline.launch.settings import LaunchSettings
 
 
@@ -67,7 +66,7 @@ class LocalBackend:
             try:
                 with held():  # the job and its records, whole; its processes never see the signals
                     folder = job_folder(group)
-                    executor = _executor(settings, folder, first.shape.ranks, gpus)
+                    executor = _executor(settings, folder, group, gpus)
                     job = executor.submit(run_group, list(group.members))
                     for p in group.members:
                         ledger.append(p.dataset, submitted(p, job.job_id, settings))
@@ -114,13 +113,12 @@ def _settle(group: Group, job: submitit.Job, patience_s: float = 2.0) -> str | N
     return None
 
 
-def _executor(settings: LaunchSettings, folder: Path, ranks: int, gpus: bool) -> submitit.Executor:
-    nodes, per_node = resource_shape(ranks, settings.tasks_per_node)
+def _executor(settings: LaunchSettings, folder: Path, group: Group, gpus: bool) -> submitit.Executor:
     executor = submitit.LocalExecutor(folder=folder)
     executor.update_parameters(
-        nodes=nodes,
-        tasks_per_node=per_node,
-        gpus_per_node=per_node if gpus else 0,
+        nodes=group.nodes,
+        tasks_per_node=group.per_node,
+        gpus_per_node=group.per_node if gpus else 0,
         timeout_min=settings.timeout_min,
     )
     return executor

@@ -1,4 +1,4 @@
-"""A sweep's plan: every execution validated before any is submitted, and what a backend reports back.
+"""A sweep's plan: every execution validated before any is submitted.
 
 Nothing is submitted unless every job of the sweep is valid (known workload and variant, a scale that
 holds its EP degree, a feasible routing plan, a device word that exists). Whether the device is there is
@@ -9,77 +9,53 @@ job runs it as it is.
 
 from __future__ import annotations
 
-import math
-import re
-import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from pipeline.base.vocabulary import DEVICES
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
-from pipeline.data.scan import dataset_settings, scan_shards
-from pipeline.launch.jobs import Job, JobState
+from pipeline.data.scan import dataset_settings
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import Execution, suite_of
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
 
-if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
-    from pipeline.bench.execute import Summary
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How one execution ended: rank 0's summary or the error; or why it never started (``missing``:
-    its job ended first, so status calls it missing) or was left to another writer that took it over
-    (``taken``); none of these while it was submitted without being waited for."""
-
-    planned: JobSpec
-    summary: Summary | None
-    error: str | None
-    missing: str | None = None
-    taken: str | None = None
-
-    @property
-    def ended(self) -> bool:
-        return any(x is not None for x in (self.summary, self.error, self.missing, self.taken))
-
-    @property
-    def failed(self) -> bool:
-        """Whether it failed or never ran here (the sweep ends in exit status 1, as status does)."""
-        return self.error is not None or self.missing is not None
-
-
-class Backend(Protocol):
-    """What runs a sweep's jobs: local processes or a scheduler. ``run`` yields one outcome per
-    execution in the order they end (or at once, unfinished, when the settings do not wait), and
-    calls ``started`` as each execution starts running."""
-
-    name: str
-
-    def run(
-        self, planned: list[JobSpec], settings: LaunchSettings, started: Callable[[JobSpec], None]
-    ) -> Iterator[Outcome]: ...
-
-    def job_states(self, jobs: list[Job]) -> dict[str, JobState]: ...
-
-    def for_resubmission(self, settings: LaunchSettings) -> LaunchSettings:
-        """The settings a resubmission runs with (e.g. a scheduler's without waiting)."""
-        ...
-
-
 SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x 1,000,003 + rank: 64 bits)
 
 
-def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
-    """The matrix cell, shape and timing of one composed config, every run key checked: the scale's
+@dataclass(frozen=True)
+class Composed:
+    """One job of a sweep as Hydra composed it (:func:`pipeline.compose.composed`): the overrides that
+    select it, and its resolved config without Hydra's own node, which the job records as composed."""
+
+    overrides: tuple[str, ...]
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A composed job, every run key checked (:func:`validate`): its matrix cell, shape and timing,
+    and the scale, seed, device word and dataset folder it names."""
+
+    execution: Execution
+    shape: Shape
+    timing: TimingPlan
+    scale: str
+    seed: int
+    device: str
+    dataset_dir: str
+
+
+def validate(job: Composed) -> Checked:
+    """The matrix cell, shape and timing of one composed job, every run key checked: the scale's
     keys typed and bounded, the seed, the trace switch, the device word, the dataset folder's type (a
     ValueError names what is wrong); ``python -m pipeline.list`` checks a selection the same way.
     (Whether the routing plans are feasible, the plan checks: building them takes seconds per
     execution at full scale.)"""
+    config = job.config
     execution, shape, timing = resolve(config)
     seed = config.get("seed")
     check_number("seed", seed, integer=True)
@@ -91,64 +67,69 @@ def validate(config: dict[str, Any]) -> tuple[Execution, Shape, TimingPlan]:
         )
     if not isinstance(config.get("keep_traces", False), bool):
         raise ValueError(f"keep_traces must be true or false, got {config.get('keep_traces')!r}")
-    if config.get("device") not in DEVICES:  # which device exists is the job's host to say
-        raise ValueError(f"device {config.get('device')!r}; allowed: {', '.join(DEVICES)}")
-    if not isinstance(config.get("dataset_dir"), str):
-        raise ValueError(f"dataset_dir must be a path, got {config.get('dataset_dir')!r}")
-    return execution, shape, timing
+    device = config.get("device")
+    if not isinstance(device, str) or device not in DEVICES:  # which device exists: the job's host says
+        raise ValueError(f"device {device!r}; allowed: {', '.join(DEVICES)}")
+    dataset_dir = config.get("dataset_dir")
+    if not isinstance(dataset_dir, str):
+        raise ValueError(f"dataset_dir must be a path, got {dataset_dir!r}")
+    return Checked(execution, shape, timing, config["scale"]["name"], seed, device, dataset_dir)
 
 
-def plan(jobs: list[tuple[list[str], dict[str, Any]]], settings: LaunchSettings) -> list[JobSpec]:
-    """Validate every (overrides, resolved config) job to run with ``settings`` and build its spec;
-    raise one ValueError, one line, naming every problem: invalid executions (grouped by problem), a
-    dataset folder that cannot be written, two jobs of one execution, a sweep whose comparable
-    settings are not those of its dataset."""
+def plan(jobs: list[Composed], settings: LaunchSettings) -> list[JobSpec]:
+    """Validate every composed job to run with ``settings`` and build its spec; raise one ValueError,
+    one line, naming every problem: invalid executions (grouped by problem), a dataset folder that
+    cannot be written, two jobs of one execution, a sweep whose comparable settings are not those of
+    its dataset."""
     errors: dict[str, list[str]] = {}
-    checked = []
-    for overrides, config in jobs:
+    valid: list[tuple[Composed, Checked]] = []
+    for job in jobs:
         try:
-            execution, shape, timing = validate(config)
-            _routing_plans(shape, config["seed"])
-            _device_here(config, settings)
+            checked = validate(job)
+            _routing_plans(checked.shape, checked.seed)
+            _device_here(checked, settings)
+            _in_this_process(checked.shape, settings)
         except ValueError as err:
-            errors.setdefault(str(err), []).append(_job_name(overrides))
+            errors.setdefault(str(err), []).append(_job_name(job.overrides))
             continue
-        checked.append((execution, shape, timing, config, overrides))
+        valid.append((job, checked))
     if errors:
         raise ValueError("nothing was launched; " + "; ".join(_invalid(errors, len(jobs))))
-    datasets = {d: Dataset.writable(d) for d in dict.fromkeys(c["dataset_dir"] for _, _, _, c, _ in checked)}
-    check_distinct([(o, str(datasets[c["dataset_dir"]].root), e.execution_id) for e, _, _, c, o in checked])
+    datasets = {d: Dataset.writable(d) for d in dict.fromkeys(c.dataset_dir for _, c in valid)}
+    check_distinct(
+        [(j.overrides, str(datasets[c.dataset_dir].root), c.execution.execution_id) for j, c in valid]
+    )
     for dataset in dict.fromkeys(datasets.values()):
-        mine = [c for _, _, _, c, _ in checked if datasets[c["dataset_dir"]] == dataset]
-        check_settings(dataset, [Comparable.of_config(c) for c in mine])
+        mine = [j.config for j, c in valid if datasets[c.dataset_dir] == dataset]
+        check_settings(dataset, [Comparable.of_config(config) for config in mine])
     return [
         JobSpec(
-            execution=e,
-            shape=s,
-            timing=t,
-            seed=c["seed"],
-            device=c["device"],
-            dataset=datasets[c["dataset_dir"]],
-            attempt=ledger.next_attempt(datasets[c["dataset_dir"]], e.execution_id),
+            execution=c.execution,
+            shape=c.shape,
+            timing=c.timing,
+            seed=c.seed,
+            device=c.device,
+            dataset=datasets[c.dataset_dir],
+            attempt=ledger.next_attempt(datasets[c.dataset_dir], c.execution.execution_id),
             backend=settings.backend,
             cluster=settings.cluster,
-            config={**c, "dataset_dir": str(datasets[c["dataset_dir"]].root)},
-            overrides=o,
-            check=suite_of(c).check,
-            keep_traces=c.get("keep_traces", False),
+            config={**j.config, "dataset_dir": str(datasets[c.dataset_dir].root)},
+            overrides=list(j.overrides),
+            check=suite_of(j.config).check,
+            keep_traces=j.config.get("keep_traces", False),
         )
-        for e, s, t, c, o in checked
+        for j, c in valid
     ]
 
 
-def check_distinct(jobs: list[tuple[list[str], str, str]]) -> None:
+def check_distinct(jobs: Sequence[tuple[Sequence[str], str, str]]) -> None:
     """Refuse two jobs of (overrides, dataset folder, execution id) that would be one execution of
     one dataset: an execution is its matrix cell, so a setting outside the matrix (``seed=0,1``,
     ``scale.tokens=16,32``) makes no new one. Each such setting goes into a dataset of its own."""
-    seen: dict[tuple[str, str], list[str]] = {}
-    for overrides, dataset, execution_id in jobs:
-        first = seen.setdefault((dataset, execution_id), overrides)
-        if first is not overrides:
+    seen: dict[tuple[str, str], int] = {}
+    for i, (overrides, dataset, execution_id) in enumerate(jobs):
+        first = jobs[seen.setdefault((dataset, execution_id), i)][0]
+        if seen[dataset, execution_id] != i:
             a = " ".join(o for o in first if o not in overrides) or "(the same overrides)"
             b = " ".join(o for o in overrides if o not in first) or "(the same overrides)"
             raise ValueError(
@@ -184,31 +165,35 @@ def _routing_plans(shape: Shape, seed: int) -> None:
     routing_plans(shape, seed)
 
 
-def _device_here(config: dict[str, Any], settings: LaunchSettings) -> None:
+def _device_here(checked: Checked, settings: LaunchSettings) -> None:
     """Refuse what cannot run where the jobs go: a device the local host lacks, and ``scale=full`` on
     CPUs unless ``device=cpu`` asks for it (the default scale would start up to 64 CPU ranks at
     D = 7,168 on a machine without a GPU)."""
     from pipeline.bench.distributed import resolve_device
 
-    device = config["device"]
-    if settings.backend == "local":
+    device = checked.device
+    if settings.on_this_host:
         gpus = resolve_device("auto") == "cuda"
-        resolve_device(device)  # the local jobs run on this host: it says whether the device exists
+        resolve_device(device)  # the jobs run on this host: it says whether the device exists
     else:
         gpus = bool(settings.gpus)
-    if config["scale"]["name"] == "full" and device == "auto" and not gpus:
-        where = (
-            "this host has no GPU"
-            if settings.backend == "local"
-            else f"cluster {settings.cluster} has no GPUs"
-        )
+    if checked.scale == "full" and device == "auto" and not gpus:
+        where = "this host has no GPU" if settings.on_this_host else f"cluster {settings.cluster} has no GPUs"
         raise ValueError(
             f"scale=full but {where}: it would run each execution on CPU ranks at the report's shape "
             "(hours each); choose scale=cpu or scale=ci, or ask for it with device=cpu"
         )
 
 
-def _job_name(overrides: list[str]) -> str:
+def _in_this_process(shape: Shape, settings: LaunchSettings) -> None:
+    """Refuse an execution of several ranks on the debug backend, which runs one, in this process."""
+    if settings.backend == "debug" and shape.ranks > 1:
+        raise ValueError(
+            f"backend=debug runs one rank, in this process; this execution has {shape.ranks}: add max_ranks=1"
+        )
+
+
+def _job_name(overrides: Sequence[str]) -> str:
     """A job by its matrix choices (``workload=... variant=...``), else by all of its overrides."""
     chosen = [o for o in overrides if o.startswith(("workload=", "variant="))]
     return " ".join(chosen or overrides) or "the default execution"
@@ -226,81 +211,3 @@ def _invalid(errors: dict[str, list[str]], total: int) -> list[str]:
             who = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
         out.append(f"{who}: {message}")
     return out
-
-
-def intents(planned: list[JobSpec], settings: LaunchSettings) -> dict[Dataset, ledger.Intended]:
-    """The intent of a sweep in each of its datasets: every execution it means there, with its
-    overrides, the launch settings and the comparable settings (one per dataset: the plan checked)."""
-    by_dataset: dict[Dataset, list[JobSpec]] = {}
-    for p in planned:
-        by_dataset.setdefault(p.dataset, []).append(p)
-    return {
-        dataset: ledger.Intended(
-            executions=tuple(ledger.Intention(p.execution_id, tuple(p.overrides)) for p in mine),
-            settings=settings.to_json(),
-            comparable=Comparable.of_config(mine[0].config),
-        )
-        for dataset, mine in by_dataset.items()
-    }
-
-
-def resumed(planned: list[JobSpec]) -> tuple[list[JobSpec], list[JobSpec]]:
-    """(to run, done already) of ``planned``: done is an execution with a valid shard in its dataset,
-    of the dataset's settings, which the plan made sure the sweep has (what ``--resume`` skips)."""
-    done = {d: set(scan_shards(d).newest) for d in dict.fromkeys(p.dataset for p in planned)}
-    return (
-        [p for p in planned if p.execution_id not in done[p.dataset]],
-        [p for p in planned if p.execution_id in done[p.dataset]],
-    )
-
-
-def resource_shape(ranks: int, tasks_per_node: int | None) -> tuple[int, int]:
-    """(nodes, tasks per node) holding ``ranks`` tasks, at most ``tasks_per_node`` per node."""
-    per_node = ranks if tasks_per_node is None else min(ranks, tasks_per_node)
-    if per_node < 1 or ranks % per_node:
-        raise ValueError(f"{ranks} ranks cannot be spread evenly at {tasks_per_node} tasks per node")
-    return math.ceil(ranks / per_node), per_node
-
-
-def submitted(
-    p: JobSpec,
-    job_id: str,
-    settings: LaunchSettings,
-    *,
-    attempt: int | None = None,
-    requeued_from: int | None = None,
-) -> ledger.Submitted:
-    """The ledger's record of one submission of ``p`` (as ``attempt`` when a requeue renumbers it)."""
-    attempt = p.attempt if attempt is None else attempt
-    dataset = p.dataset
-    return ledger.Submitted(
-        execution_id=p.execution.execution_id,
-        attempt=attempt,
-        job_id=str(job_id),
-        overrides=p.overrides,
-        backend=settings.backend,
-        cluster=settings.cluster,
-        log_dir=dataset.relative(dataset.log_dir(p.execution.execution_id, attempt)),
-        requeued_from=requeued_from,
-        settings=settings.to_json(),
-        owner=p.owner,
-        host=socket.gethostname() if settings.backend == "local" else None,  # a local job runs here
-    )
-
-
-def cause(err: Exception) -> str:
-    """What went wrong, in one line, from an error submitit raised: the last line of the task's
-    traceback that it quotes (``ValueError: ...``), else its first line (a job that left no result)."""
-    text = str(err)
-    trace = re.search(r"with trace:\n-+\n(.*?)\n-+\n", text, re.S)
-    if trace is not None:
-        return first_line(trace.group(1).strip().splitlines()[-1])
-    lines = text.strip().splitlines()
-    if type(err).__name__ == "UncompletedJobError":  # "Job J (task: 0) with path P" / "has not produced..."
-        return " ".join(line.strip() for line in lines[:2])
-    return f"{type(err).__name__}: {first_line(text)}"
-
-
-def first_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else "no reason given"

@@ -19,11 +19,8 @@ asked once per call for all jobs so that status stays fast on large sweeps.
 
 from __future__ import annotations
 
-import math
 import re
-import secrets
 import subprocess
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -37,31 +34,14 @@ from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.follow import follow
-from pipeline.launch.groups import Group, groups, link
-from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState
-from pipeline.launch.plan import Outcome, submitted
-from pipeline.launch.settings import LaunchSettings
+from pipeline.launch.groups import Group, groups
+from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, Outcome, submitted
+from pipeline.launch.settings import LaunchSettings, submitit_parameters
 
 if TYPE_CHECKING:  # the job's modules import torch, which the submitting side and status need not
     from pipeline.bench.execute import Summary
 
 POLL_S = 2.0  # how often a waiting sweep looks at its jobs
-# Launcher keys that are submitit SlurmExecutor parameters of the same name.
-_PASSED = (
-    "partition",
-    "account",
-    "qos",
-    "constraint",
-    "exclude",
-    "gres",
-    "mem_per_gpu",
-    "exclusive",
-    "setup",
-    "srun_args",
-    "comment",
-    "array_parallelism",
-    "cpus_per_task",
-)
 _SLURM_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
 _SLURM_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING"}
 
@@ -100,7 +80,7 @@ class SlurmTask:
         following = []
         for spec in left:
             attempt = ledger.next_attempt(spec.dataset, spec.execution_id)
-            link(spec.dataset.log_dir(spec.execution_id, attempt), spec.log_dir.resolve())
+            spec.dataset.link_log_dir(spec.execution_id, attempt, spec.log_dir.resolve())
             record = submitted(spec, job_id, self.settings, attempt=attempt, requeued_from=spec.attempt)
             ledger.append(spec.dataset, record)
             following.append(replace(spec, attempt=attempt))
@@ -141,16 +121,15 @@ def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[tuple[Group
         arrays[(group.dataset, group.nodes, group.per_node)].append(group)
     jobs: list[tuple[Group, submitit.Job]] = []
     for (dataset, nodes, per_node), members in arrays.items():
-        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-        folder = dataset.arrays_dir / f"{stamp}-{nodes}x{per_node}-{secrets.token_hex(3)}"
-        folder.mkdir(parents=True)
+        folder = dataset.new_array_dir(nodes, per_node)
         executor = _executor(settings, folder, nodes, per_node)
         with executor.batch():
             submitted_jobs = [executor.submit(SlurmTask(settings), list(g.members)) for g in members]
         for group, job in zip(members, submitted_jobs, strict=True):
             for p in group.members:
-                link(p.log_dir, folder)
-                ledger.append(dataset, submitted(p, job.job_id, settings))
+                record = submitted(p, job.job_id, settings)
+                dataset.link_log_dir(p.execution_id, p.attempt, folder)
+                ledger.append(dataset, record)
             jobs.append((group, job))
         count = sum(len(g.members) for g in members)
         print(
@@ -162,28 +141,21 @@ def submit(planned: list[JobSpec], settings: LaunchSettings) -> list[tuple[Group
 
 
 def _executor(settings: LaunchSettings, folder: Path, nodes: int, per_node: int) -> submitit.Executor:
-    """sbatch for ``nodes`` x ``per_node`` tasks with the sweep's settings (:mod:`pipeline.launch.settings`);
-    one GPU per task on GPU presets unless ``gpus_per_node`` says otherwise.
+    """sbatch for ``nodes`` x ``per_node`` tasks with the sweep's settings: every key declared as a
+    submitit parameter (:func:`pipeline.launch.settings.submitit_parameters`), one GPU per task on GPU
+    presets unless ``gpus_per_node`` says otherwise.
 
     ``--no-requeue``: Slurm must not rerun a job by itself (a dead node fails it, resubmission makes a
     new attempt); submitit's checkpointing re-enables requeue when a time limit or preemption nears.
     """
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=settings.max_timeouts)
     gpus = settings.gpus_per_node
-    passed = {key: getattr(settings, key) for key in _PASSED if getattr(settings, key) is not None}
-    for key in ("setup", "srun_args"):  # submitit takes lists
-        if key in passed:
-            passed[key] = list(passed[key])
     executor.update_parameters(
-        job_name=settings.name,
-        time=math.ceil(settings.timeout_min),
+        **submitit_parameters(settings),
         nodes=nodes,
         ntasks_per_node=per_node,
         gpus_per_node=gpus if gpus is not None else (per_node if settings.gpus else None),
-        signal_delay_s=settings.signal_delay_s,
         additional_parameters={"no-requeue": True, **settings.additional_parameters},
-        **({"mem": f"{settings.mem_gb:g}GB"} if settings.mem_gb is not None else {}),
-        **passed,
     )
     return executor
 

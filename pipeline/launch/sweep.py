@@ -26,10 +26,11 @@ from pipeline.base.exits import Interrupted
 from pipeline.base.printable import printable
 from pipeline.bench.spec import JobSpec
 from pipeline.data import claims, ledger
+from pipeline.data.comparable import Comparable
 from pipeline.data.dataset import Dataset
+from pipeline.data.scan import scan_shards
 from pipeline.launch.backends import backend
-from pipeline.launch.jobs import PENDING, RUNNING, Job
-from pipeline.launch.plan import Outcome, intents, resumed
+from pipeline.launch.jobs import PENDING, RUNNING, Job, Outcome
 from pipeline.launch.settings import LaunchSettings
 
 
@@ -184,6 +185,16 @@ def claimed(planned: list[JobSpec], resume: bool = False) -> Iterator[Claimed]:
         yield Claimed([taken[id(p)] for p in remaining if id(p) in taken], done, owned, "", unwritable)
 
 
+def resumed(planned: list[JobSpec]) -> tuple[list[JobSpec], list[JobSpec]]:
+    """(to run, done already) of ``planned``: done is an execution with a valid shard in its dataset,
+    of the dataset's settings, which the plan made sure the sweep has (what ``--resume`` skips)."""
+    done = {d: set(scan_shards(d).newest) for d in dict.fromkeys(p.dataset for p in planned)}
+    return (
+        [p for p in planned if p.execution_id not in done[p.dataset]],
+        [p for p in planned if p.execution_id in done[p.dataset]],
+    )
+
+
 def check_shared(datasets: list[Dataset]) -> None:
     """Refuse (ValueError) a dataset whose folders every writer shares (``ledger``,
     ``claims/.owners``, ...) are not its own to write in: a link out, a file in a folder's place."""
@@ -249,6 +260,22 @@ def _writer(p: JobSpec, jobs: dict[tuple[Dataset, str], str]) -> str:
     return jobs.get((p.dataset, p.execution_id), "")
 
 
+def intents(planned: list[JobSpec], settings: LaunchSettings) -> dict[Dataset, ledger.Intended]:
+    """The intent of a sweep in each of its datasets: every execution it means there, with its
+    overrides, the launch settings and the comparable settings (one per dataset: the plan checked)."""
+    by_dataset: dict[Dataset, list[JobSpec]] = {}
+    for p in planned:
+        by_dataset.setdefault(p.dataset, []).append(p)
+    return {
+        dataset: ledger.Intended(
+            executions=tuple(ledger.Intention(p.execution_id, tuple(p.overrides)) for p in mine),
+            settings=settings.to_json(),
+            comparable=Comparable.of_config(mine[0].config),
+        )
+        for dataset, mine in by_dataset.items()
+    }
+
+
 def run(planned: list[JobSpec], settings: LaunchSettings) -> list[Outcome]:
     """Record the sweep's intent, submit the executions (with the attempts :func:`claimed` took),
     wait for each (unless the settings do not wait), print progress; the outcomes in the order the
@@ -292,7 +319,7 @@ def left_over(planned: list[JobSpec], settings: LaunchSettings) -> str:
     done = sum(ledger.Finished in k for k in kinds.values())
     failed = sum(ledger.Failed in k for k in kinds.values())
     datasets = " ".join(dict.fromkeys(str(p.dataset.root) for p in planned))
-    if settings.backend != "local":
+    if not settings.on_this_host:
         return f"{done} done, {failed} failed; the other jobs go on: python -m pipeline.status {datasets}"
     not_started = sum(ledger.Started not in k for k in kinds.values())
     return (
