@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -265,12 +266,38 @@ import json, sys
 import cutlass, cutlass.cute as cute, cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass_kernels.sm90_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
+from cutlass_kernels.sm90_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile
 
+SAMPLED = json.loads(sys.argv[1])
 found = {}
 
+def plain(x):
+    # a coordinate, shape or stride as JSON: E(m) * k as {"scale": k, "mode": m}
+    if isinstance(x, cute.ScaledBasis):
+        (mode,) = x.mode
+        return {"scale": int(x.value), "mode": mode}
+    return [plain(e) for e in x] if isinstance(x, tuple) else int(x)
+
+def points(coords, indices):
+    return [[int(c) for c in coords[i]] for i in indices]
+
+def record(maps, t, coords):
+    # each thread's coordinates: where they start, and their layout; for the sampled threads, every
+    # coordinate as the DSL indexes it
+    for name, c in coords.items():
+        maps.setdefault(name, []).append([plain(c.iterator), plain(c.layout.shape), plain(c.layout.stride)])
+    if t in SAMPLED:
+        acc, slice_, piece = coords["acc"], coords["slice"], coords["piece"]
+        n = [cute.size(piece, mode=[m]) for m in range(3)]
+        pieces = [[(v, i, j) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])]
+        maps.setdefault("sampled", {})[t] = {
+            "acc": points(acc, range(cute.size(acc))),
+            "slice": points(slice_, range(cute.size(slice_))),
+            "piece": [points(piece, p) for p in pieces],
+        }
+
 @cute.jit
-def walk(c_dtype: cutlass.Constexpr):
+def walk(c_dtype: cutlass.Constexpr, maps: cutlass.Constexpr):
     # the kernel's tiled MMA: two consumer warpgroups of 64 x 256 each
     k = warpgroup.OperandMajorMode.K
     mma = sm90_utils.make_trivial_tiled_mma(
@@ -278,54 +305,109 @@ def walk(c_dtype: cutlass.Constexpr):
     )
     r2s = epilogue_r2s(mma, c_dtype, utils.LayoutEnum.ROW_MAJOR, cutlass.Float32)
     epi = epilogue_tile(128, c_dtype.width)
-    for t in cutlass.range_constexpr(256):
-        acc_coords = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
-        slice_coords = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
-        per = cute.size(slice_coords)
-        for s in cutlass.range_constexpr(256 // epi[1]):
-            for v in cutlass.range_constexpr(per):
-                r, c = acc_coords[slice_value(s, v, per)]
-                sr, sc = slice_coords[v]
-                found.setdefault("pairs", []).append([int(r), int(c), int(sr), int(sc) + s * epi[1]])
-    # the shared -> global copy of cut tiles: each thread's 16-byte pieces, as (row, first column, width)
+    # the shared -> global copy of cut tiles: each thread's 16-byte pieces
     s2g = epilogue_s2g(c_dtype, epi, 256)
+    maps["epi"] = list(epi)
     for t in cutlass.range_constexpr(256):
-        coords = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
-        for i in cutlass.range_constexpr(cute.size(coords, mode=[1])):
-            for j in cutlass.range_constexpr(cute.size(coords, mode=[2])):
-                piece = [coords[(v, i, j)] for v in range(cute.size(coords, mode=[0]))]
-                found.setdefault("pieces", []).append([[int(r), int(c)] for r, c in piece])
+        acc = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
+        slice_ = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
+        piece = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
+        record(maps, t, {"acc": acc, "slice": slice_, "piece": piece})
 
-walk(getattr(cutlass, sys.argv[1]))
+for c_dtype in ("BFloat16", "Float32"):
+    walk(getattr(cutlass, c_dtype), found.setdefault(c_dtype, {}))
 print(json.dumps(found))
 """
+# threads whose every coordinate the DSL indexes itself: the first and last of each warpgroup, one between
+_SAMPLED = (0, 97, 127, 128, 255)
 
 
-@needs_dsl
-@pytest.mark.slow
-@pytest.mark.parametrize("c_dtype", ["BFloat16", "Float32"])
-def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_dtype: str, tmp_path: Path):
-    # every thread's accumulator value v of slice s must be the element the register -> shared copy
-    # expects there: same (row, column) of the 128 x 256 tile, every element exactly once
-    script = tmp_path / "epilogue_map.py"  # the DSL compiles from source files only
+def _size(shape) -> int:
+    return math.prod(_size(s) for s in shape) if isinstance(shape, list) else shape
+
+
+def _point(layout: list, index) -> tuple[int, int]:
+    """The (row, column) a thread's partition of an identity tensor holds at ``index``, from the
+    partition's start and layout as the DSL gave them: an integer index taken apart
+    colexicographically over the shape's modes (a coordinate per mode as given), each mode's
+    coordinate times its stride, a stride E(m) * k adding k to component m."""
+    point = list(layout[0])
+
+    def add(index, shape, stride) -> None:
+        if isinstance(shape, list):
+            if isinstance(index, int):
+                index, rest = [], index
+                for s in shape:
+                    index.append(rest % _size(s))
+                    rest //= _size(s)
+            for i, s, d in zip(index, shape, stride, strict=True):
+                add(i, s, d)
+        elif isinstance(stride, dict):
+            point[stride["mode"]] += index * stride["scale"]
+        else:
+            assert stride == 0, stride  # a coordinate tensor's strides are bases, or 0 for a broadcast mode
+
+    add(index, layout[1], layout[2])
+    return point[0], point[1]
+
+
+@pytest.fixture(scope="module")
+def epilogue_maps(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Each thread's coordinates in the TMA epilogue (its start and layout; every coordinate of the
+    :data:`_SAMPLED` threads as the DSL indexes them), for BF16 and FP32 C, from one process."""
+    folder = tmp_path_factory.mktemp("epilogue")
+    script = folder / "epilogue_map.py"  # the DSL compiles from source files only
     script.write_text(_EPILOGUE_MAP)
     done = subprocess.run(
-        [sys.executable, str(script), c_dtype],
+        [sys.executable, str(script), json.dumps(_SAMPLED)],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    pairs = found["pairs"]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_dsl
+@pytest.mark.slow
+@pytest.mark.parametrize("c_dtype", ["BFloat16", "Float32"])
+def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(
+    c_dtype: str, epilogue_maps, sm90
+):
+    maps = epilogue_maps[c_dtype]
+    epi_n = maps["epi"][1]
+    # the layouts read as the DSL indexes them, every coordinate of the sampled threads
+    assert sorted(maps["sampled"]) == sorted(str(t) for t in _SAMPLED)
+    for t, dsl in maps["sampled"].items():
+        acc, slice_, piece = (maps[name][int(t)] for name in ("acc", "slice", "piece"))
+        assert [list(_point(acc, i)) for i in range(_size(acc[1]))] == dsl["acc"], t
+        assert [list(_point(slice_, v)) for v in range(_size(slice_[1]))] == dsl["slice"], t
+        n = [_size(m) for m in piece[1]]
+        pieces = [
+            [list(_point(piece, (v, i, j))) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])
+        ]
+        assert pieces == dsl["piece"], t
+    # every thread's accumulator value v of slice s must be the element the register -> shared copy
+    # expects there: same (row, column) of the 128 x 256 tile, every element exactly once
+    pairs = []
+    for acc, slice_ in zip(maps["acc"], maps["slice"], strict=True):
+        per = _size(slice_[1])
+        for s in range(256 // epi_n):
+            for v in range(per):
+                r, c = _point(acc, sm90.slice_value(s, v, per))
+                sr, sc = _point(slice_, v)
+                pairs.append((r, c, sr, sc + s * epi_n))
     assert len(pairs) == 128 * 256
     assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
     assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
     # cut tiles: 16-byte pieces, each within one row and contiguous, together the slice exactly once
     width, slice_cols = {"BFloat16": (8, 32), "Float32": (4, 16)}[c_dtype]  # a slice is 8 KiB
-    pieces = found["pieces"]
-    assert all(len(p) == width and p == [[p[0][0], p[0][1] + v] for v in range(width)] for p in pieces)
+    pieces = []
+    for piece in maps["piece"]:
+        n = [_size(m) for m in piece[1]]
+        pieces += [[_point(piece, (v, i, j)) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])]
+    assert all(len(p) == width and p == [(p[0][0], p[0][1] + v) for v in range(width)] for p in pieces)
     covered = sorted((r, c) for p in pieces for r, c in p)
     assert covered == sorted((r, c) for r in range(128) for c in range(slice_cols))
 
