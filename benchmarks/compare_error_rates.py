@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.base.vocabulary import PHASES  # noqa: E402
 from pipeline.data.dataset import Dataset  # noqa: E402
@@ -76,7 +76,7 @@ from pipeline.tools.compare import any_slower, compare, family  # noqa: E402
 from pipeline.tools.compare.cli import main as compare_main  # noqa: E402
 from pipeline.tools.compare.side import METRICS, Side, side  # noqa: E402
 from pipeline.tools.compare.special import t_sf  # noqa: E402
-from tests.synthetic_shards import shard_table, write_table  # noqa: E402
+from pipeline.tools.synthetic_shards import shard_table, write_table  # noqa: E402
 
 # Window sigma (log) and each run's effect per execution (log): GPU-like noise moves a window by 1%
 # and an execution's time by 1.5% between two runs (the run effects of both runs together).

@@ -16,7 +16,7 @@ import torch
 
 from tests.sweeps import CI_SWEEP, run_sweep
 
-# One intra-op thread in this process, as in every rank it spawns (tests/distributed.py): on a host
+# One intra-op thread in this process, as in every rank it spawns (pipeline/tools/ranks.py): on a host
 # whose cores are busy elsewhere, torch's pool of threads waits for its own threads many times longer
 # than the work takes (a layer test: 0.4 s on one thread, 17 s on two), and no reference or tolerance
 # here depends on the thread count (a test of what more threads change sets its own: test_moe_swiglu).

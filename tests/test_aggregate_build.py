@@ -30,7 +30,7 @@ from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.document import PackingEvidence
 from pipeline.report.publication import MANIFEST_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0", "packing-ep32-f3072-profile-a")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 15 executions, 6 matched workloads

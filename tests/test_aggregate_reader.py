@@ -21,7 +21,7 @@ from pipeline.data.reader import ShardError, read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows, ShardIdentity
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 BY_ID = {e.execution_id: e for e in EXECUTIONS}
 TRAINING = BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]

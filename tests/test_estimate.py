@@ -21,7 +21,7 @@ from pipeline.tools.estimate import table
 from pipeline.tools.estimate.jobs import Job
 from pipeline.tools.estimate.pool import run_jobs
 from pipeline.tools.estimate.presets import Preset
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 
 GIB = 2**30
 MIB = 2**20

@@ -38,7 +38,7 @@ from pipeline.data.meta import (
 from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
-from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
+from pipeline.moe.policy import SavedStatePolicy, make_policy
 
 SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
 
@@ -216,7 +216,7 @@ def saved_state(execution: Execution, shape: Shape) -> tuple[LayerState, ...]:
     )
 
 
-def _policy(execution: Execution, shape: Shape) -> MoKBudget | SharedSlot:
+def _policy(execution: Execution, shape: Shape) -> SavedStatePolicy:
     """The execution's policy as its layers build it (no device: it only counts)."""
     return make_policy(layer_config(execution, shape), layers=len(shape.layer_loads))
 
