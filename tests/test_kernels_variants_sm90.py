@@ -11,7 +11,6 @@ import math
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -179,34 +178,29 @@ needs_dsl = pytest.mark.skipif(
 )
 OPS_OUTS = [(op, out) for op in ("fprop", "dgrad", "wgrad") for out in ("bfloat16", "float32")]
 TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+# what a child process imports: this checkout's packages, wherever the tests run from
+CHECKOUT_PATH = os.pathsep.join(
+    filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
+)
 MULTICAST_LOAD = re.compile(
     r"cp\.async\.bulk\.tensor\.[23]d\.shared::cluster\.global\.tile\.\S*multicast::cluster"
 )
 
 
-def _variant_ptx(compiled_kernels, variant: str) -> dict[tuple[str, str], str]:
-    """The PTX of each (op, output dtype) of a registered sm90 variant, from the session's compile."""
+def _variant_ptx(compiled_kernels, variant: str) -> dict[tuple[str, str], Path]:
+    """The PTX file of each (op, output dtype) of a registered sm90 variant, from the session's compile."""
     out_dir = compiled_kernels("sm_90a")
     return {
-        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_{variant}_sm_90a.ptx").read_text()
+        (op, out): out_dir / f"grouped_{op}_bfloat16-{out}_128x256_{variant}_sm_90a.ptx"
         for op, out in OPS_OUTS
     }
 
 
-def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
-    if shutil.which("ptxas") is None:
-        pytest.skip("ptxas is not installed")
-    ptx = tmp_path / "check.ptx"
-    ptx.write_text(ptx_text)
-    done = subprocess.run(
-        ["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", "/dev/null"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in done.stderr
-    assert re.search(r"Used \d+ registers", done.stderr)
+def _assert_no_spills(report: subprocess.CompletedProcess) -> None:
+    """What ``ptxas -v`` said of a kernel (the session's ``ptxas_report``): no stack, no spills."""
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in report.stderr
+    assert re.search(r"Used \d+ registers", report.stderr)
 
 
 def _assert_common(ptx: str) -> None:
@@ -216,8 +210,9 @@ def _assert_common(ptx: str) -> None:
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, tmp_path: Path):
-    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_epilogue").items():
+def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, ptxas_report):
+    for (op, out), path in _variant_ptx(compiled_kernels, "tma_epilogue").items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert ptx.count(TMA_STORE) >= 8, (op, out)  # one per 8 KiB slice of a 128 x 256 tile
         assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
@@ -226,7 +221,7 @@ def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, tm
         # tiles cut by a group end: 16-byte stores of their rows from shared memory, no scalar ones
         assert "st.global.v4.b32" in ptx and "st.global.b16" not in ptx, (op, out)
         assert "multicast::cluster" not in ptx
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 # what each variant of plain stores (no TMA store) holds beside the default's code, and what it lacks
@@ -250,15 +245,16 @@ _PLAIN_STORE_CLAIMS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(_PLAIN_STORE_CLAIMS))
 def test_plain_store_variants_hold_their_claims_and_keep_the_default_stores(
-    variant: str, compiled_kernels, tmp_path: Path
+    variant: str, compiled_kernels, ptxas_report
 ):
     present, absent = _PLAIN_STORE_CLAIMS[variant]
-    for (op, out), ptx in _variant_ptx(compiled_kernels, variant).items():
+    for (op, out), path in _variant_ptx(compiled_kernels, variant).items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert TMA_STORE not in ptx and "stmatrix" not in ptx, (op, out)
         assert bool(MULTICAST_LOAD.search(ptx)) == (variant == "cluster2x1"), (op, out)
         assert all(claim in ptx for claim in present) and not any(claim in ptx for claim in absent), (op, out)
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 _EPILOGUE_MAP = """
@@ -363,7 +359,7 @@ def epilogue_maps(tmp_path_factory: pytest.TempPathFactory) -> dict:
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
+        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", "PYTHONPATH": CHECKOUT_PATH},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -414,12 +410,13 @@ def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_cluster_combines_multicast_and_tma_stores(compiled_kernels, tmp_path: Path):
-    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_cluster2x1").items():
+def test_tma_cluster_combines_multicast_and_tma_stores(compiled_kernels, ptxas_report):
+    for (op, out), path in _variant_ptx(compiled_kernels, "tma_cluster2x1").items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert MULTICAST_LOAD.search(ptx) and ptx.count(TMA_STORE) >= 8, (op, out)
         assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 _LAUNCH_IR = """
@@ -428,32 +425,44 @@ from pathlib import Path
 import torch
 from cutlass_kernels import registry
 from cutlass_kernels.cute_base import compile_spec
-spec = registry.spec_for("sm_90a", "fprop", torch.bfloat16, torch.bfloat16, sys.argv[1])
-compile_spec(spec, registry.kernel_for(spec), Path(sys.argv[2]))
+for variant in sys.argv[2:]:  # each variant's host IR renamed after its compile, so that they stay apart
+    spec = registry.spec_for("sm_90a", "fprop", torch.bfloat16, torch.bfloat16, variant)
+    compile_spec(spec, registry.kernel_for(spec), Path(sys.argv[1]))
+    for i, ir in enumerate(sorted(Path.cwd().glob("*_clean.mlir"))):
+        ir.rename(f"{variant}-{i}.host.mlir")
 """
+_LAUNCHED = {"cluster2x1": True, "tma_epilogue": False}  # variant: launched on 2x1 clusters
+
+
+@pytest.fixture(scope="module")
+def launch_ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The host IR the DSL keeps of each :data:`_LAUNCHED` variant's fprop kernel, compiled in one process."""
+    folder = tmp_path_factory.mktemp("launch-ir")
+    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(folder)}
+    env["PYTHONPATH"] = CHECKOUT_PATH
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCH_IR, str(folder / "out"), *_LAUNCHED],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=folder,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {v: "\n".join(p.read_text() for p in sorted(folder.glob(f"{v}-*.host.mlir"))) for v in _LAUNCHED}
 
 
 @needs_dsl
 @pytest.mark.slow
-@pytest.mark.parametrize(("variant", "clustered"), [("cluster2x1", True), ("tma_epilogue", False)])
+@pytest.mark.parametrize(("variant", "clustered"), _LAUNCHED.items())
 def test_cluster_variants_launch_on_2x1_clusters_and_the_others_plainly(
-    variant: str, clustered: bool, tmp_path: Path
+    variant: str, clustered: bool, launch_ir
 ):
     # the cluster shape is a launch attribute: it lives in the host IR the DSL keeps, not in the PTX
-    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-c", _LAUNCH_IR, variant, str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    launch_ir = "\n".join(p.read_text() for p in tmp_path.glob("*_clean.mlir"))
-    assert launch_ir.count("cluster_launch = true") == clustered
-    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
-    assert launch_ir.count("cluster_launch = false") == (not clustered)
+    ir = launch_ir[variant]
+    assert ir.count("cluster_launch = true") == clustered
+    assert ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
+    assert ir.count("cluster_launch = false") == (not clustered)
 
 
 _TILE_STORE = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
@@ -465,13 +474,14 @@ _TILE_STORE_VARIANTS = ("ragged_tile", "inplace_tile")
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", _TILE_STORE_VARIANTS)
 def test_the_wgrad_tile_store_kernels_stage_whole_tiles_and_store_them_by_tma(
-    variant: str, compiled_kernels, tmp_path: Path
+    variant: str, compiled_kernels, ptxas_report
 ):
     out_dir = compiled_kernels("sm_90a")
     facts = json.loads((out_dir / "kernels.json").read_text())
     for c_dtype, rounds in (("bfloat16", 1), ("float32", 2)):
         name = f"grouped_wgrad_bfloat16-{c_dtype}_128x256_{variant}_sm_90a"
-        ptx = (out_dir / f"{name}.ptx").read_text()
+        path = out_dir / f"{name}.ptx"
+        ptx = path.read_text()
         _assert_common(ptx)
         # a round: one 3-D TMA store of dW (N, K, G) per 64 x 128-byte box of the warpgroup's rows, the
         # four committed as one bulk group; its buffers waited for before they are written again, and
@@ -485,7 +495,7 @@ def test_the_wgrad_tile_store_kernels_stage_whole_tiles_and_store_them_by_tma(
         assert (_RAGGED_LOAD in ptx) == (variant == "ragged_tile"), c_dtype
         assert ("st.shared.b16" in ptx) == (variant == "inplace_tile"), c_dtype
         assert "ld.local" not in ptx and "st.local" not in ptx
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
         # three 48 KB stages of the ring beside the 64 KB of C buffers, within an sm90 CTA's 227 KB
         assert facts[name]["stages"] == 3 and facts[name]["shared_bytes"] <= 232448, facts[name]
 
