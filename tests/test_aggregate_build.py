@@ -517,7 +517,9 @@ def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unaske
     kept, unkept = SUBSET[0], SUBSET[1]
     for e in (kept, unkept):
         write_table(tmp_path / "d", shard_table(e, 1, rng, ranks=4))
-    table.keep([Job(kept.execution_id, Preset.named("gb300"))], [{"timed_peak_gib": 12.5, "device_ops": 321}])
+    arrived = table.keeping([Job(kept.execution_id, Preset.named("gb300"))])
+    result = {"timed_peak_gib": 12.5, "device_ops": 321}
+    arrived({"execution_id": kept.execution_id, "cluster": "gb300", **result})
     rows = {r["execution_id"]: r for r in aggregate(tmp_path / "d", figures=False).document.executions}
     assert (rows[kept.execution_id]["estimatedPeakGiB"], rows[kept.execution_id]["opsPerIteration"]) == (
         12.5,
