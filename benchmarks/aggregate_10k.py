@@ -17,13 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.data.dataset import Dataset  # noqa: E402
 from pipeline.data.scan import scan_shards  # noqa: E402
 from pipeline.matrix import EXECUTIONS  # noqa: E402
 from pipeline.report import aggregate  # noqa: E402
-from tests.synthetic_shards import shard_table, write_table  # noqa: E402
+from pipeline.tools.synthetic_shards import shard_table, write_table  # noqa: E402
 
 
 def generate(dataset: Path, shards: int, max_ranks: int | None) -> int:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.matrix import EXECUTIONS  # noqa: E402
 from pipeline.tools.compare.cli import main as compare_main  # noqa: E402
-from tests.synthetic_shards import shard_table, write_table  # noqa: E402
+from pipeline.tools.synthetic_shards import shard_table, write_table  # noqa: E402
 
 
 def generate(dataset: Path, seed: int, max_ranks: int | None, windows: int | None) -> int:

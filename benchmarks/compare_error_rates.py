@@ -26,7 +26,7 @@ variance buys under the comparison's own promise. Reruns count both how often th
 1 (a time `slower`) and how often it flags anything (`slower` or `faster`), which its promise bounds.
 
 The comparison is the real one, on real shards: per setting the two datasets are written once as
-parquet by the shard writer's format (``tests/synthetic_shards.py``) and read back by the shard
+parquet by the shard writer's format (``pipeline/tools/synthetic_shards.py``) and read back by the shard
 reader; each draw replaces the window times of those shards in memory and runs the side builder
 (``pipeline.compare.side.side``: the report's rows, the slowest rank's windows) and
 ``pipeline.compare.compare``, so a draw costs the comparison, not the parquet. ``--check K``
@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ beside pipeline/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.base.vocabulary import PHASES  # noqa: E402
 from pipeline.data.dataset import Dataset  # noqa: E402
@@ -76,7 +76,7 @@ from pipeline.tools.compare import any_slower, compare, family  # noqa: E402
 from pipeline.tools.compare.cli import main as compare_main  # noqa: E402
 from pipeline.tools.compare.side import METRICS, Side, side  # noqa: E402
 from pipeline.tools.compare.special import t_sf  # noqa: E402
-from tests.synthetic_shards import shard_table, write_table  # noqa: E402
+from pipeline.tools.synthetic_shards import shard_table, write_table  # noqa: E402
 
 # Window sigma (log) and each run's effect per execution (log): GPU-like noise moves a window by 1%
 # and an execution's time by 1.5% between two runs (the run effects of both runs together).

@@ -26,8 +26,8 @@ from pipeline.matrix import EXECUTION_BY_ID  # noqa: E402
 from pipeline.matrix.scale import shape_for  # noqa: E402
 from pipeline.moe.dispatch import DispatchPlan  # noqa: E402
 from pipeline.moe.routing import validate_routing  # noqa: E402
-from tests.distributed import run_ranks  # noqa: E402
-from tests.synthetic_shards import scale_preset  # noqa: E402
+from pipeline.tools.ranks import run_ranks  # noqa: E402
+from pipeline.tools.synthetic_shards import scale_preset  # noqa: E402
 
 DEFAULT = (
     "inference-ep8-f1536-bf16-mok-native",

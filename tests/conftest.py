@@ -5,6 +5,8 @@ ten-execution scale=ci sweep that the tests read (and never write)."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Generator
@@ -16,7 +18,7 @@ import torch
 
 from tests.sweeps import CI_SWEEP, run_sweep
 
-# One intra-op thread in this process, as in every rank it spawns (tests/distributed.py): on a host
+# One intra-op thread in this process, as in every rank it spawns (pipeline/tools/ranks.py): on a host
 # whose cores are busy elsewhere, torch's pool of threads waits for its own threads many times longer
 # than the work takes (a layer test: 0.4 s on one thread, 17 s on two), and no reference or tolerance
 # here depends on the thread count (a test of what more threads change sets its own: test_moe_swiglu).
@@ -62,6 +64,7 @@ _SHARING = {
     "tests/test_kernels_compile.py": "compiled_kernels",
     "tests/test_kernels_variants.py": "compiled_kernels",
     "tests/test_kernels_variants_sm90.py": "compiled_kernels",
+    "tests/test_swiglu_kernel.py": "compiled_kernels",
 }
 
 
@@ -128,6 +131,28 @@ def compiled_kernels(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
         return folders[arch]
 
     return compile_arch
+
+
+PTXAS = shutil.which("ptxas") or "/usr/local/bin/ptxas"
+
+
+@pytest.fixture(scope="session")
+def ptxas_report() -> Callable[[str, Path], subprocess.CompletedProcess]:
+    """``ptxas_report(arch, ptx)``: what ``ptxas -arch=<arch> -v`` reports of the PTX file ``ptx`` (a
+    compiled kernel's), run once per file and session: the variant tests of both kernel files ask it
+    of the same kernels. Skips the test where ptxas is not installed."""
+    reports: dict[tuple[str, Path], subprocess.CompletedProcess] = {}
+
+    def report(arch: str, ptx: Path) -> subprocess.CompletedProcess:
+        if not Path(PTXAS).exists():
+            pytest.skip("ptxas is not installed")
+        key = (arch, ptx.resolve())
+        if key not in reports:
+            command = [PTXAS, f"-arch={arch}", "-v", str(ptx), "-o", os.devnull]
+            reports[key] = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        return reports[key]
+
+    return report
 
 
 @pytest.fixture(scope="session")

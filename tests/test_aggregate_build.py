@@ -31,7 +31,7 @@ from pipeline.matrix import EXECUTIONS, Execution
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.document import PackingEvidence
 from pipeline.report.publication import MANIFEST_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0", "packing-ep32-f3072-profile-a")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 15 executions, 6 matched workloads
@@ -518,7 +518,9 @@ def test_estimate_columns_come_from_the_kept_table_and_are_never_computed_unaske
     kept, unkept = SUBSET[0], SUBSET[1]
     for e in (kept, unkept):
         write_table(tmp_path / "d", shard_table(e, 1, rng, ranks=4))
-    table.keep([Job(kept.execution_id, Preset.named("gb300"))], [{"timed_peak_gib": 12.5, "device_ops": 321}])
+    arrived = table.keeping([Job(kept.execution_id, Preset.named("gb300"))])
+    result = {"timed_peak_gib": 12.5, "device_ops": 321}
+    arrived({"execution_id": kept.execution_id, "cluster": "gb300", **result})
     rows = {r["execution_id"]: r for r in aggregate(tmp_path / "d", figures=False).document.executions}
     assert (rows[kept.execution_id]["estimatedPeakGiB"], rows[kept.execution_id]["opsPerIteration"]) == (
         12.5,

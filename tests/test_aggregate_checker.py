@@ -15,7 +15,7 @@ import pytest
 
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 CHECKER = Path(__file__).resolve().parents[1] / "jobs" / "check-aggregate.py"
 SHAPES = ("inference-ep16-f3072", "packing-ep64-f3072-profile-b")

@@ -17,7 +17,7 @@ from pipeline import REPO_ROOT
 from pipeline.data import estimates
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report import JSON_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 EXECUTION = "inference-ep8-f1536-bf16-mok-native"  # the cheapest estimate: seconds of CPU
 

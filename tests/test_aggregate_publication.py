@@ -26,7 +26,7 @@ from pipeline.matrix import EXECUTIONS
 from pipeline.report import CSV_NAME, JSON_NAME
 from pipeline.report.page import REPORT_NAME
 from pipeline.report.publication import MANIFEST_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 FIVE = [e for e in EXECUTIONS if e.workload.name == "inference-ep8-f1536"]  # 5 executions, EP8
 SIXTH = next(e for e in EXECUTIONS if e.execution_id == "inference-ep16-f1536-bf16-mok-native")  # EP16

@@ -21,7 +21,7 @@ from pipeline.data.reader import ShardError, read_shard
 from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows, ShardIdentity
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTIONS
-from tests.synthetic_shards import shard_table, synthetic_topology, write_table
+from pipeline.tools.synthetic_shards import shard_table, synthetic_topology, write_table
 
 VERSION, READS = ExecutionMeta.VERSION, ", ".join(map(str, ExecutionMeta.READABLE))
 

@@ -16,7 +16,7 @@ import torch
 
 from pipeline.bench import conditions
 from pipeline.data.meta import Conditions, ExecutionMeta, GpuConditions, MetaError
-from tests.synthetic_shards import shard_metadata
+from pipeline.tools.synthetic_shards import shard_metadata
 
 IDLE, POWER_CAP, HW_SLOWDOWN, APPLICATIONS = 0x1, 0x4, 0x8, 0x2
 
@@ -121,7 +121,7 @@ def test_the_record_is_what_nvml_said_during_the_block(nvml: FakeNvml) -> None:
 def test_the_record_survives_the_shard_metadata_json(nvml: FakeNvml, rng) -> None:
     from pipeline.matrix import EXECUTIONS
     from pipeline.matrix.scale import shape_for
-    from tests.synthetic_shards import scale_preset
+    from pipeline.tools.synthetic_shards import scale_preset
 
     record = conditions.merged(
         [_sample(nvml), conditions.Sampler("node8", 6, unknown="no GPU: cpu").record()]

@@ -24,7 +24,7 @@ from pipeline.matrix import EXECUTIONS
 from pipeline.tools.compare import compare, load
 from pipeline.tools.compare.cli import main
 from pipeline.tools.compare.conditions import Measured, clock_ratio, differences, typical
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 10 executions, 25 times

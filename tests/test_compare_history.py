@@ -17,7 +17,7 @@ from pipeline.tools.compare import compare, load
 from pipeline.tools.compare.classify import p_values
 from pipeline.tools.compare.cli import main
 from pipeline.tools.compare.noise import ratio_noise, windows
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 10 executions, 25 times

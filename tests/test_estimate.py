@@ -1,9 +1,10 @@
 """The full-scale estimate (pipeline.estimate): its fake device counts what a GPU would do, its host
 planning is what a real group exchanges, a planted host synchronization or full-weights draw shows,
-a packing execution's weights are exactly its local experts', and what makes the command fail. The
-whole matrix on the report's hardware (no host sync in a timed iteration, every execution fits) is
-CI's own step, ``python -m pipeline.estimate cluster=gb300`` in ``.ci/run``, before the tests, whose
-kept table these tests then read (an h200 estimate it lacks is computed here)."""
+a packing execution's weights are exactly its local experts', a published estimate is kept as it
+ends, and what makes the command fail. The whole matrix on the report's hardware (no host sync in a
+timed iteration, every execution fits) is CI's own step, ``python -m pipeline.estimate
+cluster=gb300`` in ``.ci/run``, beside the tests: these read what it has kept by then (an estimate it
+has not reached yet, or an h200 one, is computed here)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pipeline.tools.estimate import table
 from pipeline.tools.estimate.jobs import Job
 from pipeline.tools.estimate.pool import run_jobs
 from pipeline.tools.estimate.presets import Preset
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 
 GIB = 2**30
 MIB = 2**20
@@ -141,6 +142,36 @@ def test_problems_name_each_failure_sync_and_overflow() -> None:
         "scratch 0.0 GiB)",
         "d (?): failed: RuntimeError: x",
     ]
+
+
+def test_a_published_estimate_is_kept_as_it_arrives_and_no_other(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a run computes is in the kept table at once (another process finds it before the run
+    ends): a published job's result; not a failure, nor a key that a job of another form shares."""
+    from pipeline.data import estimates
+
+    monkeypatch.setenv("MOE_BENCH_CACHE", str(tmp_path))
+    h200 = Preset.named("h200")
+    plain, failing, both = (
+        "inference-ep8-f1536-bf16-mok-native",
+        "inference-ep16-f1536-bf16-mok-native",
+        "training-ep32-f1536-bf16-dist-moe-bf16",
+    )
+    jobs = [Job(plain, h200), Job(failing, h200), Job(both, h200), Job(both, h200, swiglu="blocked")]
+    seen: list[dict] = []
+    arrived = table.keeping(jobs, seen.append)
+    results = [
+        {"execution_id": plain, "cluster": "h200", "device_ops": 7},
+        {"execution_id": failing, "error": "RuntimeError: x"},
+        {"execution_id": both, "cluster": "h200", "device_ops": 9},
+    ]
+    arrived(results[0])
+    assert estimates.kept([(plain, "h200")]) == {(plain, "h200"): results[0]}
+    for result in results[1:]:
+        arrived(result)
+    assert seen == results
+    assert list(estimates.read()) == [f"{plain}|h200"]
 
 
 PLANTS = textwrap.dedent(

@@ -18,7 +18,7 @@ from pipeline.bench.plants import PLANT_ENV, off_by_one, planted, wrong_split
 from pipeline.data.meta import Sanity
 from pipeline.moe import ExpertWeights, MoEConfig, build_stack
 from pipeline.moe.dispatch import DispatchPlan
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 from tests.moe_reference import reference_moe
 
 WORLD, SEED, WEIGHTS = 4, 3, 5

@@ -22,7 +22,7 @@ from pipeline.data.reader import read_shard
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report.executions import execution_row
 from pipeline.tools.estimate.presets import Preset
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "conf" / "cluster"
 

@@ -18,7 +18,7 @@ from pipeline import cost
 from pipeline.commands.aggregate import main as aggregate_main
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report import JSON_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "docs" / "gpu-runs"

@@ -25,7 +25,7 @@ from pipeline.tools.compare.noise import Part
 from pipeline.tools.history import history, ordered
 from pipeline.tools.history.cli import main
 from pipeline.tools.history.series import Point, step_at
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072")
 SUBSET = [e for e in EXECUTIONS if e.workload.name in SHAPES]  # 10 executions, 25 times

@@ -35,7 +35,7 @@ from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTIONS, VARIANTS, counts
 from pipeline.moe.policy import MoKBudget
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 from tests.sweeps import run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
-import subprocess
 from dataclasses import astuple
 from pathlib import Path
 
@@ -462,7 +461,7 @@ PTXAS = shutil.which("ptxas") or "/usr/local/bin/ptxas"
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(VARIANT_PTX))
 def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(
-    arch: str, compiled_kernels, tmp_path
+    arch: str, compiled_kernels, ptxas_report
 ):
     if not Path(PTXAS).exists():
         pytest.skip("ptxas is not installed")
@@ -479,12 +478,7 @@ def test_every_variant_compiles_holds_what_it_claims_and_does_not_spill(
         text = ptx.read_text()
         missing = [claim for claim in claims[variant] if claim not in text]
         assert not missing, f"{ptx.name} lacks {missing}"
-        info = subprocess.run(
-            [PTXAS, f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "x.cubin")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        info = ptxas_report(arch, ptx)
         assert info.returncode == 0, info.stderr[-2000:]
         stores = int(re.search(r"(\d+) bytes spill stores", info.stderr).group(1))
         out_dtype = "float32" if "-float32_" in name else "bfloat16"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import concurrent.futures
 import importlib.util
 import json
+import math
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -178,34 +178,29 @@ needs_dsl = pytest.mark.skipif(
 )
 OPS_OUTS = [(op, out) for op in ("fprop", "dgrad", "wgrad") for out in ("bfloat16", "float32")]
 TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+# what a child process imports: this checkout's packages, wherever the tests run from
+CHECKOUT_PATH = os.pathsep.join(
+    filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
+)
 MULTICAST_LOAD = re.compile(
     r"cp\.async\.bulk\.tensor\.[23]d\.shared::cluster\.global\.tile\.\S*multicast::cluster"
 )
 
 
-def _variant_ptx(compiled_kernels, variant: str) -> dict[tuple[str, str], str]:
-    """The PTX of each (op, output dtype) of a registered sm90 variant, from the session's compile."""
+def _variant_ptx(compiled_kernels, variant: str) -> dict[tuple[str, str], Path]:
+    """The PTX file of each (op, output dtype) of a registered sm90 variant, from the session's compile."""
     out_dir = compiled_kernels("sm_90a")
     return {
-        (op, out): (out_dir / f"grouped_{op}_bfloat16-{out}_128x256_{variant}_sm_90a.ptx").read_text()
+        (op, out): out_dir / f"grouped_{op}_bfloat16-{out}_128x256_{variant}_sm_90a.ptx"
         for op, out in OPS_OUTS
     }
 
 
-def _assert_no_spills(ptx_text: str, tmp_path: Path) -> None:
-    if shutil.which("ptxas") is None:
-        pytest.skip("ptxas is not installed")
-    ptx = tmp_path / "check.ptx"
-    ptx.write_text(ptx_text)
-    done = subprocess.run(
-        ["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", "/dev/null"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in done.stderr
-    assert re.search(r"Used \d+ registers", done.stderr)
+def _assert_no_spills(report: subprocess.CompletedProcess) -> None:
+    """What ``ptxas -v`` said of a kernel (the session's ``ptxas_report``): no stack, no spills."""
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads" in report.stderr
+    assert re.search(r"Used \d+ registers", report.stderr)
 
 
 def _assert_common(ptx: str) -> None:
@@ -215,8 +210,9 @@ def _assert_common(ptx: str) -> None:
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, tmp_path: Path):
-    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_epilogue").items():
+def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, ptxas_report):
+    for (op, out), path in _variant_ptx(compiled_kernels, "tma_epilogue").items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert ptx.count(TMA_STORE) >= 8, (op, out)  # one per 8 KiB slice of a 128 x 256 tile
         assert "cp.async.bulk.commit_group" in ptx and "cp.async.bulk.wait_group.read" in ptx
@@ -225,7 +221,7 @@ def test_tma_epilogue_stores_through_shared_memory_with_tma(compiled_kernels, tm
         # tiles cut by a group end: 16-byte stores of their rows from shared memory, no scalar ones
         assert "st.global.v4.b32" in ptx and "st.global.b16" not in ptx, (op, out)
         assert "multicast::cluster" not in ptx
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 # what each variant of plain stores (no TMA store) holds beside the default's code, and what it lacks
@@ -249,15 +245,16 @@ _PLAIN_STORE_CLAIMS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(_PLAIN_STORE_CLAIMS))
 def test_plain_store_variants_hold_their_claims_and_keep_the_default_stores(
-    variant: str, compiled_kernels, tmp_path: Path
+    variant: str, compiled_kernels, ptxas_report
 ):
     present, absent = _PLAIN_STORE_CLAIMS[variant]
-    for (op, out), ptx in _variant_ptx(compiled_kernels, variant).items():
+    for (op, out), path in _variant_ptx(compiled_kernels, variant).items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert TMA_STORE not in ptx and "stmatrix" not in ptx, (op, out)
         assert bool(MULTICAST_LOAD.search(ptx)) == (variant == "cluster2x1"), (op, out)
         assert all(claim in ptx for claim in present) and not any(claim in ptx for claim in absent), (op, out)
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 _EPILOGUE_MAP = """
@@ -265,12 +262,38 @@ import json, sys
 import cutlass, cutlass.cute as cute, cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import warpgroup
-from cutlass_kernels.sm90_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile, slice_value
+from cutlass_kernels.sm90_gemm import epilogue_r2s, epilogue_s2g, epilogue_tile
 
+SAMPLED = json.loads(sys.argv[1])
 found = {}
 
+def plain(x):
+    # a coordinate, shape or stride as JSON: E(m) * k as {"scale": k, "mode": m}
+    if isinstance(x, cute.ScaledBasis):
+        (mode,) = x.mode
+        return {"scale": int(x.value), "mode": mode}
+    return [plain(e) for e in x] if isinstance(x, tuple) else int(x)
+
+def points(coords, indices):
+    return [[int(c) for c in coords[i]] for i in indices]
+
+def record(maps, t, coords):
+    # each thread's coordinates: where they start, and their layout; for the sampled threads, every
+    # coordinate as the DSL indexes it
+    for name, c in coords.items():
+        maps.setdefault(name, []).append([plain(c.iterator), plain(c.layout.shape), plain(c.layout.stride)])
+    if t in SAMPLED:
+        acc, slice_, piece = coords["acc"], coords["slice"], coords["piece"]
+        n = [cute.size(piece, mode=[m]) for m in range(3)]
+        pieces = [[(v, i, j) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])]
+        maps.setdefault("sampled", {})[t] = {
+            "acc": points(acc, range(cute.size(acc))),
+            "slice": points(slice_, range(cute.size(slice_))),
+            "piece": [points(piece, p) for p in pieces],
+        }
+
 @cute.jit
-def walk(c_dtype: cutlass.Constexpr):
+def walk(c_dtype: cutlass.Constexpr, maps: cutlass.Constexpr):
     # the kernel's tiled MMA: two consumer warpgroups of 64 x 256 each
     k = warpgroup.OperandMajorMode.K
     mma = sm90_utils.make_trivial_tiled_mma(
@@ -278,66 +301,122 @@ def walk(c_dtype: cutlass.Constexpr):
     )
     r2s = epilogue_r2s(mma, c_dtype, utils.LayoutEnum.ROW_MAJOR, cutlass.Float32)
     epi = epilogue_tile(128, c_dtype.width)
-    for t in cutlass.range_constexpr(256):
-        acc_coords = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
-        slice_coords = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
-        per = cute.size(slice_coords)
-        for s in cutlass.range_constexpr(256 // epi[1]):
-            for v in cutlass.range_constexpr(per):
-                r, c = acc_coords[slice_value(s, v, per)]
-                sr, sc = slice_coords[v]
-                found.setdefault("pairs", []).append([int(r), int(c), int(sr), int(sc) + s * epi[1]])
-    # the shared -> global copy of cut tiles: each thread's 16-byte pieces, as (row, first column, width)
+    # the shared -> global copy of cut tiles: each thread's 16-byte pieces
     s2g = epilogue_s2g(c_dtype, epi, 256)
+    maps["epi"] = list(epi)
     for t in cutlass.range_constexpr(256):
-        coords = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
-        for i in cutlass.range_constexpr(cute.size(coords, mode=[1])):
-            for j in cutlass.range_constexpr(cute.size(coords, mode=[2])):
-                piece = [coords[(v, i, j)] for v in range(cute.size(coords, mode=[0]))]
-                found.setdefault("pieces", []).append([[int(r), int(c)] for r, c in piece])
+        acc = r2s.retile(mma.get_slice(t).partition_C(cute.make_identity_tensor((128, 256))))
+        slice_ = r2s.get_slice(t).partition_S(cute.make_identity_tensor(epi))
+        piece = s2g.get_slice(t).partition_D(cute.make_identity_tensor(epi))
+        record(maps, t, {"acc": acc, "slice": slice_, "piece": piece})
 
-walk(getattr(cutlass, sys.argv[1]))
+for c_dtype in ("BFloat16", "Float32"):
+    walk(getattr(cutlass, c_dtype), found.setdefault(c_dtype, {}))
 print(json.dumps(found))
 """
+# threads whose every coordinate the DSL indexes itself: the first and last of each warpgroup, one between
+_SAMPLED = (0, 97, 127, 128, 255)
+
+
+def _size(shape) -> int:
+    return math.prod(_size(s) for s in shape) if isinstance(shape, list) else shape
+
+
+def _point(layout: list, index) -> tuple[int, int]:
+    """The (row, column) a thread's partition of an identity tensor holds at ``index``, from the
+    partition's start and layout as the DSL gave them: an integer index taken apart
+    colexicographically over the shape's modes (a coordinate per mode as given), each mode's
+    coordinate times its stride, a stride E(m) * k adding k to component m."""
+    point = list(layout[0])
+
+    def add(index, shape, stride) -> None:
+        if isinstance(shape, list):
+            if isinstance(index, int):
+                index, rest = [], index
+                for s in shape:
+                    index.append(rest % _size(s))
+                    rest //= _size(s)
+            for i, s, d in zip(index, shape, stride, strict=True):
+                add(i, s, d)
+        elif isinstance(stride, dict):
+            point[stride["mode"]] += index * stride["scale"]
+        else:
+            assert stride == 0, stride  # a coordinate tensor's strides are bases, or 0 for a broadcast mode
+
+    add(index, layout[1], layout[2])
+    return point[0], point[1]
+
+
+@pytest.fixture(scope="module")
+def epilogue_maps(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Each thread's coordinates in the TMA epilogue (its start and layout; every coordinate of the
+    :data:`_SAMPLED` threads as the DSL indexes them), for BF16 and FP32 C, from one process."""
+    folder = tmp_path_factory.mktemp("epilogue")
+    script = folder / "epilogue_map.py"  # the DSL compiles from source files only
+    script.write_text(_EPILOGUE_MAP)
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(_SAMPLED)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a", "PYTHONPATH": CHECKOUT_PATH},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @needs_dsl
 @pytest.mark.slow
 @pytest.mark.parametrize("c_dtype", ["BFloat16", "Float32"])
-def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(c_dtype: str, tmp_path: Path):
+def test_tma_epilogue_slices_take_each_accumulator_value_to_its_own_position(
+    c_dtype: str, epilogue_maps, sm90
+):
+    maps = epilogue_maps[c_dtype]
+    epi_n = maps["epi"][1]
+    # the layouts read as the DSL indexes them, every coordinate of the sampled threads
+    assert sorted(maps["sampled"]) == sorted(str(t) for t in _SAMPLED)
+    for t, dsl in maps["sampled"].items():
+        acc, slice_, piece = (maps[name][int(t)] for name in ("acc", "slice", "piece"))
+        assert [list(_point(acc, i)) for i in range(_size(acc[1]))] == dsl["acc"], t
+        assert [list(_point(slice_, v)) for v in range(_size(slice_[1]))] == dsl["slice"], t
+        n = [_size(m) for m in piece[1]]
+        pieces = [
+            [list(_point(piece, (v, i, j))) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])
+        ]
+        assert pieces == dsl["piece"], t
     # every thread's accumulator value v of slice s must be the element the register -> shared copy
     # expects there: same (row, column) of the 128 x 256 tile, every element exactly once
-    script = tmp_path / "epilogue_map.py"  # the DSL compiles from source files only
-    script.write_text(_EPILOGUE_MAP)
-    done = subprocess.run(
-        [sys.executable, str(script), c_dtype],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "CUTE_DSL_ARCH": "sm_90a"},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    pairs = found["pairs"]
+    pairs = []
+    for acc, slice_ in zip(maps["acc"], maps["slice"], strict=True):
+        per = _size(slice_[1])
+        for s in range(256 // epi_n):
+            for v in range(per):
+                r, c = _point(acc, sm90.slice_value(s, v, per))
+                sr, sc = _point(slice_, v)
+                pairs.append((r, c, sr, sc + s * epi_n))
     assert len(pairs) == 128 * 256
     assert all((r, c) == (sr, sc) for r, c, sr, sc in pairs)
     assert {(r, c) for r, c, _, _ in pairs} == {(r, c) for r in range(128) for c in range(256)}
     # cut tiles: 16-byte pieces, each within one row and contiguous, together the slice exactly once
     width, slice_cols = {"BFloat16": (8, 32), "Float32": (4, 16)}[c_dtype]  # a slice is 8 KiB
-    pieces = found["pieces"]
-    assert all(len(p) == width and p == [[p[0][0], p[0][1] + v] for v in range(width)] for p in pieces)
+    pieces = []
+    for piece in maps["piece"]:
+        n = [_size(m) for m in piece[1]]
+        pieces += [[_point(piece, (v, i, j)) for v in range(n[0])] for i in range(n[1]) for j in range(n[2])]
+    assert all(len(p) == width and p == [(p[0][0], p[0][1] + v) for v in range(width)] for p in pieces)
     covered = sorted((r, c) for p in pieces for r, c in p)
     assert covered == sorted((r, c) for r in range(128) for c in range(slice_cols))
 
 
 @needs_dsl
 @pytest.mark.slow
-def test_tma_cluster_combines_multicast_and_tma_stores(compiled_kernels, tmp_path: Path):
-    for (op, out), ptx in _variant_ptx(compiled_kernels, "tma_cluster2x1").items():
+def test_tma_cluster_combines_multicast_and_tma_stores(compiled_kernels, ptxas_report):
+    for (op, out), path in _variant_ptx(compiled_kernels, "tma_cluster2x1").items():
+        ptx = path.read_text()
         _assert_common(ptx)
         assert MULTICAST_LOAD.search(ptx) and ptx.count(TMA_STORE) >= 8, (op, out)
         assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx) == (out == "bfloat16"), (op, out)
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
 
 
 _LAUNCH_IR = """
@@ -346,32 +425,44 @@ from pathlib import Path
 import torch
 from cutlass_kernels import registry
 from cutlass_kernels.cute_base import compile_spec
-spec = registry.spec_for("sm_90a", "fprop", torch.bfloat16, torch.bfloat16, sys.argv[1])
-compile_spec(spec, registry.kernel_for(spec), Path(sys.argv[2]))
+for variant in sys.argv[2:]:  # each variant's host IR renamed after its compile, so that they stay apart
+    spec = registry.spec_for("sm_90a", "fprop", torch.bfloat16, torch.bfloat16, variant)
+    compile_spec(spec, registry.kernel_for(spec), Path(sys.argv[1]))
+    for i, ir in enumerate(sorted(Path.cwd().glob("*_clean.mlir"))):
+        ir.rename(f"{variant}-{i}.host.mlir")
 """
+_LAUNCHED = {"cluster2x1": True, "tma_epilogue": False}  # variant: launched on 2x1 clusters
+
+
+@pytest.fixture(scope="module")
+def launch_ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The host IR the DSL keeps of each :data:`_LAUNCHED` variant's fprop kernel, compiled in one process."""
+    folder = tmp_path_factory.mktemp("launch-ir")
+    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(folder)}
+    env["PYTHONPATH"] = CHECKOUT_PATH
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCH_IR, str(folder / "out"), *_LAUNCHED],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=folder,
+        env={**os.environ, **env},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {v: "\n".join(p.read_text() for p in sorted(folder.glob(f"{v}-*.host.mlir"))) for v in _LAUNCHED}
 
 
 @needs_dsl
 @pytest.mark.slow
-@pytest.mark.parametrize(("variant", "clustered"), [("cluster2x1", True), ("tma_epilogue", False)])
+@pytest.mark.parametrize(("variant", "clustered"), _LAUNCHED.items())
 def test_cluster_variants_launch_on_2x1_clusters_and_the_others_plainly(
-    variant: str, clustered: bool, tmp_path: Path
+    variant: str, clustered: bool, launch_ir
 ):
     # the cluster shape is a launch attribute: it lives in the host IR the DSL keeps, not in the PTX
-    env = {"CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ir", "CUTE_DSL_DUMP_DIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-c", _LAUNCH_IR, variant, str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-        env={**os.environ, **env},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    launch_ir = "\n".join(p.read_text() for p in tmp_path.glob("*_clean.mlir"))
-    assert launch_ir.count("cluster_launch = true") == clustered
-    assert launch_ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
-    assert launch_ir.count("cluster_launch = false") == (not clustered)
+    ir = launch_ir[variant]
+    assert ir.count("cluster_launch = true") == clustered
+    assert ir.count("exact_cluster_dim = array<i64: 2, 1, 1>") == clustered
+    assert ir.count("cluster_launch = false") == (not clustered)
 
 
 _TILE_STORE = "cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group"
@@ -383,13 +474,14 @@ _TILE_STORE_VARIANTS = ("ragged_tile", "inplace_tile")
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", _TILE_STORE_VARIANTS)
 def test_the_wgrad_tile_store_kernels_stage_whole_tiles_and_store_them_by_tma(
-    variant: str, compiled_kernels, tmp_path: Path
+    variant: str, compiled_kernels, ptxas_report
 ):
     out_dir = compiled_kernels("sm_90a")
     facts = json.loads((out_dir / "kernels.json").read_text())
     for c_dtype, rounds in (("bfloat16", 1), ("float32", 2)):
         name = f"grouped_wgrad_bfloat16-{c_dtype}_128x256_{variant}_sm_90a"
-        ptx = (out_dir / f"{name}.ptx").read_text()
+        path = out_dir / f"{name}.ptx"
+        ptx = path.read_text()
         _assert_common(ptx)
         # a round: one 3-D TMA store of dW (N, K, G) per 64 x 128-byte box of the warpgroup's rows, the
         # four committed as one bulk group; its buffers waited for before they are written again, and
@@ -403,7 +495,7 @@ def test_the_wgrad_tile_store_kernels_stage_whole_tiles_and_store_them_by_tma(
         assert (_RAGGED_LOAD in ptx) == (variant == "ragged_tile"), c_dtype
         assert ("st.shared.b16" in ptx) == (variant == "inplace_tile"), c_dtype
         assert "ld.local" not in ptx and "st.local" not in ptx
-        _assert_no_spills(ptx, tmp_path)
+        _assert_no_spills(ptxas_report("sm_90a", path))
         # three 48 KB stages of the ring beside the 64 KB of C buffers, within an sm90 CTA's 227 KB
         assert facts[name]["stages"] == 3 and facts[name]["shared_bytes"] <= 232448, facts[name]
 

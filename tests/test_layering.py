@@ -15,7 +15,8 @@ import its own stage and those below. Bottom to top:
     ``__main__`` module but the kernels'
 Besides, only the Hydra adapter, the tools and the commands import Hydra (or OmegaConf), the stages
 that define the matrix and the data contracts import no launcher, and publishing (the aggregate
-command, the report, compare) reaches no module of the estimate.
+command, the report, compare) reaches no module of the estimate. The benchmarks (``benchmarks/``)
+import the project's packages, never the tests.
 
 Run by hand: ``python -m pytest -q tests/test_layering.py`` (it reads the sources; nothing is imported).
 """
@@ -253,3 +254,30 @@ def test_the_device_runner_reaches_neither_torch_nor_hydra():
     paths = {**MODULES, **JOBS}
     uses = sorted((m, n) for m in reach for n in imports(paths[m]) if n.split(".")[0] in RUNNER_LACKS)
     assert not uses, uses
+
+
+# ---- benchmarks/: what they measure is the project's code, so they import it and nothing of tests/ ----
+
+BENCHMARKS = sorted((ROOT / "benchmarks").glob("*.py"))
+# the folders of the checkout a benchmark could import by name; of these only the packages are allowed
+CHECKOUT = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+def outside_the_packages(path: Path) -> list[str]:
+    """The modules of the checkout's folders other than the packages that ``path`` imports."""
+    names = (n for n in imports(path) if n.split(".")[0] in CHECKOUT)
+    return sorted(n for n in names if n.split(".")[0] not in PACKAGES)
+
+
+@pytest.mark.parametrize("path", BENCHMARKS, ids=lambda p: p.name)
+def test_benchmarks_import_the_packages_never_the_tests(path: Path):
+    outside = outside_the_packages(path)
+    assert not outside, f"benchmarks/{path.name} imports {outside}"
+
+
+def test_a_planted_import_of_the_tests_is_found(tmp_path: Path):
+    bench = tmp_path / "bench.py"
+    imported = ["import sys", "from pipeline.matrix import EXECUTIONS", "from tests.moe_cases import CASES"]
+    bench.write_text("\n".join(imported))
+    assert BENCHMARKS and {"tests", "jobs"} <= CHECKOUT
+    assert outside_the_packages(bench) == ["tests.moe_cases"]

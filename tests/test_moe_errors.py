@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer
-from tests.distributed import refusal, run_ranks
+from pipeline.tools.ranks import run_ranks
+from tests.distributed import refusal
 
 BASE = dict(d_model=64, d_ff=32, num_experts=8, top_k=2, dtype=torch.float32)
 CASES = torch.Generator().manual_seed(0)  # the parametrized inputs' values, drawn once at collection

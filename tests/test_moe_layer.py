@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 from tests.moe_cases import ALL_CASES, DTYPES, UNALIGNED_CASES, Case, run_case
 
 WORLDS = (0, 1, 2, 4)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer, routing_plan
-from tests.distributed import refusal, run_ranks
+from pipeline.tools.ranks import run_ranks
+from tests.distributed import refusal
 
 CFG = MoEConfig(d_model=64, d_ff=32, num_experts=8, top_k=2, num_shared=1, dtype=torch.float32)
 NAMES = ("w1", "w2", "shared_w1", "shared_w2")

@@ -15,7 +15,7 @@ import torch
 from pipeline.bench.naive import case_error, naive_forward
 from pipeline.bench.sanity import tolerance
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 
 D, F, E, K, T = 64, 32, 8, 3, 40
 EMPTY = (3, 7)  # experts no token is routed to

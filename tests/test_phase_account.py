@@ -15,8 +15,8 @@ from pipeline.bench.account import EAGER_RANGE, ITERATION_RANGE, Event, contexts
 from pipeline.bench.work import build_work
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import shape_for
+from pipeline.tools.synthetic_shards import scale_preset
 from tests.plans import planned_sweep
-from tests.synthetic_shards import scale_preset
 
 MAIN = 1  # the thread id of the host events below
 NODE = "autograd::engine::evaluate_function: "

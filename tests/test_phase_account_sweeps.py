@@ -28,7 +28,7 @@ from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report import CSV_NAME, JSON_NAME, PAIRS_NAME, aggregate
 from pipeline.report.accounts import UNCLAIMED_COLUMN, phase_column
 from pipeline.report.figures import phase_figure, speedup_figure, time_figure
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 PLANTED = "inference-ep8-f1536-bf16-mok-native"
 

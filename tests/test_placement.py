@@ -23,7 +23,7 @@ from pipeline.data.schema import METADATA_KEY
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.report import communication
 from pipeline.report.executions import execution_row, layer_shape
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 EP8 = EXECUTION_BY_ID["inference-ep8-f1536-bf16-mok-native"]
 EP32 = EXECUTION_BY_ID["training-ep32-f3072-bf16-mok-native"]

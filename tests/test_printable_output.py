@@ -19,7 +19,7 @@ from pipeline.commands.aggregate import main as aggregate_main
 from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
 from pipeline.report.page import REPORT_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 FIVE = [e for e in EXECUTIONS if e.workload.name == "inference-ep8-f1536"]
 # Clears the screen, retitles the window, rings the bell, returns to the line's start to overwrite it;

@@ -11,7 +11,7 @@ from pipeline.data.reader import read_shard
 from pipeline.matrix.suite import load
 from pipeline.report.cases import case_rows
 from pipeline.report.executions import execution_row
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SUITE = load("seed-003")
 

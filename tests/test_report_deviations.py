@@ -22,7 +22,7 @@ from pipeline.matrix import EXECUTION_BY_ID, EXECUTIONS
 from pipeline.matrix.assumptions import ASSUMPTIONS
 from pipeline.moe import ExpertWeights, MoEConfig, build_layer
 from pipeline.report.deviations import deviations
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 SPIN = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
 MX = EXECUTION_BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]

@@ -9,7 +9,7 @@ import torch
 from pipeline.bench import nvlink
 from pipeline.bench.nvlink import nvlink_rates, repeat, repetitions
 from pipeline.data.meta import NVLink
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 
 
 def _uneven_ranks(rank: int, world: int) -> tuple[int, int, float]:

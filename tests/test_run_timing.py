@@ -16,7 +16,7 @@ from pipeline.bench import timing
 from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, Mark, calibrated, time_windows
 from pipeline.matrix.scale import TimingPlan
-from tests.distributed import run_ranks
+from pipeline.tools.ranks import run_ranks
 
 FORWARD_MS, BACKWARD_MS = 4.0, 2.0
 

@@ -32,7 +32,7 @@ from pipeline.data.writer import write_shard
 from pipeline.launch.settings import MAX_TIMEOUT_MIN, LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID, Execution
 from pipeline.matrix.scale import shape_for
-from tests.synthetic_shards import scale_preset, shard_metadata
+from pipeline.tools.synthetic_shards import scale_preset, shard_metadata
 
 MOK = EXECUTION_BY_ID["training-ep32-f3072-imb2.0-bf16-mok-native"]
 DIST = EXECUTION_BY_ID["training-ep32-f3072-imb2.0-bf16-dist-moe-bf16"]

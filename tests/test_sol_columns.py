@@ -17,7 +17,7 @@ import yaml
 from pipeline.matrix import EXECUTIONS
 from pipeline.report import CSV_NAME, JSON_NAME, aggregate
 from pipeline.report.page import REPORT_NAME
-from tests.synthetic_shards import shard_table, write_table
+from pipeline.tools.synthetic_shards import shard_table, write_table
 
 CLUSTERS = Path(__file__).resolve().parents[1] / "conf" / "cluster"
 SHAPES = ("inference-ep8-f1536", "training-ep32-f3072-imb2.0")

@@ -27,9 +27,9 @@ from pipeline.launch.jobs import cause
 from pipeline.launch.plan import validate
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import EXECUTION_BY_ID
+from pipeline.tools.synthetic_shards import shard_table, write_table
 from tests.intents import ONE, intended_dataset
 from tests.sweeps import left_running
-from tests.synthetic_shards import shard_table, write_table
 
 THREE = [
     "inference-ep8-f1536-bf16-mok-native",

@@ -1,8 +1,9 @@
-"""The fused SwiGLU backward kernel without a GPU: it compiles for sm_90a and sm_100a (one fresh
-process, both arches, about 10 s) into PTX with 128-bit global accesses only and no spills; the
-wrapper refuses, with the reason, what the kernel cannot take and only plans under fake tensors; and
-the host logic of the device checks (byte count, grid, tolerance, the correctness check passing an
-FP32 form and failing planted faults, the timing records) runs on the CPU."""
+"""The fused SwiGLU backward kernel without a GPU: it compiles for sm_90a and sm_100a (with every
+kernel of the arch: the session's ``compiled_kernels``) into PTX with 128-bit global accesses only
+and no spills; the wrapper refuses, with the reason, what the kernel cannot take and only plans
+under fake tensors; and the host logic of the device checks (byte count, grid, tolerance, the
+correctness check passing an FP32 form and failing planted faults, the timing records) runs on the
+CPU."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,26 +27,12 @@ PTXAS = shutil.which("ptxas") or "/usr/local/bin/ptxas"
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(scope="module")
-def kernels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder where one fresh process compiled the kernel for both arches (PTX and cubin)."""
-    out = tmp_path_factory.mktemp("swiglu-kernels")
-    code = (
-        "import sys; from pathlib import Path; from cutlass_kernels.swiglu_kernel import compile_all\n"
-        "for arch in sys.argv[2:]: compile_all(arch, Path(sys.argv[1]))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(out), *ARCHES], capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHES)
-def test_ptx_has_only_128_bit_global_accesses_and_the_launch_bound(arch: str, kernels: Path):
+def test_ptx_has_only_128_bit_global_accesses_and_the_launch_bound(arch: str, compiled_kernels):
     from cutlass_kernels import swiglu_kernel as k
 
+    kernels = compiled_kernels(arch)
     ptx = (kernels / f"swiglu_backward_bfloat16_{arch}.ptx").read_text()
     assert f".target {arch}" in ptx
     assert (kernels / f"swiglu_backward_bfloat16_{arch}.cubin").stat().st_size > 0
@@ -64,9 +50,10 @@ def test_ptx_has_only_128_bit_global_accesses_and_the_launch_bound(arch: str, ke
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHES)
-def test_ptxas_reports_no_spill_within_the_launch_bound(arch: str, kernels: Path, tmp_path: Path):
+def test_ptxas_reports_no_spill_within_the_launch_bound(arch: str, compiled_kernels, tmp_path: Path):
     from cutlass_kernels import swiglu_kernel as k
 
+    kernels = compiled_kernels(arch)
     if not Path(PTXAS).exists():
         pytest.skip("ptxas is not installed")
     info = subprocess.run(

@@ -19,7 +19,7 @@ from pipeline.data.schema import METADATA_KEY, SCHEMA, Identity, RankWindows
 from pipeline.data.writer import write_shard
 from pipeline.matrix import EXECUTION_BY_ID
 from pipeline.matrix.scale import TimingPlan, shape_for
-from tests.synthetic_shards import scale_preset, shard_metadata
+from pipeline.tools.synthetic_shards import scale_preset, shard_metadata
 
 EXECUTION = EXECUTION_BY_ID["training-ep32-f3072-imb2.0-mxfp8-dist-moe-fp8-dispatch"]
 PHASES = ("forward", "backward", "combined")

@@ -165,11 +165,11 @@ def main(arguments: list[str]) -> int:
         return FAILED
     progress = report.Progress(len(jobs), sys.stderr)
     try:
-        results = run_jobs(jobs, options["workers"], progress)
+        # what a dataset publishes is kept as it arrives, so aggregating needs no run of its own
+        results = run_jobs(jobs, options["workers"], table.keeping(jobs, progress))
     except FakeCudaError as err:
         print(f"error: {err}", file=sys.stderr)
         return FAILED
-    table.keep(jobs, results)  # what a dataset publishes, so aggregating needs no run of its own
     if options["json"]:
         print(json.dumps(results, indent=1))
     else:

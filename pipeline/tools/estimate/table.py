@@ -36,22 +36,32 @@ def estimates(
 
         presets = {name: Preset.named(name) for _, name in missing}
         jobs = [Job.of_execution(_execution(suite, e), presets[p], check=suite.check) for e, p in missing]
-        results = run_jobs(jobs, workers, done)
-        keep(jobs, results)
+        results = run_jobs(jobs, workers, keeping(jobs, done))
         found |= dict(zip(missing, results, strict=True))
     return found
 
 
-def keep(jobs: list[Job], results: list[dict[str, Any]]) -> None:
-    """Keep the results of the jobs that are what a dataset publishes (the default seed and full
-    scale, the GPU's own SwiGLU form) and succeeded."""
-    published = {
-        kept_table.key(job.execution, job.preset.name): result
-        for job, result in zip(jobs, results, strict=True)
-        if job.published() and "error" not in result
-    }
-    if published:
-        kept_table.merge(published)
+def keeping(
+    jobs: list[Job], done: Callable[[dict[str, Any]], None] | None = None
+) -> Callable[[dict[str, Any]], None]:
+    """What :func:`~pipeline.tools.estimate.pool.run_jobs` calls with each result of ``jobs`` as it
+    arrives: ``done``, then the result kept where it is what a dataset publishes (its job of the
+    default seed and full scale, the GPU's own SwiGLU form; it succeeded). Kept at once, not when the
+    run ends: another process that reads the table meanwhile finds it, and a run cut short loses
+    nothing it computed."""
+    published: dict[str, bool] = {}
+    for job in jobs:  # a key that any job of another seed, scale or form shares is never kept
+        key = kept_table.key(job.execution, job.preset.name)
+        published[key] = published.get(key, True) and job.published()
+
+    def arrived(result: dict[str, Any]) -> None:
+        if done is not None:
+            done(result)
+        key = kept_table.key(result["execution_id"], result.get("cluster", ""))
+        if published.get(key) and "error" not in result:
+            kept_table.merge({key: result})
+
+    return arrived
 
 
 def _execution(suite: Suite, execution_id: str) -> Execution:

@@ -39,7 +39,7 @@ from pipeline.data.schema import METADATA_KEY, SCHEMA
 from pipeline.data.topology import Binding, Topology
 from pipeline.matrix import Execution
 from pipeline.matrix.scale import Scale, Shape, TimingPlan, scale_from_config, shape_for
-from pipeline.moe.policy import MoKBudget, SharedSlot, make_policy
+from pipeline.moe.policy import SavedStatePolicy, make_policy
 
 SCALE_PRESETS = REPO_ROOT / "conf" / "scale"
 
@@ -239,7 +239,7 @@ def saved_state(execution: Execution, shape: Shape) -> tuple[LayerState, ...]:
     )
 
 
-def _policy(execution: Execution, shape: Shape) -> MoKBudget | SharedSlot:
+def _policy(execution: Execution, shape: Shape) -> SavedStatePolicy:
     """The execution's policy as its layers build it (no device: it only counts)."""
     return make_policy(layer_config(execution, shape), layers=len(shape.layer_loads))
 
