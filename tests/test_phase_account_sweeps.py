@@ -69,11 +69,13 @@ def test_a_slow_combine_lands_in_the_combine_column_and_nowhere_else(tmp_path: P
     (before,), (after,) = _rows(plain), _rows(planted)
     planted_ms = 1e3 * SLOW_S  # inference runs the combine once an iteration
     grew = {c: float(after[c] or 0) - float(before[c] or 0) for c in (*_phase_columns(), UNCLAIMED_COLUMN)}
-    assert grew[phase_column("combine", "MS")] >= 0.9 * planted_ms, grew
-    # every other phase moved by host noise only: a fifth of the plant at the very most
-    assert all(abs(v) < planted_ms / 5 for c, v in grew.items() if c != phase_column("combine", "MS")), grew
+    # host noise moves any column by a fifth of the plant at the very most (the plain run's combine
+    # may hold a few ms of one rank waiting for the other, which the planted run's sleep absorbs)
+    noise = planted_ms / 5
+    assert grew[phase_column("combine", "MS")] > planted_ms - noise, grew
+    assert all(abs(v) < noise for c, v in grew.items() if c != phase_column("combine", "MS")), grew
     # the timed iteration grew by the plant too, and the profiled one agrees with it
-    assert float(after["iterationMS"]) - float(before["iterationMS"]) >= 0.9 * planted_ms
+    assert float(after["iterationMS"]) - float(before["iterationMS"]) > planted_ms - noise
     assert 0.85 < float(after["profiledOverTimed"]) < 1.15
     for row in (before, after):  # phases and unclaimed add up to the profiled iteration
         parts = sum(float(row[c] or 0) for c in (*_phase_columns(), UNCLAIMED_COLUMN))
