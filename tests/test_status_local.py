@@ -28,6 +28,28 @@ def cli(module: str, *arguments: str) -> subprocess.CompletedProcess:
     )
 
 
+# ``python -m MODULE ARGS``, and on its way out whether it imported torch (its last line on stderr)
+WITH_IMPORTS = """
+import runpy, sys
+module = sys.argv[1]
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+finally:
+    print("torch imported:", "torch" in sys.modules, file=sys.stderr)
+"""
+
+
+def torch_imported(module: str, *arguments: str) -> tuple[subprocess.CompletedProcess, bool]:
+    """The command's result, and whether its own process imported torch (its jobs' always do)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITH_IMPORTS, module, *arguments], capture_output=True, text=True, timeout=600
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert last in ("torch imported: True", "torch imported: False"), done.stderr[-3000:]
+    return done, last.endswith("True")
+
+
 def status_words(dataset) -> tuple[int, list[str]]:
     done = cli("pipeline.status", str(dataset))
     assert done.returncode in (0, 1), done.stderr
@@ -68,8 +90,12 @@ def test_resubmit_names_the_allowed_choices(tmp_path):
 
 @pytest.mark.slow
 def test_local_execution_done_missing_then_resubmitted(tmp_path):
-    run = run_mok(tmp_path)
+    """Done, missing once its shard is gone, done again after resubmit; and neither the sweep nor
+    resubmit imports torch (planning checks the routing's loads and the device without it: only the
+    jobs run the layers)."""
+    run, imported = torch_imported("pipeline.run", *ONE_EXECUTION, f"dataset_dir={tmp_path}")
     assert run.returncode == 0, run.stderr[-3000:]
+    assert not imported
     code, words = status_words(tmp_path)
     assert (code, words[0], words[3]) == (0, "done", "1")
 
@@ -79,8 +105,9 @@ def test_local_execution_done_missing_then_resubmitted(tmp_path):
 
     again = cli("pipeline.resubmit", str(tmp_path), "--only", "failed")
     assert again.stdout.splitlines() == ["0 execution(s) resubmitted"]
-    again = cli("pipeline.resubmit", str(tmp_path))
+    again, imported = torch_imported("pipeline.resubmit", str(tmp_path))
     assert again.returncode == 0, again.stderr[-3000:]
+    assert not imported
     code, words = status_words(tmp_path)
     assert (code, words[0], words[3]) == (0, "done", "2")
     assert sorted(p.name for p in Dataset(tmp_path).shard_path(MOK, 2).parent.iterdir()) == [

@@ -29,7 +29,7 @@ import submitit
 import torch
 import torch.distributed as dist
 
-from pipeline.base.vocabulary import DEVICES
+from pipeline.base.devices import resolve_device_on
 from pipeline.bench.binding import bind, exclusive
 from pipeline.data.atomic import atomic_write
 from pipeline.data.topology import Binding, Topology
@@ -55,14 +55,9 @@ class Context:
 
 
 def resolve_device(preference: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
-    if preference not in DEVICES:
-        raise ValueError(f"device {preference!r}; allowed: {', '.join(DEVICES)}")
-    if preference == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but no CUDA device is visible; allowed here: cpu, auto")
-    if preference == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return preference
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; on the job's host
+    (:func:`pipeline.base.devices.resolve_device_on`)."""
+    return resolve_device_on(preference, torch.cuda.is_available())
 
 
 def cpu_threads(ranks_per_node: int) -> int:

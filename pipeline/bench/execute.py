@@ -29,7 +29,7 @@ from pipeline.bench.diagnostics import (
 )
 from pipeline.bench.kernels import kernels
 from pipeline.bench.plants import planted, slowed
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.bench.steps import Steps
 from pipeline.bench.timing import Clock, calibrated, time_windows
 from pipeline.bench.work import Shared, build_work
@@ -49,15 +49,6 @@ from pipeline.data.writer import write_shard
 from pipeline.moe import ranges
 
 NVLINK_SAMPLE_S = 1.0
-
-
-@dataclass(frozen=True)
-class Summary:
-    """Rank 0's word on a finished attempt: its shard and the slowest-rank median iteration time
-    per phase (the published reduction)."""
-
-    shard: str
-    iteration_ms: dict[str, float]
 
 
 @dataclass(frozen=True)

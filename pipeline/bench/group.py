@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from pipeline.bench import distributed
 from pipeline.bench.diagnostics import versions
-from pipeline.bench.execute import Phases, Summary, execute
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.execute import Phases, execute
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.bench.tether import POLL_S, Peer, Peers, tether
 from pipeline.bench.work import Shared
 from pipeline.data import claims, ledger

@@ -1,5 +1,7 @@
 """What one job runs: a :class:`JobSpec`, built once by the plan (:mod:`pipeline.launch.plan`) from
-the composed config and handed to every task of the job, so no job derives again what planning knew."""
+the composed config and handed to every task of the job, so no job derives again what planning knew;
+and what it gives back, a :class:`Summary`. Neither needs torch: the sweep that submits and follows
+the jobs never imports it."""
 
 from __future__ import annotations
 
@@ -45,3 +47,12 @@ class JobSpec:
     def log_dir(self) -> Path:
         """The folder of this attempt's job logs (:meth:`Dataset.log_dir`)."""
         return self.dataset.log_dir(self.execution_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Rank 0's word on a finished attempt: its shard and the slowest-rank median iteration time
+    per phase (the published reduction)."""
+
+    shard: str
+    iteration_ms: dict[str, float]

@@ -8,7 +8,7 @@ and routing plans are seeded, so every attempt of an execution runs the same num
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -17,6 +17,7 @@ from pipeline.base.vocabulary import has_backward
 from pipeline.bench.steps import Steps
 from pipeline.data.meta import EmulationCopies
 from pipeline.matrix import Execution
+from pipeline.matrix.loads import layer_loads
 from pipeline.matrix.scale import Shape
 from pipeline.moe import ExpertWeights, LayerStack, MoEConfig, RoutingPlan, build_stack, routing_plan
 from pipeline.moe.config import TORCH_DTYPES
@@ -40,20 +41,10 @@ def layer_config(execution: Execution, shape: Shape) -> MoEConfig:
 
 
 def routing_plans(shape: Shape, seed: int) -> list[RoutingPlan]:
-    """One plan per timed layer of ``shape.layer_tokens[l]`` tokens per rank; rank 0 receives
-    ``shape.tracked_rows[l]`` rows in layer l. Building them checks feasibility, so the launcher calls
-    this before submitting anything."""
-    return [
-        routing_plan(
-            num_tokens=tokens,
-            num_experts=shape.layer_experts,
-            top_k=shape.top_k,
-            world_size=shape.ranks,
-            load_factor=rows / (tokens * shape.top_k),
-            seed=seed * 1000 + layer,
-        )
-        for layer, (tokens, rows) in enumerate(zip(shape.layer_tokens, shape.tracked_rows, strict=True))
-    ]
+    """One plan per timed layer, of its loads (:func:`pipeline.matrix.loads.layer_loads`: rank 0
+    receives ``shape.tracked_rows[l]`` rows in layer l), seeded per layer."""
+    loads = layer_loads(shape)
+    return [routing_plan(**asdict(layer), seed=seed * 1000 + i) for i, layer in enumerate(loads)]
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.groups import Group
@@ -36,8 +36,6 @@ def follow(
     """One outcome per member of every group, as each ends; ``started`` as each starts. ``jobs``
     pairs each group with its submitit job; ``settle`` returns once a job that submitit says is done
     has no process left (the backend's to say how), with how the job died where the backend knows."""
-    from pipeline.bench.execute import Summary  # the job's modules import torch: only once jobs run
-
     waiting = dict(enumerate(jobs))
     announced: set[tuple[Dataset, str, int]] = set()
     ended: set[tuple[Dataset, str, int]] = set()
@@ -79,7 +77,6 @@ def _closing(
 ) -> Iterator[Outcome]:
     """The outcomes of a finished job's members that recorded no end; ``died``: how the job died,
     where its backend knows (else submitit's word)."""
-    from pipeline.bench.execute import Summary
 
     left = [p for p in group.members if (p.dataset, p.execution_id, p.attempt) not in ended]
     if not left:

@@ -13,17 +13,14 @@ import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from submitit.core.utils import JobPaths
 
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.settings import LaunchSettings
-
-if TYPE_CHECKING:  # the job's modules import torch: planning and ``pipeline.status`` need not
-    from pipeline.bench.execute import Summary
 
 PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
 

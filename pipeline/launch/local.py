@@ -32,13 +32,22 @@ from pathlib import Path
 
 import submitit
 
+from pipeline.base.devices import gpus_here, resolve_device_on
 from pipeline.base.exits import Interrupted, held
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.data import claims, ledger
 from pipeline.launch.follow import follow
 from pipeline.launch.groups import Group, groups, job_folder
 from pipeline.launch.jobs import COMPLETED, RUNNING, Job, JobState, Outcome, submitted
 from pipeline.launch.settings import LaunchSettings
+
+
+def run_members(specs: list[JobSpec]) -> list[Summary | None]:
+    """What each task of a local job runs (:func:`pipeline.bench.group.run_group`), submitted by
+    reference from here: the job imports torch, the sweep that submits it never does."""
+    from pipeline.bench.group import run_group
+
+    return run_group(specs)
 
 
 class LocalBackend:
@@ -49,9 +58,6 @@ class LocalBackend:
     ) -> Iterator[Outcome]:
         """One job per group (:mod:`pipeline.launch.groups`), one group after another; the outcomes
         of its members as each ends."""
-        from pipeline.bench.distributed import resolve_device
-        from pipeline.bench.group import run_group
-
         for whole in groups(planned, settings):
             left = [(p, taken) for p in whole.members if (taken := _taken_over(p)) is not None]
             for p, taken in left:
@@ -61,13 +67,13 @@ class LocalBackend:
             gone = {id(q) for q, _ in left}
             group = replace(whole, members=tuple(p for p in whole.members if id(p) not in gone))
             first = group.members[0]
-            gpus = resolve_device(first.device) == "cuda"  # the plan checked that the device is here
+            gpus = resolve_device_on(first.device, gpus_here()) == "cuda"  # the plan checked it is here
             job = None
             try:
                 with held():  # the job and its records, whole; its processes never see the signals
                     folder = job_folder(group)
                     executor = _executor(settings, folder, group, gpus)
-                    job = executor.submit(run_group, list(group.members))
+                    job = executor.submit(run_members, list(group.members))
                     for p in group.members:
                         ledger.append(p.dataset, submitted(p, job.job_id, settings))
                 yield from follow([(group, job)], started, settle=_settle)

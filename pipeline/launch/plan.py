@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeline.base.devices import gpus_here, resolve_device_on
 from pipeline.base.vocabulary import DEVICES
 from pipeline.bench.spec import JobSpec
 from pipeline.data import ledger
@@ -21,6 +22,7 @@ from pipeline.data.dataset import Dataset
 from pipeline.data.scan import dataset_settings
 from pipeline.launch.settings import LaunchSettings
 from pipeline.matrix import Execution, suite_of
+from pipeline.matrix.loads import layer_loads
 from pipeline.matrix.scale import Shape, TimingPlan, check_number, resolve
 
 SEED_LIMIT = 2**32  # the seeds of weights, inputs and routing derive from it (x 1,000,003 + rank: 64 bits)
@@ -86,7 +88,7 @@ def plan(jobs: list[Composed], settings: LaunchSettings) -> list[JobSpec]:
     for job in jobs:
         try:
             checked = validate(job)
-            _routing_plans(checked.shape, checked.seed)
+            _routable(checked.shape)
             _device_here(checked, settings)
             _in_this_process(checked.shape, settings)
         except ValueError as err:
@@ -158,23 +160,20 @@ def check_settings(dataset: Dataset, settings: list[Comparable]) -> None:
             )
 
 
-def _routing_plans(shape: Shape, seed: int) -> None:
-    """Plan every rank's routing once, so that a workload its ranks cannot realize is refused here."""
-    from pipeline.bench.work import routing_plans
-
-    routing_plans(shape, seed)
+def _routable(shape: Shape) -> None:
+    """Check every layer's loads (:mod:`pipeline.matrix.loads`, no torch), so that a workload its
+    ranks cannot realize is refused here."""
+    layer_loads(shape)
 
 
 def _device_here(checked: Checked, settings: LaunchSettings) -> None:
     """Refuse what cannot run where the jobs go: a device the local host lacks, and ``scale=full`` on
     CPUs unless ``device=cpu`` asks for it (the default scale would start up to 64 CPU ranks at
     D = 7,168 on a machine without a GPU)."""
-    from pipeline.bench.distributed import resolve_device
-
     device = checked.device
     if settings.on_this_host:
-        gpus = resolve_device("auto") == "cuda"
-        resolve_device(device)  # the jobs run on this host: it says whether the device exists
+        gpus = gpus_here()
+        resolve_device_on(device, gpus)  # the jobs run on this host: it says whether the device exists
     else:
         gpus = bool(settings.gpus)
     if checked.scale == "full" and device == "auto" and not gpus:

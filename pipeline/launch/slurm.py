@@ -25,21 +25,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import submitit
 from submitit.helpers import DelayedSubmission
 
-from pipeline.bench.spec import JobSpec
+from pipeline.bench.spec import JobSpec, Summary
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 from pipeline.launch.follow import follow
 from pipeline.launch.groups import Group, groups
 from pipeline.launch.jobs import COMPLETED, FAILED, PENDING, RUNNING, Job, JobState, Outcome, submitted
 from pipeline.launch.settings import LaunchSettings, submitit_parameters
-
-if TYPE_CHECKING:  # the job's modules import torch, which the submitting side and status need not
-    from pipeline.bench.execute import Summary
 
 POLL_S = 2.0  # how often a waiting sweep looks at its jobs
 _SLURM_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}

@@ -1,9 +1,10 @@
 """Routing: seeded plans that realize a tracked-GPU load exactly, and validation of given routing.
 
-A plan fixes how many routed rows each source rank sends to each destination rank, so that rank 0
-receives ``round(f x T x K)`` rows (f = load factor; T x K is the balanced share) and the other ranks
-split the rest evenly. Each source deals its rows to its tokens so that every token gets K distinct
-experts, then picks the experts inside each destination at random (seeded per rank).
+A plan fixes how many routed rows each source rank sends to each destination rank
+(:mod:`pipeline.matrix.loads`: rank 0 receives ``round(f x T x K)`` rows, f = load factor, T x K the
+balanced share, and the other ranks split the rest evenly). Each source deals its rows to its tokens
+so that every token gets K distinct experts, then picks the experts inside each destination at random
+(seeded per rank).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import torch
+
+from pipeline.matrix.loads import Loads
 
 
 def validate_routing(
@@ -40,77 +43,17 @@ def validate_routing(
         )
 
 
-def _even_split(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (i < extra) for i in range(parts)]
-
-
 @dataclass(frozen=True)
-class RoutingPlan:
-    """Deterministic routing for ``world_size`` ranks of ``num_tokens`` tokens each."""
+class RoutingPlan(Loads):
+    """Deterministic routing for ``world_size`` ranks of ``num_tokens`` tokens each: the loads
+    (:class:`~pipeline.matrix.loads.Loads`, checked there) and the seeded draw of the experts."""
 
-    num_tokens: int
-    num_experts: int
-    top_k: int
-    world_size: int
-    load_factor: float
     seed: int
-
-    def __post_init__(self) -> None:
-        for name in ("num_tokens", "num_experts", "top_k", "world_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
-        if self.num_experts % self.world_size:
-            raise ValueError(
-                f"num_experts={self.num_experts} is not divisible by world_size={self.world_size}"
-            )
-        if not 0 < self.load_factor <= self.world_size:
-            raise ValueError(
-                f"load_factor={self.load_factor} is not feasible for {self.world_size} ranks; "
-                f"allowed: 0 < f <= {self.world_size}"
-            )
-        if self.world_size == 1 and self.received_rows[0] != self.num_tokens * self.top_k:
-            raise ValueError(
-                f"load_factor={self.load_factor} needs more than one rank; allowed with 1 rank: 1.0"
-            )
-        cap = self.num_tokens * min(self.top_k, self.num_experts // self.world_size)
-        worst = int(self.send_matrix.max())
-        if worst > cap:
-            raise ValueError(
-                f"load_factor={self.load_factor} is not feasible: a rank would send {worst} rows to one "
-                f"destination, but {self.num_tokens} tokens with distinct experts can send at most {cap}"
-            )
-
-    @property
-    def local_experts(self) -> int:
-        return self.num_experts // self.world_size
-
-    @cached_property
-    def received_rows(self) -> list[int]:
-        """Rows each destination rank receives: rank 0 gets round(f x T x K), the rest split evenly."""
-        balanced = self.num_tokens * self.top_k
-        hot = round(self.load_factor * balanced)
-        if self.world_size == 1:
-            return [hot]
-        return [hot, *_even_split(self.world_size * balanced - hot, self.world_size - 1)]
 
     @cached_property
     def send_matrix(self) -> torch.Tensor:
-        """[source, destination] row counts. Every row slot of the whole step gets a destination label,
-        interleaved by fractional position so that each source's contiguous share of slots holds each
-        destination in proportion; rows then sum to T x K and columns to ``received_rows``."""
-        counts = torch.tensor(self.received_rows, dtype=torch.float64)
-        total = self.world_size * self.num_tokens * self.top_k
-        labels = torch.repeat_interleave(
-            torch.arange(self.world_size), counts.to(torch.int64), output_size=total
-        )
-        rank_in_dest = torch.cat([torch.arange(int(c)) for c in counts])
-        position = (rank_in_dest + 0.5) / counts[labels]
-        order = torch.sort(position, stable=True).indices
-        slots = labels[order].view(self.world_size, self.num_tokens * self.top_k)
-        return torch.stack([torch.bincount(s, minlength=self.world_size) for s in slots])
+        """[source, destination] row counts (:attr:`Loads.sent`)."""
+        return torch.from_numpy(self.sent)
 
     def for_rank(self, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(topk_idx [T, K] int64 global expert ids, topk_weight [T, K] float32) of source ``rank``."""
