@@ -2,6 +2,7 @@
 of exactly the execution whose shard was deleted, after the launching process is gone; and one job
 array per resource shape."""
 
+import functools
 import json
 import subprocess
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from tests.slurm_support import (
     needs_cluster,
     python_module,
     records,
+    sacct_ended,
     sacct_state,
     states,
     wait_for,
@@ -60,7 +62,11 @@ def test_sweep_spans_nodes_and_resubmit_reruns_only_the_lost_shard(tmp_path):
         assert meta["provenance"]["job_ids"] == [submitted["job_id"]]
         assert len(meta["provenance"]["hosts"]) >= 2, meta["provenance"]["hosts"]
         assert set(meta["provenance"]["hosts"]) <= {"n1", "n2", "n3", "n4"}
-        assert sacct_state(submitted["job_id"]).startswith("COMPLETED|0:0|")
+        # accounting records the job's end a moment after the sweep has read its members' ends
+        job_id = submitted["job_id"]
+        said = functools.partial(lambda j: f"sacct to record job {j}'s end: {sacct_state(j)!r}", job_id)
+        wait_for(said, functools.partial(sacct_ended, job_id), 60)
+        assert sacct_state(job_id).startswith("COMPLETED|0:0|")
         # the job's log says where its ranks ran: one rank on each of two nodes, gloo on CPUs; so does
         # the shard
         logs = Dataset(tmp_path).log_dir(execution_id, 1)
