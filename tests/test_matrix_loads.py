@@ -69,6 +69,11 @@ def test_sent_rows_are_the_definitions_or_refused_where_no_routing_realizes_them
         ((4, 6, 2, 4, 1.0), "num_experts=6 is not divisible by world_size=4"),
         ((4, 8, 2, 2, 2.5), "allowed: 0 < f <= 2"),
         ((4, 8, 2, 1, 0.5), "needs more than one rank; allowed with 1 rank: 1.0"),
+        ((64, 24, 6, 4, 5.0), "load_factor=5.0"),
+        ((64, 24, 6, 1, 2.0), "allowed: 0 < f <= 1"),
+        ((64, 24, 6, 5, 1.0), "not divisible"),
+        ((64, 4, 6, 1, 1.0), "top_k=6 exceeds"),
+        ((64, 8, 6, 8, 4.0), "not feasible"),
     ],
 )
 def test_loads_no_routing_realizes_are_refused_in_one_line(arguments: tuple, message: str) -> None:

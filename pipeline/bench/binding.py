@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
+from pipeline.base.devices import VISIBLE_ENV
 from pipeline.data.topology import Binding
 
-VISIBLE_ENV = "CUDA_VISIBLE_DEVICES"
 PCI_DEVICES = Path("/sys/bus/pci/devices")  # <bus id>/numa_node on Linux
 
 
