@@ -96,7 +96,10 @@ def _run(specs: list[JobSpec], debug: bool) -> list[Summary | None]:
                     traceback.print_exc()  # into the rank's log: where it failed
                     distributed.abort()  # no other rank waits for this one in a collective
                 except BaseException as err:  # the job is being stopped (a requeue, a signal): so is this
-                    if ctx.rank == 0:
+                    # unless the requeue recorded it first (pipeline.launch.slurm)
+                    if ctx.rank == 0 and not ledger.ended(
+                        ledger.read(spec.dataset), spec.execution_id, spec.attempt
+                    ):
                         _record_failure(spec, ctx.job_id, [(time.time(), 0, f"{type(err).__name__}: {err}")])
                     raise
                 failures = agree(ctx, index, error)

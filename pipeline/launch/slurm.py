@@ -76,11 +76,27 @@ class SlurmTask:
         following = []
         for spec in left:
             attempt = ledger.next_attempt(spec.dataset, spec.execution_id)
+            _end_running(
+                spec, job_id, f"requeued by Slurm's signal (preemption or time limit) as attempt {attempt}"
+            )
             spec.dataset.link_log_dir(spec.execution_id, attempt, spec.log_dir.resolve())
             record = submitted(spec, job_id, self.settings, attempt=attempt, requeued_from=spec.attempt)
             ledger.append(spec.dataset, record)
             following.append(replace(spec, attempt=attempt))
         return DelayedSubmission(self, following)
+
+
+def _end_running(spec: JobSpec, job_id: str, reason: str) -> None:
+    """Record the running attempt of ``spec`` as failed before the requeue: Slurm may kill the job's
+    processes before the interrupted execution records its own end. An attempt that never started, or
+    has ended, is left as it is."""
+    records = ledger.read(spec.dataset)
+    running = any(
+        isinstance(r, ledger.Started) and (r.execution_id, r.attempt) == (spec.execution_id, spec.attempt)
+        for r in records
+    )
+    if running and not ledger.ended(records, spec.execution_id, spec.attempt):
+        ledger.append(spec.dataset, ledger.Failed(spec.execution_id, spec.attempt, job_id, reason=reason))
 
 
 class SlurmBackend:
