@@ -7,6 +7,9 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from pipeline.bench.plants import HOLD_ENV, PLANT_ENV
 from tests.slurm_support import (
     CLUSTER_SCRIPT,
     needs_cluster,
@@ -24,9 +27,6 @@ from tests.slurm_support import (
 pytestmark = needs_cluster
 
 MOK = "inference-ep8-f1536-bf16-mok-native"
-# A floor on the wall time of the windows, not a count of iterations (a fast host ran 80 iterations
-# before the test could act): every attempt times at least 2 x 6 s after it starts, on any host.
-LONGER = "++scale.min_timed_ms=6000"
 STATE_DIR = Path(os.environ.get("MOE_SLURM_DIR", "/var/tmp/moe-slurm"))
 
 
@@ -34,8 +34,20 @@ def job_of(dataset: Path, attempt: int) -> str:
     return next(r["job_id"] for r in records(dataset, "submitted", MOK) if r["attempt"] == attempt)
 
 
-def submit_and_wait_until_running(dataset: Path, *overrides: str) -> str:
-    submit(dataset, "mok-bf16", LONGER, *overrides)
+@pytest.fixture
+def held(tmp_path_factory, monkeypatch) -> Path:
+    """While this file exists, rank 0 of the execution waits (asleep, costing no CPU) as its gate
+    begins (:mod:`pipeline.bench.plants`): the test acts on a running attempt on any host, however
+    fast, and the attempt that runs once it is removed takes the scale's own short time."""
+    hold = tmp_path_factory.mktemp("held") / "hold"  # beside the dataset, not in it
+    hold.touch()
+    monkeypatch.setenv(PLANT_ENV, f"hold:{MOK}:0")
+    monkeypatch.setenv(HOLD_ENV, str(hold))
+    return hold
+
+
+def submit_and_wait_until_running(dataset: Path) -> str:
+    submit(dataset, "mok-bf16")
     wait_for("the execution to start", lambda: started(dataset, MOK, 1))
     return job_of(dataset, 1)
 
@@ -71,20 +83,22 @@ def resubmit_and_finish(dataset: Path) -> None:
     assert shards(dataset, MOK) == ["attempt-2.parquet"]
 
 
-def test_cancelled_job_is_failed_and_resubmit_completes_it(tmp_path):
+def test_cancelled_job_is_failed_and_resubmit_completes_it(tmp_path, held):
     job_id = submit_and_wait_until_running(tmp_path)
     subprocess.run(["scancel", job_id], check=True)
     line = wait_for_state(tmp_path, MOK, "failed")
     assert "CANCELLED" in " ".join(line)
     assert sacct_state(job_id).startswith("CANCELLED")
+    held.unlink()
     resubmit_and_finish(tmp_path)
 
 
-def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_back(tmp_path):
+def test_job_on_a_dead_node_fails_and_resubmit_completes_it_once_the_node_is_back(tmp_path, held):
     job_id = submit_and_wait_until_running(tmp_path)
     nodes = output("scontrol", "show", "hostnames", output("squeue", "-h", "-j", job_id, "-o", "%N")).split()
     assert len(nodes) == 2, nodes
     crash_node(nodes[-1], job_id)  # not the first node, where the batch script runs
+    held.unlink()  # rank 0 goes on into the gate's collectives, with a dead peer
     line = " ".join(wait_for_state(tmp_path, MOK, "failed", timeout=120))
     assert "NODE_FAIL" in line or "FAILED" in line, line
     subprocess.run(["bash", str(CLUSTER_SCRIPT), "up"], check=True, capture_output=True, timeout=120)
@@ -100,11 +114,12 @@ def test_exception_in_an_execution_is_failed_in_sacct(tmp_path, monkeypatch):
     wait_for("sacct to record the failure", lambda: sacct_state(job_of(tmp_path, 1)).startswith("FAILED|1:0"))
 
 
-def test_requeue_on_preemption_is_a_new_attempt_with_exactly_one_shard(tmp_path):
+def test_requeue_on_preemption_is_a_new_attempt_with_exactly_one_shard(tmp_path, held):
     job_id = submit_and_wait_until_running(tmp_path)
     # What Slurm sends before preemption or the time limit; submitit checkpoints and requeues.
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     wait_for("the requeued attempt in the ledger", lambda: len(records(tmp_path, "submitted", MOK)) == 2)
+    held.unlink()
     assert job_of(tmp_path, 2) == job_id
     # Slurm holds a requeued job for two minutes; let it start now.
     wait_for(
