@@ -23,7 +23,8 @@ import pytest
 from pipeline.commands.aggregate import main
 from pipeline.data.dataset import Dataset
 from pipeline.matrix import EXECUTIONS
-from pipeline.report import CSV_NAME, JSON_NAME
+from pipeline.report import CSV_NAME, JSON_NAME, build
+from pipeline.report.figures import figure_files
 from pipeline.report.page import REPORT_NAME
 from pipeline.report.publication import MANIFEST_NAME
 from pipeline.tools.synthetic_shards import shard_table, write_table
@@ -234,8 +235,25 @@ FAULTS = [
 ]
 
 
+@pytest.fixture
+def drawn_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The figures of the same rows drawn once and published by every attempt that asks for them:
+    drawing is nearly all of an attempt's time (matplotlib, about 4 s of 4.4), and the faults are in
+    the writes, which every attempt still makes."""
+    drawn: dict[str, dict[str, bytes]] = {}
+
+    def once(rows: Any, pairs: Any, states: Any, *, paired: bool = True) -> dict[str, bytes]:
+        key = json.dumps([rows, pairs, [repr(s) for s in states], paired], sort_keys=True, default=repr)
+        if key not in drawn:
+            drawn[key] = figure_files(rows, pairs, states, paired=paired)
+        return drawn[key]
+
+    monkeypatch.setattr(build, "figure_files", once)
+
+
 @pytest.mark.parametrize(("name", "code", "change"), FAULTS)
 def test_a_fault_at_any_call_leaves_the_previous_publication_byte_identical(
+    drawn_once: None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
