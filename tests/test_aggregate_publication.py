@@ -219,7 +219,7 @@ class _Fault:
 
 
 def _fault(name: str, code: int, change: str, slow: bool = False) -> object:
-    """A fault's parameters; ``slow``: its calls run to a few seconds (a figure per attempt)."""
+    """A fault's parameters; ``slow``: a few seconds (its publication draws figures once)."""
     return pytest.param(name, code, change, id=f"{name}-{change}", marks=[pytest.mark.slow] if slow else [])
 
 

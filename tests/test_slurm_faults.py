@@ -5,6 +5,7 @@ one shard per attempt."""
 import os
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,15 +36,17 @@ def job_of(dataset: Path, attempt: int) -> str:
 
 
 @pytest.fixture
-def held(tmp_path_factory, monkeypatch) -> Path:
+def held(tmp_path_factory, monkeypatch) -> Iterator[Path]:
     """While this file exists, rank 0 of the execution waits (asleep, costing no CPU) as its gate
     begins (:mod:`pipeline.bench.plants`): the test acts on a running attempt on any host, however
-    fast, and the attempt that runs once it is removed takes the scale's own short time."""
+    fast, and the attempt that runs once it is removed takes the scale's own short time. Removed at
+    the end whatever happened, so that no held job keeps the cluster's nodes from the next test."""
     hold = tmp_path_factory.mktemp("held") / "hold"  # beside the dataset, not in it
     hold.touch()
     monkeypatch.setenv(PLANT_ENV, f"hold:{MOK}:0")
     monkeypatch.setenv(HOLD_ENV, str(hold))
-    return hold
+    yield hold
+    hold.unlink(missing_ok=True)
 
 
 def submit_and_wait_until_running(dataset: Path) -> str:
