@@ -12,10 +12,13 @@ its first record. Every table of the document sits between ``<!-- records: NAME 
 
 The tables: ``steps`` (each step's verdict), ``kernels-default`` and ``kernels-best`` (the grouped
 GEMMs' rates), ``swiglu`` (the SwiGLU backward kernel), ``pipeline`` (the single-GPU executions),
-``phases`` (where each execution's seconds went), ``accounts`` (each execution's phase account) and
-``expectation``: the layer's cost fed the run's measured kernel rates (:func:`kernel_rates`, the
+``phases`` (where each execution's seconds went), ``accounts`` (each execution's phase account),
+``expectation`` (the layer's cost fed the run's measured kernel rates (:func:`kernel_rates`, the
 default kernels' as the pipeline ran them), beside the measured iteration and the speed of light at
-the preset's datasheet peaks. :func:`kernel_rates` is also what the device run hands the pipeline's
+the preset's datasheet peaks), ``pairs`` (the matched pairs published), ``elementwise`` (the MX
+quantization and SwiGLU forward kernels), ``loopback`` and ``ranks`` (the multi-rank rehearsals),
+``packing`` (the packing execution's peak beside its estimate) and ``costs`` (each grouped job's time
+over its windows). :func:`kernel_rates` is also what the device run hands the pipeline's
 aggregation (``--rates``). Torch-free, like the device run's scheduler.
 """
 
@@ -285,6 +288,107 @@ def expectation(found: Sequence[Record]) -> str:
     return table([*head, "speed of light ms", "measured / speed of light"], rows)
 
 
+def pairs(found: Sequence[Record]) -> str:
+    """The matched pairs the pipeline stage published: MoK's iteration over Dist-MoE's, with the
+    speedup's interval, on how many ranks of which device."""
+    lines = [r for r in found if r.get("stage") == "pipeline" and r.get("name") == "pair"]
+    rows = [
+        [r["workload_id"], r["mok_execution_id"], r["dist_execution_id"], f"{r['ranks']} x {r['device']}",
+         _two(r["mokIterationMS"]), _two(r["distIterationMS"]),
+         f"{r['speedup']:.3f} {_interval(r['speedupLow'], r['speedupHigh'])}"]
+        for r in lines
+    ]  # fmt: skip
+    head = ["workload", "MoK", "Dist-MoE", "ranks", "MoK ms", "Dist-MoE ms"]
+    return table([*head, "speedup: MoK ms / Dist-MoE ms [95%]"], rows)
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "[no interval]" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
+
+
+ELEMENTWISE = ("mx_quantize", "swiglu_forward")
+
+
+def elementwise(found: Sequence[Record]) -> str:
+    """The elementwise kernels' timings, per output form: median ms, GB/s, the fraction of the
+    bandwidth probe (a copy of the same bytes), and the speed over the torch form."""
+    rows = []
+    for r in found:
+        if r.get("stage") != "timing" or r.get("name") not in ELEMENTWISE or not r.get("ms"):
+            continue
+        probe = r.get("frac_of_copy") or r.get("frac_of_hbm") or {}
+        size = f"{r['rows']} x {r.get('k', r.get('f'))}"
+        for form, over_torch in r.get("speedup_vs_torch_form", {}).items():
+            median, rate = r["ms"][form]["median"], r["gb_per_s"][form]
+            rows.append([r["name"], size, form, f"{median:.4f}", f"{rate:.1f}", f"{probe.get(form, 0.0):.3f}",
+                         f"{over_torch:.2f}", r["status"]])  # fmt: skip
+    head = ["kernel", "rows x columns", "form", "median ms", "GB/s", "of the copy probe"]
+    return table([*head, "x the torch form", "result"], rows)
+
+
+def loopback(found: Sequence[Record]) -> str:
+    """The exchange's collectives on one rank (NCCL loopback on a GPU): replayed graphs against the
+    eager steps, the exchange against the rank alone."""
+    rows = []
+    for r in found:
+        if r.get("stage") != "loopback" or "replay_error" not in r:
+            continue
+        replay = [v for v in (r["replay_error"] or {}).values() if v is not None]
+        eager = (r.get("collectives_eager") or {}).get("alltoall_base_")
+        worst = _g(max(replay)) if replay else None
+        graphs, error = str(r["graphs"]).lower(), _g(r["loopback_error"])
+        rows.append([r["name"], r["collective"], graphs, eager, error, worst, _g(r["tolerance"]), r["status"],
+                     r.get("reason")])  # fmt: skip
+    head = ["case", "collective", "graphs", "eager all-to-alls", "loopback error", "replay error (max)"]
+    return table([*head, "tolerance", "result", "note"], rows)
+
+
+def _g(value: float | None) -> str | None:
+    return None if value is None else f"{value:.3g}"
+
+
+def ranks(found: Sequence[Record]) -> str:
+    """Several ranks sharing the device: rows routed across ranks through each execution's gate."""
+    rows = [
+        [r["name"], r["ranks"], f"{r['crossed_rows']} of {r['slice_rows']}", _g(r["max_error"]),
+         _g(r["tolerance"]), _two(r.get("peak_gib_per_rank")), r["status"]]
+        for r in found
+        if r.get("stage") == "ranks" and "slice_rows" in r
+    ]  # fmt: skip
+    head = ["execution", "ranks", "rows that crossed ranks", "gate error", "tolerance", "peak GiB per rank"]
+    return table([*head, "result"], rows)
+
+
+def packing(found: Sequence[Record]) -> str:
+    """The packing execution's measured peak beside its fake-tensor estimate (from the pack)."""
+    rows = []
+    for r in found:
+        if r.get("stage") != "packing" or r.get("name") != "peak":
+            continue
+        estimate = f"{_two(r['estimated_peak_gib'])} ({r['estimate_preset']})"
+        ratio = r.get("measured_over_estimate")
+        ratio_cell = None if ratio is None else f"{ratio:.3f}"
+        rows.append(
+            [r["execution"], _two(r.get("peak_allocated_gib")), estimate, ratio_cell, r.get("reason")]
+        )
+    return table(
+        ["execution", "peak allocated GiB", "estimate GiB (preset)", "measured / estimate", "note"], rows
+    )
+
+
+def costs(found: Sequence[Record]) -> str:
+    """What each stage's grouped job cost: its wall time over its rank-0 windows, and its compiles."""
+    lines = [r for r in found if r.get("name") == "cost"]
+    rows = [
+        [r["stage"], r["executions"], _two(r["multirun_s"]), _two(r["windows_s"]), _two(r["over_windows"]),
+         r["compiles"], r["loads"]]
+        for r in lines
+    ]  # fmt: skip
+    return table(
+        ["stage", "executions", "job s", "windows s", "job / windows", "compiles", "kernels loaded"], rows
+    )
+
+
 def _full_scale() -> dict[str, Any]:
     import yaml
 
@@ -301,6 +405,12 @@ TABLES: dict[str, Callable[[Sequence[Record]], str]] = {
     "phases": phases,
     "accounts": accounts,
     "expectation": expectation,
+    "pairs": pairs,
+    "elementwise": elementwise,
+    "loopback": loopback,
+    "ranks": ranks,
+    "packing": packing,
+    "costs": costs,
 }
 
 

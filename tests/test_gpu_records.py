@@ -117,3 +117,39 @@ def test_the_cost_the_expectation_feeds_matches_the_run_s_table() -> None:
     assert expected is not None
     assert float(cells[2]) == pytest.approx(sum(expected.values()), abs=0.005)
     assert float(cells[3]) == pytest.approx(16.25 / sum(expected.values()), abs=0.005)
+
+
+def _cells(text: str) -> list[list[str]]:
+    """A rendered table's body rows, as their cells."""
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+
+
+def test_the_second_window_s_tables_read_the_records_the_device_run_writes() -> None:
+    """Records shaped as jobs/gpu_run writes them (its plain dry run renders its own in
+    tests/test_gpu_run.py): a pair with and without an interval, a packing peak beside its estimate,
+    a loopback case whose graphs replayed, two ranks' gate and a grouped job's cost."""
+    from jobs.gpu_records import costs, loopback, packing, pairs, ranks
+
+    pair = {"stage": "pipeline", "name": "pair", "workload_id": "inference-ep8-f1536-bf16", "ranks": 1,
+            "device": "NVIDIA H200", "mok_execution_id": "m", "dist_execution_id": "d", "mokIterationMS": 1.5,
+            "distIterationMS": 1.2, "speedup": 1.25, "speedupLow": 1.1, "speedupHigh": 1.4}  # fmt: skip
+    lone = {**pair, "workload_id": "w2", "speedupLow": None, "speedupHigh": None}
+    assert _cells(pairs([pair, lone, {"stage": "pipeline", "name": "phases"}])) == [
+        ["inference-ep8-f1536-bf16", "m", "d", "1 x NVIDIA H200", "1.50", "1.20", "1.250 [1.100, 1.400]"],
+        ["w2", "m", "d", "1 x NVIDIA H200", "1.50", "1.20", "1.250 [no interval]"],
+    ]
+    peak = {"stage": "packing", "name": "peak", "execution": "p", "peak_allocated_gib": 70.0,
+            "estimated_peak_gib": 71.44183, "estimate_preset": "h200",
+            "measured_over_estimate": 70.0 / 71.44183}  # fmt: skip
+    assert _cells(packing([peak])) == [["p", "70.00", "71.44 (h200)", "0.980", ""]]
+    case = {"stage": "loopback", "name": "mok", "collective": "nccl", "graphs": True, "loopback_error": 0.0,
+            "collectives_eager": {"alltoall_base_": 45}, "replay_error": {"y": 1e-7, "dx": 3e-7, "dw1": None},
+            "tolerance": 1e-5, "status": "pass", "reason": None}  # fmt: skip
+    assert _cells(loopback([case])) == [["mok", "nccl", "true", "45", "0", "3e-07", "1e-05", "pass", ""]]
+    shared = {"stage": "ranks", "name": "e", "ranks": 8, "crossed_rows": 300, "slice_rows": 384,
+              "max_error": 2.5e-7, "tolerance": 1e-5, "peak_gib_per_rank": 3.25,
+              "status": "pass"}  # fmt: skip
+    assert _cells(ranks([shared])) == [["e", "8", "300 of 384", "2.5e-07", "1e-05", "3.25", "pass"]]
+    cost = {"stage": "pipeline", "name": "cost", "executions": 2, "multirun_s": 9.0, "windows_s": 6.0,
+            "over_windows": 1.5, "compiles": 0, "loads": 6}  # fmt: skip
+    assert _cells(costs([cost])) == [["pipeline", "2", "9.00", "6.00", "1.50", "0", "6"]]

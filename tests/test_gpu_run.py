@@ -553,6 +553,33 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(device_li
         assert f"## {title}" in summary, title
     assert "## Where each execution's iteration went (phase account, ms)" in summary
     assert done.stdout.rstrip().endswith(summary.rstrip())
+    assert_the_documents_tables_read_them(found, published)
+
+
+def assert_the_documents_tables_read_them(found: list[dict], published: dict) -> None:
+    """The tables a run's document regenerates from its records (``jobs/gpu_records.py``) read what
+    these steps wrote: the pair, both loopback cases, both shared-device executions, the packing
+    peak beside its estimate, each grouped job's cost, the elementwise kernels' forms."""
+    from jobs.gpu_records import costs, elementwise, loopback, packing, pairs, ranks
+
+    def rows(text: str) -> list[list[str]]:
+        return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+
+    (pair,) = rows(pairs(found))
+    assert pair[:3] == [
+        published["workload_id"],
+        published["mok_execution_id"],
+        published["dist_execution_id"],
+    ]
+    assert pair[-1].startswith(f"{published['speedup']:.3f} [{published['speedupLow']:.3f}, ")
+    assert [r[0] for r in rows(loopback(found))] == ["mok bf16 native", "dist-moe mxfp8 fp8-dispatch"]
+    assert [r[-1] for r in rows(ranks(found))] == ["pass", "pass"]
+    assert [r[0] for r in rows(packing(found))] == PACKING.execution_ids()
+    assert [r[0] for r in rows(costs(found))] == ["pipeline", "packing"]
+    assert {(r[0], r[2]) for r in rows(elementwise(found))} >= {
+        ("mx_quantize", "codes"),
+        ("swiglu_forward", "values"),
+    }
 
 
 @pytest.mark.slow
