@@ -24,7 +24,9 @@ from pipeline.data import claims, ledger
 from pipeline.data.dataset import Dataset
 from tests.sweeps import run_sweep
 
-SWEEP = ("workload=inference-ep8-f1536", "variant=mok-bf16,dist-moe-bf16", "scale=ci")
+# one rank: what is under test is the dataset, read and written; the two ranks of the scale add only
+# their processes to every execution a command runs
+SWEEP = ("workload=inference-ep8-f1536", "variant=mok-bf16,dist-moe-bf16", "scale=ci", "max_ranks=1")
 MOK = "inference-ep8-f1536-bf16-mok-native"
 
 
