@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cutlass_kernels.gating import MX_QUANT_KEY, SWIGLU_FWD_KEY  # noqa: E402
 from pipeline.base.vocabulary import LAYER_PHASES  # noqa: E402
 from pipeline.matrix import EXECUTION_BY_ID  # noqa: E402
 from pipeline.matrix.scale import scale_from_config, shape_for  # noqa: E402
@@ -48,6 +49,7 @@ RUN_PHASES = (
     *("windows", "account", "record"),
 )
 DEFAULT = "default"
+ELEMENTWISE = (MX_QUANT_KEY, SWIGLU_FWD_KEY)  # the keys of the elementwise kernels' timing records
 
 
 def records(folder: Path) -> list[Record]:
@@ -306,15 +308,12 @@ def _interval(low: float | None, high: float | None) -> str:
     return "[no interval]" if low is None or high is None else f"[{low:.3f}, {high:.3f}]"
 
 
-ELEMENTWISE = ("mx_quantize", "swiglu_forward")
-
-
 def elementwise(found: Sequence[Record]) -> str:
     """The elementwise kernels' timings, per output form: median ms, GB/s, the fraction of the
     bandwidth probe (a copy of the same bytes), and the speed over the torch form."""
     rows = []
     for r in found:
-        if r.get("stage") != "timing" or r.get("name") not in ELEMENTWISE or not r.get("ms"):
+        if r.get("stage") != "timing" or r.get("key") not in ELEMENTWISE or not r.get("ms"):
             continue
         probe = r.get("frac_of_copy") or r.get("frac_of_hbm") or {}
         size = f"{r['rows']} x {r.get('k', r.get('f'))}"
