@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import subprocess
 import sys
 import time
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.commands import status
 from pipeline.data import ledger
 from pipeline.data.dataset import Dataset
 
@@ -61,11 +64,15 @@ def submit(dataset: Path, variants: str, *overrides: str) -> None:
 
 
 def states(dataset: Path) -> tuple[int, dict[str, list[str]]]:
-    """(exit status, execution id -> the words of its status line) of ``pipeline.status``."""
-    done = python_module("pipeline.status", str(dataset))
-    assert done.returncode in (0, 1), done.stderr
-    lines = done.stdout.splitlines()[:-1]
-    return done.returncode, {line.split()[1]: line.split() for line in lines}
+    """(exit status, execution id -> the words of its status line) of ``pipeline.status``, run in this
+    process: the waits below poll it, and a fresh interpreter a poll would cost its imports each time
+    (the command's own process is tested in tests/test_cli.py and tests/test_status_local.py)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = status.main([str(dataset)])
+    assert code in (0, 1), err.getvalue()
+    lines = out.getvalue().splitlines()[:-1]
+    return code, {line.split()[1]: line.split() for line in lines}
 
 
 def wait_for(what: str | Callable[[], str], check: Callable[[], bool], timeout: float = 120.0) -> None:
