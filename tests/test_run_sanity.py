@@ -1,7 +1,8 @@
 """The correctness gate of every execution, through real runs of the local launcher: a correct layer
 passes and publishes its verdict; a grouped GEMM made wrong inside the job's own process (patched by a
-``sitecustomize`` on its PYTHONPATH, which every Python process of the run imports at start) fails the
-gate: the execution exits non-zero, writes no shard, and ``pipeline.status`` names the sanity error."""
+``sitecustomize`` on its PYTHONPATH, which every Python process of the run imports at start and which
+patches the job's tasks) fails the gate: the execution exits non-zero, writes no shard, and
+``pipeline.status`` names the sanity error."""
 
 from __future__ import annotations
 
