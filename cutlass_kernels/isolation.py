@@ -9,7 +9,10 @@ own, or one whose parent has exited) would live on holding the GPU. So the child
 and carries a mark of its own in its environment, which everything it starts inherits; at the limit,
 or when the child exits, every process of that session, every descendant of those, and every
 process carrying the mark gets SIGKILL. Output goes to a file, never a pipe, so a process left
-holding it cannot keep the caller waiting past the limit.
+holding it cannot keep the caller waiting past the limit. Given a fork server
+(:mod:`cutlass_kernels.forkserver`), a ``python -m`` child is forked from it, torch already imported:
+its descendants carry the mark as ever, the child itself (whose environment as the kernel shows it is
+the server's) is found as its session's leader.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from cutlass_kernels.forkserver import Forked, ForkServer
 
 REAP_S = 5.0  # the longest wait for a killed child to be reaped
 _MARK = "CUTLASS_KERNELS_ISOLATED_"  # + a fresh hex id per run: nested runs keep every mark
@@ -58,17 +63,27 @@ def run_isolated(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     log: IO[str] | None = None,
+    server: ForkServer | None = None,
 ) -> Isolated:
     """Run ``argv`` as the leader of a new session for at most ``limit`` seconds, then kill what is
     left of it. Its output (stdout and stderr together) goes to ``log`` where given, else it is
-    captured and returned."""
+    captured and returned. Forked from ``server`` where it takes the command."""
     mark = f"{_MARK}{uuid.uuid4().hex}"
     child_env = {**(os.environ if env is None else env), mark: "1"}
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") if log is None else _kept(log) as sink:
-        proc = subprocess.Popen(
-            list(argv), stdout=sink, stderr=subprocess.STDOUT, env=child_env, cwd=cwd, start_new_session=True
-        )
+        proc: subprocess.Popen[bytes] | Forked | None = None
+        if server is not None:
+            proc = server.spawn(argv, child_env, cwd, sink)
+        if proc is None:
+            proc = subprocess.Popen(
+                list(argv),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env=child_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         rc: int | None
         try:
             rc = proc.wait(timeout=max(limit, 0.1))

@@ -460,6 +460,10 @@ def test_the_plain_dry_run_passes_every_step_in_the_devices_conditions(device_li
         "submitit": True,
         "gpu_run_probe_wheel": True,
     }
+    # every python -m child forked from the fork server: the env child, the cache's verify, the six
+    # smoke, seven correctness and seven timing children, the loopback and the ranks rehearsals
+    (forks,) = [r for r in found if r["stage"] == "run" and r.get("name") == "fork server"]
+    assert (forks["preloaded"], forks["forked"]) == (["torch"], 24)
     every = {s: verdicts(found, s) for s in ("smoke", "correctness", "timing")}
     assert set(every["smoke"].values()) == set(every["correctness"].values()) == {"pass"}
     # smoke: the six default kernels; correctness: their nine keys and the three elementwise kernels

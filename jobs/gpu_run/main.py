@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                 run.record("run", status="fail", ended=now(), error=traceback.format_exc()[-2000:])
                 run.summarize(force=True)
                 raise
+            finally:
+                run.close()
     if not args.dry_run and (problem := no_gpu()):
         print(f"gpu-run: no GPU here ({problem}); on a CPU machine use --dry-run", file=sys.stderr)
         return 2
@@ -213,6 +215,7 @@ def _run_all(
         gate(run)  # recorded: what the stages that run layers would run on
     if rerun := rerun_args(run):
         run.record("run", name="rerun", status="info", args=rerun)
+    run.close()
     run.record("run", status="pass" if ok else "fail", ended=now())
     run.summarize(force=True)
     say(run, f"run {'pass' if ok else 'fail'}: {run.results.parent}/summary.md")

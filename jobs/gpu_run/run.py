@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from cutlass_kernels import gating
+from cutlass_kernels.forkserver import ForkServer
 from cutlass_kernels.isolation import Isolated, run_isolated
 from cutlass_kernels.results import append
 from jobs.gpu_run.plan import PARALLEL, POLL_S, ROOT, RUN_SPENT, Step
@@ -45,6 +46,8 @@ class Run:
     stalls: tuple[str, ...] = ()  # stages planted to stall (--plant stall:STAGE)
     whl: Path = ROOT / ".whl"  # what travelled beside the tree (jobs/pack-gpu.sh, jobs.gpu_run.pack)
     named_dataset: Path | None = None  # --dataset: the pipeline's dataset, kept (else the work folder's)
+    server: ForkServer | None = None  # the kernel children's, started by the first of them
+    server_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def results(self) -> Path:
@@ -77,8 +80,12 @@ class Run:
         return done.rc is None and limit < self.limits[name] - 0.5
 
     def child(self, argv: list[str], limit: float, env: dict[str, str] | None = None) -> Isolated:
-        """``argv`` isolated under ``limit``, its output captured and then written to the log."""
-        done = run_isolated(argv, limit, env=env or self.env, cwd=ROOT)
+        """``argv`` isolated under ``limit``, its output captured and then written to the log; a
+        ``python -m`` child forked from the run's fork server, torch already imported."""
+        with self.server_lock:
+            if self.server is None:
+                self.server = ForkServer(["torch"], self.env, ROOT, self.log)
+        done = run_isolated(argv, limit, env=env or self.env, cwd=ROOT, server=self.server)
         with self.log_lock:
             self.log.write(f"\n$ {' '.join(argv)}\n{done.output}")
             self.log.flush()
@@ -90,6 +97,23 @@ class Run:
             self.log.write(f"\n$ {' '.join(argv)}\n")
             self.log.flush()
         return run_isolated(argv, limit, env=env or self.env, cwd=ROOT, log=self.log)
+
+    def close(self) -> None:
+        """End the fork server, its record saying what it saved: its imports once, and the children
+        forked from it."""
+        server, self.server = self.server, None
+        if server is None:
+            return
+        server.close()
+        self.record(
+            "run",
+            name="fork server",
+            status="info",
+            preloaded=server.ready.get("preloaded"),
+            import_s=server.ready.get("seconds"),
+            threads=server.ready.get("threads"),
+            forked=server.forked,
+        )
 
     def summarize(self, force: bool = False) -> None:
         """Rewrite the summary where results.jsonl has grown since; a fault in it goes to the log and never
