@@ -11,6 +11,9 @@ initializes it lazily, in the child. A request the preload would serve wrongly (
 or interpreter option, or a different value of a variable the interpreter or torch read as they
 start, such as ``PYTHONPATH`` or ``OMP_NUM_THREADS``) is not forked: :meth:`ForkServer.spawn` answers
 None and the caller runs the command as it would have (:func:`cutlass_kernels.isolation.run_isolated`).
+Not multiprocessing's forkserver (:mod:`pipeline.tools.ranks` uses that for functions): there is one
+of those per process, started under the parent's environment and ``sys.path``, and what it forks runs
+a function, not a module with an output file and a session of its own.
 """
 
 from __future__ import annotations

@@ -27,9 +27,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-from cutlass_kernels.forkserver import Forked, ForkServer
+if TYPE_CHECKING:  # the server kills with kill_tree: only the annotations are the other way
+    from cutlass_kernels.forkserver import Forked, ForkServer
 
 REAP_S = 5.0  # the longest wait for a killed child to be reaped
 _MARK = "CUTLASS_KERNELS_ISOLATED_"  # + a fresh hex id per run: nested runs keep every mark
