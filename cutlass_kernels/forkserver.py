@@ -18,6 +18,7 @@ a function, not a module with an output file and a session of its own.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -234,7 +235,6 @@ def serve(sock: socket.socket, preload: Sequence[str]) -> int:
 def _child(request: dict[str, Any], out: int, sock: socket.socket, led: int) -> None:
     """Become the requested process: run its module as ``__main__``, then exit with its status."""
     import atexit
-    import io
     import runpy
     import signal
     import traceback
@@ -258,10 +258,10 @@ def _child(request: dict[str, Any], out: int, sock: socket.socket, led: int) -> 
         os.environ.clear()
         os.environ.update(request["env"])
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own, open until it exits
-        # unbuffered, as under ``python -u``: output written before a kill is in the file
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), write_through=True, errors="backslashreplace"
+        # unbuffered, as under ``python -u`` (output written before a kill is in the file), encoded as
+        # the server's own streams were, which its start chose as a fresh process's would
+        sys.stdout, sys.stderr = (
+            _unbuffered(fd, stream) for fd, stream in ((1, sys.__stdout__), (2, sys.__stderr__))
         )
         sys.argv = [request["module"], *request["args"]]
         runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
@@ -279,6 +279,11 @@ def _child(request: dict[str, Any], out: int, sock: socket.socket, led: int) -> 
         sys.stderr.flush()
     finally:
         os._exit(code)
+
+
+def _unbuffered(fd: int, like: IO[str] | None) -> IO[str]:
+    encoding, errors = (like.encoding, like.errors) if isinstance(like, io.TextIOWrapper) else (None, None)
+    return io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding, errors, write_through=True)
 
 
 def main(argv: list[str]) -> int:

@@ -30,7 +30,7 @@ print(json.dumps({
     "asked": os.environ.get("PROBE_ASKED"), "leader": os.getsid(0) == os.getpid(),
     "stdin": sys.stdin.read(), "preloaded": preloaded,
 }))
-print("to stderr", file=sys.stderr)
+print("to stderr \u00e9", file=sys.stderr)
 sys.exit(int(sys.argv[-1]))
 """
 
@@ -100,7 +100,7 @@ def test_a_forked_child_sees_what_a_fresh_process_would(server: ForkServer, modu
             "preloaded": False,
         }
     )
-    assert forked.output.splitlines()[1:] == fresh.output.splitlines()[1:] == ["to stderr"]
+    assert forked.output.splitlines()[1:] == fresh.output.splitlines()[1:] == ["to stderr \u00e9"]
 
 
 @pytest.mark.parametrize("end", sorted(_ENDS))
