@@ -46,7 +46,7 @@ class ForkServer:
         log: IO[str] | None = None,
     ) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.env, self.cwd = dict(env), os.fspath(cwd)
+        self.env = dict(env)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "cutlass_kernels.forkserver", str(theirs.fileno()), *preload],
             env=self.env,
