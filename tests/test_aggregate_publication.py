@@ -235,12 +235,18 @@ FAULTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def drawings() -> dict[str, dict[str, bytes]]:
+    """The figures drawn so far in this module, by what they were drawn from."""
+    return {}
+
+
 @pytest.fixture
-def drawn_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The figures of the same rows drawn once and published by every attempt that asks for them:
-    drawing is nearly all of an attempt's time (matplotlib, about 4 s of 4.4), and the faults are in
-    the writes, which every attempt still makes."""
-    drawn: dict[str, dict[str, bytes]] = {}
+def drawn_once(monkeypatch: pytest.MonkeyPatch, drawings: dict[str, dict[str, bytes]]) -> None:
+    """The figures of the same rows drawn once and published by every attempt, of every test, that
+    asks for them: drawing is nearly all of an attempt's time (matplotlib, about 4 s of 4.4), and the
+    faults are in the writes, which every attempt still makes."""
+    drawn = drawings
 
     def once(rows: Any, pairs: Any, states: Any, *, paired: bool = True) -> dict[str, bytes]:
         key = json.dumps([rows, pairs, [repr(s) for s in states], paired], sort_keys=True, default=repr)
