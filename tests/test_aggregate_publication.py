@@ -246,13 +246,12 @@ def drawn_once(monkeypatch: pytest.MonkeyPatch, drawings: dict[str, dict[str, by
     """The figures of the same rows drawn once and published by every attempt, of every test, that
     asks for them: drawing is nearly all of an attempt's time (matplotlib, about 4 s of 4.4), and the
     faults are in the writes, which every attempt still makes."""
-    drawn = drawings
 
     def once(rows: Any, pairs: Any, states: Any, *, paired: bool = True) -> dict[str, bytes]:
         key = json.dumps([rows, pairs, [repr(s) for s in states], paired], sort_keys=True, default=repr)
-        if key not in drawn:
-            drawn[key] = figure_files(rows, pairs, states, paired=paired)
-        return drawn[key]
+        if key not in drawings:
+            drawings[key] = figure_files(rows, pairs, states, paired=paired)
+        return drawings[key]
 
     monkeypatch.setattr(build, "figure_files", once)
 

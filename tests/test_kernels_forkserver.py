@@ -17,7 +17,7 @@ import pytest
 
 from cutlass_kernels.forkserver import ForkServer
 from cutlass_kernels.isolation import kill_tree, run_isolated
-from tests.test_kernels_isolation import _alive, _wait_dead
+from tests.test_kernels_isolation import _SPAWN, _alive, _wait_dead
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,16 +41,6 @@ _ENDS = {
     "killed": "import os, signal; print('x', flush=True); os.kill(os.getpid(), signal.SIGKILL)",
     "atexit": "import atexit; atexit.register(print, 'at exit')",
 }
-
-# a grandchild in a process group of its own and one leading a session of its own, their pids printed
-_SPAWN = """
-import json, subprocess, sys, time
-group = subprocess.Popen(["sleep", "60"], process_group=0)
-session = subprocess.Popen(["sleep", "60"], start_new_session=True)
-print(json.dumps([group.pid, session.pid]), flush=True)
-if sys.argv[1] == "hang":
-    time.sleep(60)
-"""
 
 
 @pytest.fixture
